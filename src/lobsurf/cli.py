@@ -1,0 +1,56 @@
+"""Console entry point ``lobsurf``: parses arguments and calls one function per subcommand.
+
+Each subcommand lives in ``lobsurf.commands.<name>`` with ``add_arguments(parser)`` and
+``run(args) -> int``. Modules are imported only for the subcommand that runs, so
+``lobsurf --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from lobsurf.data.store import StoreError
+from lobsurf.errors import UserError
+
+#: subcommand → one-line help. The module is lobsurf.commands.<name with - as _>.
+COMMANDS = {
+    "synth": "write synthetic MBP-10 data as genuine DBN files",
+    "ingest": "build a snapshot store from DBN MBP-10/MBO or LOBSTER files",
+    "info": "summarise a snapshot store",
+    "eval": "evaluate a policy (e.g. baseline:momentum) on a store",
+    "pretrain": "supervised pretraining of the encoder and auxiliary heads",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lobsurf", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"lobsurf.commands.{name.replace('-', '_')}")
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks for errors")
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except (UserError, StoreError) as exc:
+        if args.debug:
+            raise
+        print(f"lobsurf {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"lobsurf {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The device dataset: one instrument's snapshots as structure-of-arrays tensors.
+
+``BookTensors`` is what the simulator, the features and the replay buffer index into.
+Prices become integer ticks relative to ``price_origin_fixed`` (the store's lowest
+defined price), so they fit int32 exactly and cost 4 bytes a level. Sizes are int32 lots.
+
+Empty levels (UNDEF in the store) get a finite placeholder price, one tick further from
+the top than the previous level on that side, and size 0: fills never touch them (zero
+size) and features stay finite. The store only holds two-sided books, so level 0 is
+always real.
+
+``gather_window`` returns the last K snapshots before each of B cursors, by index, in one
+vectorised gather (no Python loop over B): [B, K, 10] per field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from lobsurf.data.schema import LEVELS, UNDEF_PRICE
+from lobsurf.data.store import Store, StoreError
+
+
+@dataclass
+class BookTensors:
+    """N snapshots of one instrument on one device.
+
+    Attributes:
+        ts_ns: [N] int64 capture time (UNIX ns).
+        bid_px_ticks, ask_px_ticks: [N, 10] int32 prices in ticks above ``price_origin_fixed``.
+        bid_sz, ask_sz: [N, 10] int32 lots (0 on empty levels).
+        bid_ct, ask_ct: [N, 10] int32 order counts.
+        segment_start, segment_stop: [S] int64 row ranges [start, stop) of the segments.
+        segment_of_row: [N] int64 segment index of each row.
+        tick_size: price of one tick in currency units.
+        multiplier: currency per price unit per lot.
+        price_origin_fixed: fixed-point price (1e-9 units) of tick 0.
+        tick_size_fixed: fixed-point tick.
+    """
+
+    ts_ns: torch.Tensor
+    bid_px_ticks: torch.Tensor
+    ask_px_ticks: torch.Tensor
+    bid_sz: torch.Tensor
+    ask_sz: torch.Tensor
+    bid_ct: torch.Tensor
+    ask_ct: torch.Tensor
+    segment_start: torch.Tensor
+    segment_stop: torch.Tensor
+    segment_of_row: torch.Tensor
+    tick_size: float
+    multiplier: float
+    price_origin_fixed: int
+    tick_size_fixed: int
+
+    def __len__(self) -> int:
+        return int(self.ts_ns.shape[0])
+
+    @property
+    def num_segments(self) -> int:
+        return int(self.segment_start.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.ts_ns.device
+
+    def to(self, device: torch.device | str) -> BookTensors:
+        moved = {
+            f.name: (v.to(device) if isinstance(v, torch.Tensor) else v)
+            for f in fields(self)
+            for v in [getattr(self, f.name)]
+        }
+        return BookTensors(**moved)
+
+    def mid_ticks(self) -> torch.Tensor:
+        """[N] float64 mid price in ticks (half ticks are exact in float64)."""
+        return (self.bid_px_ticks[:, 0].double() + self.ask_px_ticks[:, 0].double()) / 2
+
+    def price(self, ticks: torch.Tensor) -> torch.Tensor:
+        """Ticks above the origin → currency price (float64)."""
+        return ticks.double() * self.tick_size + self.price_origin_fixed / 1e9
+
+
+@dataclass
+class Window:
+    """The last K snapshots before each of B cursors: every field [B, K, 10] (ts: [B, K])."""
+
+    ts_ns: torch.Tensor
+    bid_px_ticks: torch.Tensor
+    ask_px_ticks: torch.Tensor
+    bid_sz: torch.Tensor
+    ask_sz: torch.Tensor
+    bid_ct: torch.Tensor
+    ask_ct: torch.Tensor
+
+
+def _fill_empty_levels(px: np.ndarray, size: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+    # px, size: [n, 10] fixed point; step = -tick for bids (prices fall), +tick for asks.
+    px = px.copy()
+    empty = px == UNDEF_PRICE
+    size = np.where(empty, 0, size)
+    for level in range(1, LEVELS):
+        px[:, level] = np.where(empty[:, level], px[:, level - 1] + step, px[:, level])
+    return px, size
+
+
+def load_book_tensors(
+    store: Store,
+    device: torch.device | str = "cpu",
+    instrument_id: int | None = None,
+    segments: list[int] | None = None,
+    chunk_rows: int = 1 << 20,
+) -> BookTensors:
+    """Load one instrument's segments of a store onto ``device``.
+
+    Args:
+        store: an open store.
+        device: where the tensors live.
+        instrument_id: which instrument; may be omitted when the store holds one.
+        segments: indices into ``store.manifest.segments`` to load (default: all of the
+            instrument's), in store order. Row indices of the result are renumbered.
+        chunk_rows: rows converted at a time on the host (bounds host memory).
+    """
+    manifest = store.manifest
+    ids = sorted({s.instrument_id for s in manifest.segments})
+    if instrument_id is None:
+        if len(ids) != 1:
+            raise StoreError(f"store holds instruments {ids}; choose one with instrument_id")
+        instrument_id = ids[0]
+    inst = manifest.instrument(instrument_id)
+    chosen = [
+        i for i, s in enumerate(manifest.segments)
+        if s.instrument_id == instrument_id and (segments is None or i in segments)
+    ]
+    if not chosen:
+        raise StoreError(f"no segments of instrument {instrument_id} selected")
+    tick = inst.tick_size_fixed
+    lowest = min(
+        int(np.min(store.columns["bid_px"][s.start:s.stop, 0]))
+        for s in (manifest.segments[i] for i in chosen)
+    )
+    # Origin: the lowest top-of-book bid, leaving room below for the deeper bid levels.
+    origin = lowest - LEVELS * 4 * tick
+    origin -= origin % tick
+
+    def ticks(px: np.ndarray) -> np.ndarray:
+        rel = (px - origin) // tick
+        if rel.size and (rel.min() < np.iinfo(np.int32).min or rel.max() > np.iinfo(np.int32).max):
+            raise StoreError("prices span more ticks than int32 holds")
+        return rel.astype(np.int32)
+
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in
+                                          ("ts", "bpx", "apx", "bsz", "asz", "bct", "act")}
+    starts, stops, seg_of_row = [], [], []
+    offset = 0
+    for seg_index, i in enumerate(chosen):
+        seg = manifest.segments[i]
+        starts.append(offset)
+        for lo in range(seg.start, seg.stop, chunk_rows):
+            hi = min(seg.stop, lo + chunk_rows)
+            c = store.rows(lo, hi)
+            bpx, bsz = _fill_empty_levels(c.bid_px, c.bid_sz, -tick)
+            apx, asz = _fill_empty_levels(c.ask_px, c.ask_sz, +tick)
+            parts["ts"].append(c.ts_recv_ns)
+            parts["bpx"].append(ticks(bpx))
+            parts["apx"].append(ticks(apx))
+            parts["bsz"].append(bsz.astype(np.int32))
+            parts["asz"].append(asz.astype(np.int32))
+            parts["bct"].append(np.where(c.bid_px == UNDEF_PRICE, 0, c.bid_ct).astype(np.int32))
+            parts["act"].append(np.where(c.ask_px == UNDEF_PRICE, 0, c.ask_ct).astype(np.int32))
+        offset += len(seg)
+        stops.append(offset)
+        seg_of_row.append(np.full(len(seg), seg_index, np.int64))
+
+    def dev(key: str) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate(parts[key])).to(device)
+
+    return BookTensors(
+        ts_ns=dev("ts"),
+        bid_px_ticks=dev("bpx"),
+        ask_px_ticks=dev("apx"),
+        bid_sz=dev("bsz"),
+        ask_sz=dev("asz"),
+        bid_ct=dev("bct"),
+        ask_ct=dev("act"),
+        segment_start=torch.tensor(starts, dtype=torch.int64, device=device),
+        segment_stop=torch.tensor(stops, dtype=torch.int64, device=device),
+        segment_of_row=torch.from_numpy(np.concatenate(seg_of_row)).to(device),
+        tick_size=inst.tick_size,
+        multiplier=inst.multiplier,
+        price_origin_fixed=int(origin),
+        tick_size_fixed=int(tick),
+    )
+
+
+def window_rows(end_row: torch.Tensor, window: int) -> torch.Tensor:
+    """[B] last rows → [B, K] row indices end_row-K+1 .. end_row (oldest first)."""
+    offsets = torch.arange(1 - window, 1, device=end_row.device, dtype=end_row.dtype)
+    return end_row[:, None] + offsets
+
+
+def gather_window(book: BookTensors, end_row: torch.Tensor, window: int) -> Window:
+    """Gather the K snapshots ending at each cursor.
+
+    Args:
+        book: the device dataset.
+        end_row: [B] int64 row of the newest snapshot of each window. Callers keep
+            end_row - K + 1 inside the cursor's segment; rows are clamped to [0, N) so a
+            stray index can never read out of bounds.
+        window: K.
+
+    Returns:
+        Window with [B, K, 10] book fields and [B, K] timestamps, oldest snapshot first.
+    """
+    rows = window_rows(end_row, window).clamp_(0, len(book) - 1)
+    return Window(
+        ts_ns=book.ts_ns[rows],
+        bid_px_ticks=book.bid_px_ticks[rows],
+        ask_px_ticks=book.ask_px_ticks[rows],
+        bid_sz=book.bid_sz[rows],
+        ask_sz=book.ask_sz[rows],
+        bid_ct=book.bid_ct[rows],
+        ask_ct=book.ask_ct[rows],
+    )

@@ -1,0 +1,169 @@
+"""Canonical market-data schema: field names, dtypes and units, written once.
+
+Everything that crosses a module boundary in the data layer is one of these:
+
+* ``MBP10_DTYPE`` / ``MBO_DTYPE``: the byte layout of Databento's DBN MBP-10 and MBO
+  records (identical in DBN versions 1, 2 and 3). Used to view decoded bytes as numpy
+  structured arrays without a Python object per record, and to write genuine DBN files.
+* ``SnapshotChunk``: a batch of 10-level book snapshots in store units (below). Every
+  input format (DBN MBP-10, DBN MBO replayed into a book, LOBSTER) produces these, and
+  the store writer consumes them.
+
+Units (store units):
+    prices   int64 fixed point, 1 unit = 1e-9 of the instrument's currency
+             (Databento's ``FIXED_PRICE_SCALE``). Exact: never floats.
+    sizes    int64 lots (contracts or shares) at the level.
+    counts   int64 orders at the level (0 where the source does not say).
+    times    int64 UNIX nanoseconds, UTC.
+Empty book levels carry price ``UNDEF_PRICE`` (2**63 - 1) and size/count 0, as in DBN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+#: Book depth of every snapshot.
+LEVELS = 10
+#: Fixed-point price units per currency unit.
+FIXED_PRICE_SCALE = 1_000_000_000
+#: Sentinel price of an empty level (DBN's UNDEF_PRICE).
+UNDEF_PRICE = np.iinfo(np.int64).max
+#: DBN record types (``RType``) of the schemas we read.
+RTYPE_MBP10 = 0x0A
+RTYPE_MBO = 0xA0
+#: DBN flag: last record of an event packet for an instrument.
+F_LAST = 1 << 7
+#: DBN flag: record is part of a book snapshot (replay), not a live event.
+F_SNAPSHOT = 1 << 5
+
+_HEADER_FIELDS = [
+    ("length", "u1"),  # record length in 4-byte words
+    ("rtype", "u1"),
+    ("publisher_id", "<u2"),
+    ("instrument_id", "<u4"),
+    ("ts_event", "<u8"),
+]
+
+#: DBN MBP-10 record, 368 bytes. Level fields are [10]-arrays, level 0 is the top of book.
+MBP10_DTYPE = np.dtype(
+    _HEADER_FIELDS
+    + [
+        ("price", "<i8"),
+        ("size", "<u4"),
+        ("action", "S1"),
+        ("side", "S1"),
+        ("flags", "u1"),
+        ("depth", "u1"),
+        ("ts_recv", "<u8"),
+        ("ts_in_delta", "<i4"),
+        ("sequence", "<u4"),
+        (
+            "levels",
+            np.dtype(
+                [
+                    ("bid_px", "<i8"),
+                    ("ask_px", "<i8"),
+                    ("bid_sz", "<u4"),
+                    ("ask_sz", "<u4"),
+                    ("bid_ct", "<u4"),
+                    ("ask_ct", "<u4"),
+                ]
+            ),
+            (LEVELS,),
+        ),
+    ]
+)
+assert MBP10_DTYPE.itemsize == 368
+
+#: DBN MBO record, 56 bytes.
+MBO_DTYPE = np.dtype(
+    _HEADER_FIELDS
+    + [
+        ("order_id", "<u8"),
+        ("price", "<i8"),
+        ("size", "<u4"),
+        ("flags", "u1"),
+        ("channel_id", "u1"),
+        ("action", "S1"),
+        ("side", "S1"),
+        ("ts_recv", "<u8"),
+        ("ts_in_delta", "<i4"),
+        ("sequence", "<u4"),
+    ]
+)
+assert MBO_DTYPE.itemsize == 56
+
+
+@dataclass
+class SnapshotChunk:
+    """A batch of N book snapshots in store units (see module docstring).
+
+    Attributes:
+        ts_event_ns: [N] int64, exchange event time.
+        ts_recv_ns: [N] int64, capture time; the store's time axis (what a trader sees).
+        instrument_id: [N] int64, the venue's numeric instrument id.
+        bid_px, ask_px: [N, 10] int64 fixed-point prices; UNDEF_PRICE where empty.
+        bid_sz, ask_sz: [N, 10] int64 lots.
+        bid_ct, ask_ct: [N, 10] int64 order counts.
+    """
+
+    ts_event_ns: np.ndarray
+    ts_recv_ns: np.ndarray
+    instrument_id: np.ndarray
+    bid_px: np.ndarray
+    ask_px: np.ndarray
+    bid_sz: np.ndarray
+    ask_sz: np.ndarray
+    bid_ct: np.ndarray
+    ask_ct: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.ts_recv_ns.shape[0])
+
+    def take(self, rows: np.ndarray) -> SnapshotChunk:
+        """Rows selected by a boolean mask or an index array."""
+        return SnapshotChunk(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    @staticmethod
+    def concat(chunks: list[SnapshotChunk]) -> SnapshotChunk:
+        return SnapshotChunk(
+            **{f.name: np.concatenate([getattr(c, f.name) for c in chunks]) for f in fields(SnapshotChunk)}
+        )
+
+    @staticmethod
+    def empty() -> SnapshotChunk:
+        flat = np.zeros(0, np.int64)
+        book = np.zeros((0, LEVELS), np.int64)
+        return SnapshotChunk(flat, flat, flat, book, book, book, book, book, book)
+
+    @staticmethod
+    def from_mbp10(records: np.ndarray) -> SnapshotChunk:
+        """Convert MBP-10 records (structured array of ``MBP10_DTYPE``) to store units."""
+        levels = records["levels"]
+        return SnapshotChunk(
+            ts_event_ns=records["ts_event"].astype(np.int64),
+            ts_recv_ns=records["ts_recv"].astype(np.int64),
+            instrument_id=records["instrument_id"].astype(np.int64),
+            bid_px=levels["bid_px"].astype(np.int64),
+            ask_px=levels["ask_px"].astype(np.int64),
+            bid_sz=levels["bid_sz"].astype(np.int64),
+            ask_sz=levels["ask_sz"].astype(np.int64),
+            bid_ct=levels["bid_ct"].astype(np.int64),
+            ask_ct=levels["ask_ct"].astype(np.int64),
+        )
+
+
+#: Column name → (dtype on disk, per-row shape) of the snapshot store.
+STORE_COLUMNS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "ts_event_ns": ("<i8", ()),
+    "ts_recv_ns": ("<i8", ()),
+    "instrument_id": ("<i8", ()),
+    "bid_px": ("<i8", (LEVELS,)),
+    "ask_px": ("<i8", (LEVELS,)),
+    "bid_sz": ("<i8", (LEVELS,)),
+    "ask_sz": ("<i8", (LEVELS,)),
+    "bid_ct": ("<i8", (LEVELS,)),
+    "ask_ct": ("<i8", (LEVELS,)),
+}

@@ -1,0 +1,265 @@
+"""The snapshot store: columnar book snapshots on disk plus a JSON manifest.
+
+Layout of a store folder::
+
+    STORE/manifest.json      format version, instruments, segments, columns, skipped counts
+    STORE/<column>.bin       raw little-endian arrays, one per column of ``STORE_COLUMNS``
+
+Columns are plain binary files so the writer can append chunk by chunk (bounded memory)
+and the reader can memory-map them. The manifest is written last, and the folder is built
+under a temporary name and renamed into place at the end: an interrupted write never leaves
+a folder that loads as a store (``Store.open`` requires the manifest and checks every
+column's length against it).
+
+A *segment* is a contiguous run of rows of one instrument with no session gap inside it
+(see ``StoreWriter``); windows and label horizons never cross a segment boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lobsurf.data.schema import FIXED_PRICE_SCALE, STORE_COLUMNS, SnapshotChunk
+
+STORE_FORMAT = "lobsurf-store"
+STORE_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class StoreError(Exception):
+    """A store folder is missing, incomplete or inconsistent."""
+
+
+@dataclass
+class Instrument:
+    """One traded instrument.
+
+    Attributes:
+        instrument_id: the venue's numeric id.
+        symbol: human-readable symbol ("" if unknown).
+        tick_size_fixed: minimum price increment, fixed point (1e-9 units).
+        multiplier: currency per price unit per lot (contract multiplier; 1 for shares).
+        currency: ISO code of the price currency, if known.
+    """
+
+    instrument_id: int
+    symbol: str
+    tick_size_fixed: int
+    multiplier: float = 1.0
+    currency: str = "USD"
+
+    @property
+    def tick_size(self) -> float:
+        return self.tick_size_fixed / FIXED_PRICE_SCALE
+
+
+@dataclass
+class Segment:
+    """Rows [start, stop) of the store: one instrument, one session, no gaps."""
+
+    start: int
+    stop: int
+    instrument_id: int
+    ts_start_ns: int
+    ts_end_ns: int
+    source: str
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass
+class Manifest:
+    snapshots: int
+    instruments: list[Instrument]
+    segments: list[Segment]
+    skipped: dict[str, int] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    gap_threshold_ns: int = 0
+    format: str = STORE_FORMAT
+    version: int = STORE_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> Manifest:
+        raw = json.loads(text)
+        if raw.get("format") != STORE_FORMAT:
+            raise StoreError(f"not a lobsurf store manifest (format={raw.get('format')!r})")
+        if raw.get("version") != STORE_VERSION:
+            raise StoreError(f"store version {raw.get('version')} is not supported (want {STORE_VERSION})")
+        return Manifest(
+            snapshots=raw["snapshots"],
+            instruments=[Instrument(**i) for i in raw["instruments"]],
+            segments=[Segment(**s) for s in raw["segments"]],
+            skipped=raw.get("skipped", {}),
+            sources=raw.get("sources", []),
+            gap_threshold_ns=raw.get("gap_threshold_ns", 0),
+        )
+
+    def instrument(self, instrument_id: int) -> Instrument:
+        for inst in self.instruments:
+            if inst.instrument_id == instrument_id:
+                return inst
+        raise StoreError(f"instrument {instrument_id} not in store")
+
+
+class Store:
+    """A finished store, read-only. Columns are numpy memory maps (``store.columns[name]``)."""
+
+    def __init__(self, path: Path, manifest: Manifest, columns: dict[str, np.ndarray]):
+        self.path = path
+        self.manifest = manifest
+        self.columns = columns
+
+    @staticmethod
+    def open(path: str | os.PathLike) -> Store:
+        path = Path(path)
+        if not path.is_dir():
+            raise StoreError(f"{path}: no such store folder")
+        manifest_path = path / MANIFEST
+        if not manifest_path.is_file():
+            raise StoreError(f"{path}: not a finished store (no {MANIFEST}; interrupted ingest?)")
+        manifest = Manifest.from_json(manifest_path.read_text())
+        columns = {}
+        for name, (dtype, row_shape) in STORE_COLUMNS.items():
+            file = path / f"{name}.bin"
+            row_bytes = np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64))
+            if not file.is_file() or file.stat().st_size != row_bytes * manifest.snapshots:
+                raise StoreError(f"{file}: missing or wrong size for {manifest.snapshots} snapshots")
+            if manifest.snapshots == 0:
+                columns[name] = np.zeros((0, *row_shape), dtype)
+            else:
+                columns[name] = np.memmap(file, dtype=dtype, mode="r", shape=(manifest.snapshots, *row_shape))
+        return Store(path, manifest, columns)
+
+    def __len__(self) -> int:
+        return self.manifest.snapshots
+
+    def rows(self, start: int, stop: int) -> SnapshotChunk:
+        """Rows [start, stop) as an in-memory chunk."""
+        return SnapshotChunk(**{name: np.asarray(col[start:stop]) for name, col in self.columns.items()})
+
+
+class StoreWriter:
+    """Streams validated snapshot chunks into a new store; ``close()`` makes it visible.
+
+    Segments: a new segment starts at each new source file, each change of instrument, and
+    wherever the capture-time gap between consecutive rows exceeds ``gap_threshold_ns``.
+
+    Use as a context manager: on an exception the temporary folder is removed and nothing
+    appears at ``path``.
+    """
+
+    def __init__(self, path: str | os.PathLike, gap_threshold_ns: int, overwrite: bool = False):
+        self.path = Path(path)
+        if self.path.exists() and not overwrite:
+            raise StoreError(f"{self.path} exists; choose another --out or pass --overwrite")
+        self.gap_threshold_ns = int(gap_threshold_ns)
+        self.tmp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}"
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.tmp.mkdir(parents=True)
+        self.files = {name: open(self.tmp / f"{name}.bin", "wb") for name in STORE_COLUMNS}
+        self.rows_written = 0
+        self.segments: list[Segment] = []
+        self.instruments: dict[int, Instrument] = {}
+        self.skipped: dict[str, int] = {}
+        self.sources: list[str] = []
+        self._source = ""
+        self._new_source = False
+        self.overwrite = overwrite
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+    def begin_source(self, source: str) -> None:
+        """Start a new input file: the next row starts a new segment."""
+        self._source = source
+        self._new_source = True
+        self.sources.append(source)
+
+    def add_instrument(self, instrument: Instrument) -> None:
+        known = self.instruments.get(instrument.instrument_id)
+        if known is None:
+            self.instruments[instrument.instrument_id] = instrument
+        elif known.tick_size_fixed != instrument.tick_size_fixed:
+            # Two files disagree on an inferred tick: keep the finer common tick (their gcd).
+            known.tick_size_fixed = int(np.gcd(known.tick_size_fixed, instrument.tick_size_fixed))
+
+    def count_skipped(self, counts: dict[str, int]) -> None:
+        for reason, n in counts.items():
+            if n:
+                self.skipped[reason] = self.skipped.get(reason, 0) + int(n)
+
+    def append(self, chunk: SnapshotChunk) -> None:
+        """Append validated rows (time-ordered within the current source)."""
+        n = len(chunk)
+        if n == 0:
+            return
+        ts = chunk.ts_recv_ns
+        inst = chunk.instrument_id
+        starts = np.zeros(n, bool)
+        starts[1:] = (np.diff(ts) > self.gap_threshold_ns) | (inst[1:] != inst[:-1])
+        last = self.segments[-1] if self.segments else None
+        starts[0] = (
+            self._new_source
+            or last is None
+            or last.instrument_id != int(inst[0])
+            or int(ts[0]) - last.ts_end_ns > self.gap_threshold_ns
+        )
+        self._new_source = False
+        boundaries = np.flatnonzero(starts).tolist() + [n]
+        if boundaries[0] != 0:
+            # Rows before the first boundary extend the open segment.
+            last.stop += boundaries[0]
+            last.ts_end_ns = int(ts[boundaries[0] - 1])
+        for begin, end in zip(boundaries[:-1], boundaries[1:]):
+            self.segments.append(
+                Segment(
+                    start=self.rows_written + begin,
+                    stop=self.rows_written + end,
+                    instrument_id=int(inst[begin]),
+                    ts_start_ns=int(ts[begin]),
+                    ts_end_ns=int(ts[end - 1]),
+                    source=self._source,
+                )
+            )
+        for name, (dtype, _) in STORE_COLUMNS.items():
+            np.ascontiguousarray(getattr(chunk, name), dtype=dtype).tofile(self.files[name])
+        self.rows_written += n
+
+    def close(self) -> Manifest:
+        """Flush, write the manifest, and rename the folder into place."""
+        for f in self.files.values():
+            f.close()
+        used = {s.instrument_id for s in self.segments}
+        manifest = Manifest(
+            snapshots=self.rows_written,
+            instruments=[i for k, i in sorted(self.instruments.items()) if k in used],
+            segments=self.segments,
+            skipped=dict(sorted(self.skipped.items())),
+            sources=self.sources,
+            gap_threshold_ns=self.gap_threshold_ns,
+        )
+        (self.tmp / MANIFEST).write_text(manifest.to_json())
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        os.replace(self.tmp, self.path)
+        return manifest
+
+    def abort(self) -> None:
+        for f in self.files.values():
+            f.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,0 +1,61 @@
+"""Shared fixtures: seeded generators and tiny stores built in temporary folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lobsurf.data.schema import FIXED_PRICE_SCALE, LEVELS, SnapshotChunk
+from lobsurf.data.store import Instrument, Store, StoreWriter
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "dbn"
+TICK_FIXED = FIXED_PRICE_SCALE // 4  # 0.25, like ES
+
+
+def random_walk_books(n: int, seed: int, start_ns: int = 1_700_000_000 * 10**9,
+                      instrument_id: int = 1) -> SnapshotChunk:
+    """n two-sided 10-level books whose mid walks on a 0.25 grid; spread 1-3 ticks."""
+    rng = np.random.default_rng(seed)
+    best_bid = 4000 * 4 + np.cumsum(rng.integers(-1, 2, n))  # in ticks
+    spread = rng.choice([1, 1, 1, 2, 3], n)
+    lv = np.arange(LEVELS)
+    bid = (best_bid[:, None] - lv) * TICK_FIXED
+    ask = (best_bid[:, None] + spread[:, None] + lv) * TICK_FIXED
+    sizes = lambda: rng.integers(1, 50, (n, LEVELS))  # noqa: E731
+    ts = start_ns + np.cumsum(rng.integers(1_000, 5_000_000, n))
+    return SnapshotChunk(
+        ts_event_ns=ts - 100, ts_recv_ns=ts, instrument_id=np.full(n, instrument_id),
+        bid_px=bid, ask_px=ask, bid_sz=sizes(), ask_sz=sizes(),
+        bid_ct=rng.integers(1, 9, (n, LEVELS)), ask_ct=rng.integers(1, 9, (n, LEVELS)),
+    )
+
+
+def write_store(path: Path, chunks: list[SnapshotChunk], gap_ns: int = 60 * 10**9) -> Store:
+    with StoreWriter(path, gap_threshold_ns=gap_ns) as writer:
+        writer.add_instrument(Instrument(1, "TEST", TICK_FIXED, multiplier=50.0))
+        for i, chunk in enumerate(chunks):
+            writer.begin_source(f"chunk{i}")
+            writer.append(chunk)
+        writer.close()
+    return Store.open(path)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def tiny_store(tmp_path: Path) -> Store:
+    """Two segments (2,000 and 1,500 snapshots) of one instrument, tick 0.25, multiplier 50."""
+    return write_store(tmp_path / "store", [random_walk_books(2000, 1),
+                                            random_walk_books(1500, 2, start_ns=1_700_100_000 * 10**9)])
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"../shared/data/dbn not found at {SHARED_DATA} (CI always has it)")
+    return SHARED_DATA
