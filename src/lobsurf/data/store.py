@@ -69,6 +69,9 @@ class Segment:
     ts_start_ns: int
     ts_end_ns: int
     source: str
+    #: lowest best bid and highest best ask in the segment, fixed point (1e-9 units)
+    price_min_fixed: int = 0
+    price_max_fixed: int = 0
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -221,10 +224,13 @@ class StoreWriter:
         )
         self._new_source = False
         boundaries = np.flatnonzero(starts).tolist() + [n]
+        low, high = chunk.bid_px[:, 0], chunk.ask_px[:, 0]
         if boundaries[0] != 0:
             # Rows before the first boundary extend the open segment.
             last.stop += boundaries[0]
             last.ts_end_ns = int(ts[boundaries[0] - 1])
+            last.price_min_fixed = min(last.price_min_fixed, int(low[: boundaries[0]].min()))
+            last.price_max_fixed = max(last.price_max_fixed, int(high[: boundaries[0]].max()))
         for begin, end in zip(boundaries[:-1], boundaries[1:]):
             self.segments.append(
                 Segment(
@@ -234,6 +240,8 @@ class StoreWriter:
                     ts_start_ns=int(ts[begin]),
                     ts_end_ns=int(ts[end - 1]),
                     source=self._source,
+                    price_min_fixed=int(low[begin:end].min()),
+                    price_max_fixed=int(high[begin:end].max()),
                 )
             )
         for name, (dtype, _) in STORE_COLUMNS.items():

@@ -1,0 +1,51 @@
+"""``lobsurf ingest``: build a snapshot store from DBN (MBP-10/MBO) or LOBSTER files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", help="input files, ingested in the order given")
+    p.add_argument("--out", required=True, help="store folder to create")
+    p.add_argument("--format", default="auto", choices=["auto", "dbn", "lobster"],
+                   help="input format (default: from the file name and signature)")
+    p.add_argument("--gap-seconds", type=float, default=1800.0,
+                   help="a capture-time gap longer than this starts a new segment (default 1800)")
+    p.add_argument("--tick-size", type=float, default=None,
+                   help="instrument tick in currency units (default: inferred from the prices)")
+    p.add_argument("--multiplier", type=float, default=1.0,
+                   help="contract multiplier, currency per price unit per lot (default 1)")
+    p.add_argument("--currency", default="USD", help="price currency (default USD)")
+    p.add_argument("--instrument-id", type=int, default=None,
+                   help="keep only this instrument id (default: the first seen in each file)")
+    p.add_argument("--chunk-records", type=int, default=65_536,
+                   help="records processed at a time; bounds memory (default 65536)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
+    p.add_argument("--json", action="store_true", help="print the store summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from lobsurf.data.ingest import IngestConfig, ingest, summarize
+    from lobsurf.commands.info import print_summary
+    from lobsurf.progress import byte_progress
+
+    cfg = IngestConfig(chunk_records=args.chunk_records, gap_threshold_s=args.gap_seconds,
+                       tick_size=args.tick_size, multiplier=args.multiplier,
+                       currency=args.currency, instrument_id=args.instrument_id)
+    began = time.perf_counter()
+    with byte_progress(not args.no_progress) as update:
+        manifest = ingest(args.paths, args.out, cfg, fmt=args.format, overwrite=args.overwrite,
+                          progress=update)
+    summary = summarize(manifest)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        seconds = time.perf_counter() - began
+        print(f"wrote {args.out}: {manifest.snapshots:,} snapshots in {seconds:.1f} s")
+        print_summary(summary)
+    return 0

@@ -1,0 +1,48 @@
+"""Progress display for long work: a rich progress bar on a terminal, silence otherwise."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from collections.abc import Iterator
+
+
+@contextmanager
+def byte_progress(enabled: bool = True) -> Iterator:
+    """Yield ``update(name, done, total)``; draws one bar per name while enabled and on a TTY."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda name, done, total: None
+        return
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                               TimeRemainingColumn, TransferSpeedColumn)
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=False) as bar:
+        tasks: dict[str, int] = {}
+
+        def update(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=done, total=total)
+
+        yield update
+
+
+@contextmanager
+def step_progress(total: int, description: str, enabled: bool = True) -> Iterator:
+    """Yield ``advance(n=1, **fields)`` for a counted loop; rich bar on a TTY."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda n=1, **fields: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), TextColumn("{task.fields[status]}")) as bar:
+        task = bar.add_task(description, total=total, status="")
+
+        def advance(n: int = 1, **fields) -> None:
+            status = " ".join(f"{k}={v}" for k, v in fields.items())
+            bar.update(task, advance=n, status=status)
+
+        yield advance
