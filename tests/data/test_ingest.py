@@ -72,3 +72,32 @@ def test_only_invalid_books_is_an_error(shared_data, tmp_path, capsys):
     assert main(["ingest", str(brent), "--out", str(tmp_path / "s")]) == 2
     assert "no valid snapshots in the input; skipped: empty_book=4" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_real_cme_mbo_session_becomes_a_store(shared_data, tmp_path, capsys):
+    path = shared_data / "nautilus_trader" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+    info = run_json(capsys, ["ingest", str(path), "--out", str(tmp_path / "s"), "--json",
+                             "--multiplier", "50", "--chunk-records", "20000"])
+    # The pre-open hour accepts crossing orders: those books are counted and skipped.
+    assert info["skipped"] == {"crossed_book": 891}
+    assert info["snapshots"] == 46_131 and info["segments"] == 1
+    assert info["instruments"][0]["symbol"] == "ESH4" and info["tick_size"] == 0.25
+    assert 4790 < info["price_min"] < info["price_max"] < 4820
+    store = Store.open(tmp_path / "s")
+    bid, ask = store.columns["bid_px"][:, 0], store.columns["ask_px"][:, 0]
+    assert (bid < ask).all()
+    assert (np.diff(store.columns["ts_recv_ns"]) >= 0).all()
+
+
+def test_lobster_files_ingest_through_the_cli(tmp_path, capsys):
+    from tests.data.test_lobster import book_row, write_pair
+
+    books = [book_row(5859400 + 100 * (i % 3), 5853300, 10) for i in range(7)]
+    books.append(book_row(5853300, 5853300, 10))  # locked: counted and skipped
+    times = [f"{34200 + i}.000000001" for i in range(8)]
+    path = write_pair(tmp_path, times, books)
+    info = run_json(capsys, ["ingest", str(path), "--out", str(tmp_path / "s"), "--json"])
+    assert info["snapshots"] == 7 and info["skipped"] == {"locked_book": 1}
+    assert info["instruments"][0]["symbol"] == "AAPL" and info["tick_size"] == 0.01
+    assert info["price_min"] == 585.33 and info["price_max"] == 585.96
+    assert info["start"] == "2012-06-21T13:30:00+00:00"  # 9:30 New York summer time

@@ -10,6 +10,9 @@ Memory: one file at a time, ``chunk_records`` records at a time. Peak host memor
 ~500 B, masks) plus the zstd window, independent of file size; the default 65,536 records
 keep it under ~100 MB (``benchmarks/bench_ingest.py`` measures it).
 
+MBO anomalies the book builder met (cancels of unknown orders and the like) are counted in
+the manifest's ``skipped`` as ``mbo_<kind>``.
+
 One instrument per file: the first instrument id seen (or ``instrument_id`` if given); rows
 of other instruments are counted as ``other_instrument`` and skipped.
 """
@@ -90,25 +93,42 @@ class _Source:
     position: Callable[[], int]
     size: int
     default_tick_fixed: int | None = None
+    #: counts of records the source itself skipped or repaired, read after the last chunk
+    source_counts: Callable[[], dict[str, int]] = dict
 
 
 def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
+    from lobsurf.data.mbo_book import MboBookBuilder
+
     reader = DbnReader(path)
     symbol = reader.header.symbols[0] if len(reader.header.symbols) == 1 else ""
+    builder = MboBookBuilder()
 
     def chunks() -> Iterator[SnapshotChunk]:
         with reader:
-            if reader.header.schema == "mbp-10":
-                for records in reader.chunks(cfg.chunk_records):
+            for records in reader.chunks(cfg.chunk_records):
+                if reader.header.schema == "mbp-10":
                     yield SnapshotChunk.from_mbp10(records)
-            else:
-                from lobsurf.data.mbo_book import MboBookBuilder
+                    continue
+                first = reader.records_read - len(records)
+                chunk = builder.feed(records)
+                if builder.stats.top_of_book_records:
+                    raise UserError(
+                        f"{path}: record {first}: top-of-book (F_TOB) MBO feeds are not supported; "
+                        "use an MBP-10 file for this venue"
+                    )
+                yield chunk
 
-                builder = MboBookBuilder()
-                for records in reader.chunks(cfg.chunk_records):
-                    yield builder.feed(records)
+    def mbo_counts() -> dict[str, int]:
+        if reader.header.schema != "mbo":
+            return {}
+        anomalies = ("cancel_unknown", "cancel_oversize", "modify_unknown", "add_duplicate",
+                     "bad_side", "unknown_action")
+        stats = builder.stats.as_dict()
+        return {f"mbo_{name}": stats[name] for name in anomalies}
 
-    return _Source(chunks(), symbol, lambda: reader.compressed_bytes_read, reader.file_size)
+    return _Source(chunks(), symbol, lambda: reader.compressed_bytes_read, reader.file_size,
+                   source_counts=mbo_counts)
 
 
 def _lobster_source(path: Path, cfg: IngestConfig) -> _Source:
@@ -177,6 +197,7 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig, writer: Store
         writer.append(valid)
         if progress:
             progress(path.name, source.position(), source.size)
+    writer.count_skipped(source.source_counts())
     if chosen is None:
         return
     tick = given_tick or source.default_tick_fixed or tick
