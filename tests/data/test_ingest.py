@@ -101,3 +101,24 @@ def test_lobster_files_ingest_through_the_cli(tmp_path, capsys):
     assert info["instruments"][0]["symbol"] == "AAPL" and info["tick_size"] == 0.01
     assert info["price_min"] == 585.33 and info["price_max"] == 585.96
     assert info["start"] == "2012-06-21T13:30:00+00:00"  # 9:30 New York summer time
+
+
+def test_synth_to_ingest_round_trip_is_exact(tmp_path, capsys):
+    from lobsurf.data.schema import SnapshotChunk
+    from lobsurf.data.synth import SynthConfig, generate_day
+
+    cfg = SynthConfig(snapshots_per_day=30_000, days=3, seed=11, edge=0.3, chunk_rows=7_000)
+    assert main(["synth", "--out", str(tmp_path / "dbn"), "--snapshots", "30000", "--days", "3",
+                 "--seed", "11", "--edge", "0.3"]) == 0
+    capsys.readouterr()
+    files = sorted(str(p) for p in (tmp_path / "dbn").glob("*.mbp-10.dbn.zst"))
+    assert len(files) == 3
+    info = run_json(capsys, ["ingest", *files, "--out", str(tmp_path / "s"), "--json",
+                             "--chunk-records", "10000", "--multiplier", "50"])
+    assert info["snapshots"] == 90_000 and info["segments"] == 3 and info["skipped"] == {}
+    assert info["tick_size"] == 0.25
+    store = Store.open(tmp_path / "s")
+    expected = SnapshotChunk.concat([c for day in range(3) for c in generate_day(cfg, day)])
+    back = store.rows(0, len(store))
+    for name in SnapshotChunk.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(back, name), getattr(expected, name), err_msg=name)

@@ -1,0 +1,292 @@
+"""Synthetic MBP-10 market data from a stochastic order-flow model with a known edge.
+
+``docs/synth.md`` states the model with its equations and units. In short, per day (one
+session on consecutive weekdays, separated by the overnight gap), event t = 0, 1, ...:
+
+* clock: inter-event gaps are exponential with a mean that switches between a calm and a
+  busy regime (a Markov-modulated Poisson process), so gaps cluster and are over-dispersed.
+* top of book: latent x_t (AR(1), i.e. OU on the event clock) and log-depth (AR(1)) give
+  the best-level sizes; the observable queue imbalance I_t = (b0 - a0) / (b0 + a0) is
+  mean-reverting.
+* deeper levels: lognormal (heavy-tailed) sizes that persist until an event refreshes the
+  level, refreshed on the whole side when that side's best price changes.
+* spread: runs of one tick alternating with shorter runs of two or three ticks.
+* mid moves: a one-tick shift with probability ``move_prob``, or a half-tick move when
+  the spread changes by one tick. **Predictable component**: each mid move is up with
+  probability clip(0.5 + 0.5 * edge * I_{t-1}, 0, 1), I_{t-1} being the imbalance of the
+  snapshot just before it. With edge = 0 moves are independent of everything observable.
+
+Generation is vectorised with numpy in bounded chunks (``cfg.chunk_rows``), deterministic
+by (seed, day). Every process draws from its own random stream, so the chunk size changes
+memory use only, never the data; and the clock's streams are apart from the book's, so a
+session's time range is known (a cheap pass over the clock) before a DBN header is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lobsurf.data.dbn_encode import EventFields, write_mbp10_dbn
+from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
+from lobsurf.data.store import Instrument, Store, StoreWriter
+from lobsurf.data.synth_book import BookCarry, BookStreams, book_chunk, initial_book
+from lobsurf.data.synth_processes import RunState, alternating_runs
+
+#: Random-stream ids mixed into the seed: (seed, day, stream).
+BOOK_STREAM = 0
+CLOCK_STREAM = 1
+#: Regime phases of the clock.
+CALM, BUSY = 0, 1
+#: Session-gap threshold of ``write_synth_store``, ns: far above any intra-session gap at
+#: sensible densities, far below the overnight gap.
+DEFAULT_STORE_GAP_NS = 30 * 60 * 10**9
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Every parameter of the synthetic market. Units in each comment; ``ev`` = events."""
+
+    snapshots_per_day: int = 200_000  # snapshots (= events) per session
+    days: int = 2  # sessions, on consecutive weekdays from first_day
+    seed: int = 0  # generation is a function of (seed, day)
+    edge: float = 0.0  # predictable component in [0, 1]: P(up) = 0.5 + 0.5*edge*I
+    # --- instrument and files
+    symbol: str = "SYN"  # raw symbol in the DBN metadata and file names
+    instrument_id: int = 1  # numeric id in every record
+    dataset: str = "LOBSURF.SYNTH"  # DBN dataset code (<= 16 characters)
+    publisher_id: int = 0  # DBN publisher id in records (0: not a Databento publisher)
+    tick_size_fixed: int = 250_000_000  # price tick, 1e-9 currency units (0.25)
+    multiplier: float = 50.0  # currency per price unit per lot (store Instrument)
+    start_price_fixed: int = 4500 * FIXED_PRICE_SCALE  # opening best bid, 1e-9 units
+    overnight_sd_ticks: float = 20.0  # sd of each day's opening offset from start, ticks
+    # --- session clock
+    first_day: str = "2024-01-02"  # ISO date of day 0; later days skip weekends
+    session_open_s: int = 14 * 3600 + 30 * 60  # session open, seconds after 00:00 UTC
+    session_duration_s: float = 6.5 * 3600  # nominal session length, s (sets the mean gap)
+    calm_regime_s: float = 600.0  # mean duration of a calm regime, s (exponential)
+    busy_regime_s: float = 120.0  # mean duration of a busy regime, s (exponential)
+    busy_intensity_ratio: float = 10.0  # event rate in busy regimes / rate in calm ones
+    recv_latency_min_ns: int = 20_000  # venue-to-capture latency floor, ns
+    recv_latency_mean_ns: float = 15_000.0  # mean exponential latency on top, ns
+    # --- top of book
+    imbalance_phi: float = 0.97  # per-event persistence of the imbalance latent x
+    imbalance_sd: float = 0.9  # stationary sd of x; I ~ tanh(x)
+    top_depth_log_mean: float = math.log(20.0)  # mean log(b0 + a0 - 2), log lots
+    top_depth_log_sd: float = 0.8  # stationary sd of the log top depth, log lots
+    top_depth_phi: float = 0.99  # per-event persistence of the log top depth
+    # --- deeper levels (1..9)
+    deep_log_mean: float = math.log(25.0)  # mean log size at level 1, log lots
+    deep_log_slope: float = 0.1  # increase of the mean log size per level, log lots
+    deep_log_sd: float = 1.0  # sd of log size (lognormal: heavy tail), log lots
+    deep_refresh_prob: float = 0.03  # chance per event that a given level is refreshed
+    order_count_exponent: float = 0.7  # orders at a level = round(size ** this), >= 1
+    size_cap_lots: int = 1_000_000  # cap on any drawn level size, lots (DBN sizes are uint32)
+    # --- prices
+    move_prob: float = 0.04  # chance per event of a one-tick mid shift (spread unchanged)
+    tight_run_ev: float = 400.0  # mean length of a one-tick-spread run, events
+    wide_run_ev: float = 40.0  # mean length of a wide-spread run, events
+    three_tick_prob: float = 0.25  # share of wide runs at three ticks (else two)
+    # --- memory
+    chunk_rows: int = 131_072  # snapshots per generated chunk (bounds memory; data unchanged)
+
+    def __post_init__(self) -> None:
+        checks = {
+            "snapshots_per_day >= 1": self.snapshots_per_day >= 1,
+            "days >= 1": self.days >= 1,
+            "seed >= 0": self.seed >= 0,
+            "instrument_id fits uint32": 0 <= self.instrument_id < 2**32,
+            "publisher_id fits uint16": 0 <= self.publisher_id < 2**16,
+            "0 <= edge <= 1": 0.0 <= self.edge <= 1.0,
+            "tick_size_fixed > 0": self.tick_size_fixed > 0,
+            "start_price_fixed a positive multiple of the tick":
+                self.start_price_fixed > 0 and self.start_price_fixed % self.tick_size_fixed == 0,
+            "0 < imbalance_phi, top_depth_phi < 1":
+                0 < self.imbalance_phi < 1 and 0 < self.top_depth_phi < 1,
+            "probabilities in [0, 1]": all(0 <= p <= 1 for p in (
+                self.deep_refresh_prob, self.move_prob, self.three_tick_prob)),
+            "spread run lengths >= 1": min(self.tight_run_ev, self.wide_run_ev) >= 1,
+            "regime durations > 0": min(self.calm_regime_s, self.busy_regime_s) > 0,
+            "busy_intensity_ratio > 0": self.busy_intensity_ratio > 0,
+            "session_duration_s > 0": self.session_duration_s > 0,
+            "chunk_rows >= 1": self.chunk_rows >= 1,
+            "len(dataset) <= 16": len(self.dataset) <= 16,
+        }
+        failed = [name for name, ok in checks.items() if not ok]
+        if failed:
+            raise ValueError(f"SynthConfig: need {', '.join(failed)}")
+
+    @property
+    def mean_gap_ns(self) -> tuple[float, float]:
+        """Mean inter-event gap (calm, busy) in ns, so a session lasts about its duration.
+
+        With busy time share s and intensity ratio r: n = rate_calm * T * (1 - s + s * r).
+        """
+        busy_share = self.busy_regime_s / (self.calm_regime_s + self.busy_regime_s)
+        calm_rate = self.snapshots_per_day / (self.session_duration_s * 1e9) / (
+            1 - busy_share + busy_share * self.busy_intensity_ratio)
+        return 1 / calm_rate, 1 / (calm_rate * self.busy_intensity_ratio)
+
+    @property
+    def mean_regime_ev(self) -> tuple[float, float]:
+        """Mean regime length (calm, busy) in events (>= 1): duration / mean gap.
+
+        Geometric event counts of exponential gaps make exponential regime durations: the
+        clock is a Markov-modulated Poisson process.
+        """
+        calm_gap, busy_gap = self.mean_gap_ns
+        return (max(1.0, self.calm_regime_s * 1e9 / calm_gap),
+                max(1.0, self.busy_regime_s * 1e9 / busy_gap))
+
+
+def session_date(cfg: SynthConfig, day: int) -> dt.date:
+    """Calendar date of day ``day``: the day-th weekday on or after ``first_day``."""
+    date = np.busday_offset(np.datetime64(cfg.first_day, "D"), day, roll="forward")
+    return dt.date.fromisoformat(str(date))
+
+
+def session_open_ns(cfg: SynthConfig, day: int) -> int:
+    date = session_date(cfg, day)
+    midnight = dt.datetime(date.year, date.month, date.day, tzinfo=dt.UTC)
+    return int(midnight.timestamp()) * 10**9 + cfg.session_open_s * 10**9
+
+
+def _chunk_sizes(cfg: SynthConfig) -> Iterator[int]:
+    done = 0
+    while done < cfg.snapshots_per_day:
+        n = min(cfg.chunk_rows, cfg.snapshots_per_day - done)
+        yield n
+        done += n
+
+
+def clock_chunks(cfg: SynthConfig, day: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(ts_event_ns [n], ts_recv_ns [n]) per chunk: strictly increasing, recv >= event."""
+    # One generator per process (regime, gaps, latency): chunking does not change the draws.
+    seeds = np.random.SeedSequence([cfg.seed, day, CLOCK_STREAM]).spawn(3)
+    regime_rng, gap_rng, latency_rng = (np.random.default_rng(s) for s in seeds)
+    mean_gap = np.asarray(cfg.mean_gap_ns)
+    runs = cfg.mean_regime_ev
+    state = RunState(CALM, CALM, int(regime_rng.geometric(1 / runs[CALM])))
+    last_event = session_open_ns(cfg, day)
+    # ts_recv_i = i + max_{k<=i}(event_k + latency_k - k): >= event_i + latency_i and
+    # strictly increasing even when a later event has a shorter latency.
+    recv_base = np.iinfo(np.int64).min
+    row = 0
+    for n in _chunk_sizes(cfg):
+        regime, _, state = alternating_runs(regime_rng, n, state, runs, lambda r, p: p.astype(np.int64))
+        gaps = 1 + np.floor(gap_rng.exponential(size=n) * mean_gap[regime]).astype(np.int64)
+        ts_event = last_event + np.cumsum(gaps)
+        latency = cfg.recv_latency_min_ns + np.floor(
+            latency_rng.exponential(cfg.recv_latency_mean_ns, n)).astype(np.int64)
+        index = row + np.arange(n, dtype=np.int64)
+        base = np.maximum(np.maximum.accumulate(ts_event + latency - index), recv_base)
+        yield ts_event, base + index
+        last_event, recv_base, row = int(ts_event[-1]), int(base[-1]), row + n
+
+
+def session_range_ns(cfg: SynthConfig, day: int) -> tuple[int, int]:
+    """(session open, last ts_recv + 1) of a day, in UNIX ns: the DBN [start, end)."""
+    last = 0
+    for _, ts_recv in clock_chunks(cfg, day):
+        last = int(ts_recv[-1])
+    return session_open_ns(cfg, day), last + 1
+
+
+def generate_day_with_events(cfg: SynthConfig, day: int) -> Iterator[tuple[SnapshotChunk, EventFields]]:
+    """Like ``generate_day`` but yields (SnapshotChunk, EventFields) pairs for the DBN writer."""
+    streams = BookStreams.spawn(np.random.SeedSequence([cfg.seed, day, BOOK_STREAM]))
+    carry: BookCarry = initial_book(streams, cfg)
+    for ts_event, ts_recv in clock_chunks(cfg, day):
+        book, events, carry = book_chunk(streams, cfg, carry, len(ts_event))
+        chunk = SnapshotChunk(
+            ts_event_ns=ts_event, ts_recv_ns=ts_recv,
+            instrument_id=np.full(len(ts_event), cfg.instrument_id, np.int64), **book)
+        events.ts_in_delta = np.minimum(ts_recv - ts_event, np.iinfo(np.int32).max)
+        yield chunk, events
+
+
+def generate_day(cfg: SynthConfig, day: int) -> Iterator[SnapshotChunk]:
+    """The snapshots of day ``day`` in chunks of at most ``cfg.chunk_rows`` rows (store units).
+
+    Every book is two-sided with 10 levels on the tick grid, best bid < best ask, sizes
+    and counts >= 1. Deterministic by (cfg.seed, day) and the model parameters; the same
+    whatever ``cfg.chunk_rows``.
+    """
+    for chunk, _ in generate_day_with_events(cfg, day):
+        yield chunk
+
+
+def mid_ticks(chunk: SnapshotChunk, tick_size_fixed: int) -> np.ndarray:
+    """[N] float64 mid price in ticks (x.5 when the spread is odd)."""
+    return (chunk.bid_px[:, 0] + chunk.ask_px[:, 0]) / (2.0 * tick_size_fixed)
+
+
+def top_imbalance(chunk: SnapshotChunk) -> np.ndarray:
+    """[N] float64 I = (bid_sz0 - ask_sz0) / (bid_sz0 + ask_sz0), in [-1, 1]."""
+    bid, ask = chunk.bid_sz[:, 0].astype(np.float64), chunk.ask_sz[:, 0].astype(np.float64)
+    return (bid - ask) / (bid + ask)
+
+
+
+def day_file_name(cfg: SynthConfig, day: int) -> str:
+    """``SYN-20240102.mbp-10.dbn.zst`` for the symbol and the day's date."""
+    return f"{cfg.symbol}-{session_date(cfg, day):%Y%m%d}.mbp-10.dbn.zst"
+
+
+def write_synth(out_dir: str | os.PathLike, cfg: SynthConfig, progress: bool = False) -> list[Path]:
+    """Write one genuine DBN v3 MBP-10 file (zstd) per day into ``out_dir``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with _progress(progress, cfg.days * cfg.snapshots_per_day) as advance:
+        for day in range(cfg.days):
+            start_ns, end_ns = session_range_ns(cfg, day)
+            path = out / day_file_name(cfg, day)
+            write_mbp10_dbn(
+                path, _counted(generate_day_with_events(cfg, day), advance),
+                dataset=cfg.dataset, symbol=cfg.symbol, instrument_id=cfg.instrument_id,
+                start_ns=start_ns, end_ns=end_ns, publisher_id=cfg.publisher_id)
+            paths.append(path)
+    return paths
+
+
+def synth_instrument(cfg: SynthConfig) -> Instrument:
+    return Instrument(cfg.instrument_id, cfg.symbol, cfg.tick_size_fixed, multiplier=cfg.multiplier)
+
+
+def write_synth_store(path: str | os.PathLike, cfg: SynthConfig,
+                      gap_threshold_ns: int = DEFAULT_STORE_GAP_NS) -> Store:
+    """Build a snapshot store of ``cfg``'s days directly (no DBN); one segment per day."""
+    with StoreWriter(path, gap_threshold_ns=gap_threshold_ns) as writer:
+        writer.add_instrument(synth_instrument(cfg))
+        for day in range(cfg.days):
+            writer.begin_source(f"synth:{day_file_name(cfg, day)}")
+            for chunk in generate_day(cfg, day):
+                writer.append(chunk)
+        writer.close()
+    return Store.open(path)
+
+
+def _counted(items, advance):
+    for item in items:
+        yield item
+        advance(len(item[0]))
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        yield lambda n: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=False) as bar:
+        task = bar.add_task("synth", total=total)
+        yield lambda n: bar.advance(task, n)

@@ -1,0 +1,94 @@
+"""Configuration of the sequence encoders (Mamba2 and CfC), one frozen dataclass.
+
+Kept apart from ``encoder.py`` so that the blocks (``mamba2.py``, ``cfc.py``) can take the
+same config object without a circular import; ``lobsurf.models.encoder`` re-exports it.
+Symbols used in shape comments across ``models/``:
+
+    B batch (windows), L or K sequence length (snapshots), D d_model,
+    E d_inner = expand * D, H heads = E / headdim, P headdim, N d_state, W d_conv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Encoder shape and initialisation; every field is a plain number or choice."""
+
+    kind: Literal["mamba2", "cfc"] = "mamba2"
+    """Sequence model: Mamba2 blocks (chunked SSD scan) or CfC cells (sequential over K)."""
+    d_model: int = 128
+    """Width D of the residual stream and of the output embedding."""
+    n_layers: int = 2
+    """Number of stacked blocks."""
+    append_log_dt: bool = False
+    """Append log_dt to the input features before the input projection (both kinds).
+    Off by default: the feature module already includes log time since the previous snapshot;
+    CfC always uses the time gap in its gate regardless of this flag."""
+    norm_eps: float = 1e-5
+    """Epsilon of every RMSNorm (pre-norms, gated norm, final norm), dimensionless."""
+
+    # ---- Mamba2 (arXiv 2405.21060) ----
+    d_state: int = 64
+    """SSM state size N per head (one B/C group shared by all heads)."""
+    headdim: int = 64
+    """Channels P per SSM head; heads H = expand * d_model / headdim."""
+    expand: int = 2
+    """Inner width factor: E = expand * d_model."""
+    d_conv: int = 4
+    """Width W (in snapshots) of the causal depthwise convolution."""
+    chunk_size: int = 64
+    """SSD chunk length Q in snapshots; a window with K <= Q is one chunk (no inter-chunk pass)."""
+    in_proj_pad_multiple: int = 1
+    """Round the fused in_proj width (2E + 2N + H) up to a multiple of this with unused rows
+    (e.g. 128: 644 -> 768 at D=128), in case the GEMM picks a faster kernel; 1 = no padding."""
+    dt_min: float = 0.001
+    """Lower end of the log-uniform initial step size dt (after softplus), in scan steps."""
+    dt_max: float = 0.1
+    """Upper end of the log-uniform initial step size dt, in scan steps."""
+    dt_init_floor: float = 1e-4
+    """Floor applied to the sampled initial dt before inverting softplus for the bias."""
+    a_init_min: float = 1.0
+    """Lower end of the uniform init of -A (decay rate per unit dt), per head."""
+    a_init_max: float = 16.0
+    """Upper end of the uniform init of -A."""
+
+    # ---- CfC (Hasani et al. 2022, Nature Machine Intelligence) ----
+    cfc_backbone_units: int = 128
+    """Width of the CfC backbone MLP that reads [input, hidden]."""
+    cfc_backbone_layers: int = 1
+    """Number of Linear + LeCun-tanh layers in the CfC backbone."""
+    cfc_time_scale: float = 1.0
+    """Elapsed time fed to the CfC gate is t = cfc_time_scale * exp(log_dt): choose it so that
+    typical gaps (in the unit of log_dt) come out near 1."""
+    cfc_max_time: float = 100.0
+    """Clamp of the scaled elapsed time t, so one long gap (a session break) cannot saturate."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("mamba2", "cfc"):
+            raise ValueError(f"kind must be 'mamba2' or 'cfc', got {self.kind!r}")
+        positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
+                    "chunk_size", "in_proj_pad_multiple", "cfc_backbone_units", "cfc_backbone_layers")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.kind == "mamba2" and (self.expand * self.d_model) % self.headdim:
+            raise ValueError(f"expand*d_model={self.expand * self.d_model} is not a multiple of "
+                             f"headdim={self.headdim}")
+        if not 0 < self.dt_min <= self.dt_max:
+            raise ValueError("need 0 < dt_min <= dt_max")
+        if not 0 < self.a_init_min <= self.a_init_max:
+            raise ValueError("need 0 < a_init_min <= a_init_max")
+
+    @property
+    def d_inner(self) -> int:
+        """E = expand * d_model."""
+        return self.expand * self.d_model
+
+    @property
+    def n_heads(self) -> int:
+        """H = E / headdim."""
+        return self.d_inner // self.headdim

@@ -1,0 +1,88 @@
+"""The sequence encoder: per-snapshot features of a window -> one embedding per window.
+
+    x [B, K, F] --input_proj--> [B, K, D] --n_layers blocks--> final RMSNorm --> EncoderOutput
+
+Blocks are Mamba2 (``mamba2.py``, chunked SSD) or CfC (``cfc.py``, closed-form
+continuous-time cells that read the gap between snapshots), chosen by ``EncoderConfig.kind``.
+Mamba2 treats the window as evenly spaced steps and ignores ``log_dt`` unless
+``append_log_dt`` feeds it in as a feature; CfC always uses it as the elapsed time.
+
+``forward(..., return_sequence=False)`` is the cheap path when only the last embedding is
+used (the RL heads): the last Mamba2 layer then computes its final state and one output row.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from lobsurf.models.cfc import CfCBlock, elapsed_time
+from lobsurf.models.config import EncoderConfig
+from lobsurf.models.mamba2 import Mamba2Block
+
+__all__ = ["Encoder", "EncoderConfig", "EncoderOutput"]
+
+
+class EncoderOutput(NamedTuple):
+    """Encoder result.
+
+    Attributes:
+        last: [B, D] embedding of the last (most recent) snapshot of each window.
+        sequence: [B, K, D] embeddings of every position (causal: position k sees only
+            snapshots <= k); None when the encoder was called with return_sequence=False.
+    """
+
+    last: torch.Tensor
+    sequence: torch.Tensor | None
+
+
+class Encoder(nn.Module):
+    """Input projection, a stack of Mamba2 or CfC blocks, and a final RMSNorm."""
+
+    def __init__(self, cfg: EncoderConfig, in_features: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.in_features = in_features
+        extra = 1 if cfg.append_log_dt else 0
+        self.input_proj = nn.Linear(in_features + extra, cfg.d_model)
+        block = Mamba2Block if cfg.kind == "mamba2" else CfCBlock
+        self.blocks = nn.ModuleList(block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+
+    def forward(self, x: torch.Tensor, log_dt: torch.Tensor,
+                return_sequence: bool = True) -> EncoderOutput:
+        """Encode B windows of K snapshots.
+
+        Args:
+            x: [B, K, F] float features, oldest snapshot first.
+            log_dt: [B, K] natural log of the time since the previous snapshot (the unit is
+                the feature module's; ``cfc_time_scale`` converts it for CfC).
+            return_sequence: also return the [B, K, D] sequence; False lets the last Mamba2
+                layer skip every output row but the last.
+
+        Returns:
+            EncoderOutput(last [B, D], sequence [B, K, D] or None).
+        """
+        if self.cfg.append_log_dt:
+            x = torch.cat([x, log_dt.unsqueeze(-1).to(x.dtype)], dim=-1)
+        h = self.input_proj(x)  # [B, K, D]
+        if self.cfg.kind == "cfc":
+            t = elapsed_time(log_dt, self.cfg)  # [B, K]
+            for blk in self.blocks:
+                h = blk(h, t)
+            last_h = h[:, -1]
+        else:
+            n = len(self.blocks)
+            for i, blk in enumerate(self.blocks):
+                if not return_sequence and i == n - 1:
+                    last_h = blk(h, last_only=True)  # [B, D]
+                else:
+                    h = blk(h)
+            if return_sequence:
+                last_h = h[:, -1]
+        if not return_sequence:
+            return EncoderOutput(last=self.final_norm(last_h), sequence=None)
+        sequence = self.final_norm(h)
+        return EncoderOutput(last=sequence[:, -1], sequence=sequence)

@@ -1,0 +1,198 @@
+"""Mamba2 block in plain PyTorch (Dao & Gu 2024, arXiv 2405.21060, Section 7 / Figure 6).
+
+Mixer, per token u_t in R^D:
+
+    [z, xBC, dt] = in_proj(u)                    fused projection, "Order:" below
+    xBC          = SiLU(causal depthwise conv_W(xBC))
+    [x, B, C]    = xBC                           x: E = H*P channels; B, C: N (one group)
+    dt           = softplus(dt + dt_bias)        [H]
+    A            = -exp(A_log)                   [H]
+    y            = SSD(x, dt, A, B, C) + D * x   chunked scan, ``ssd.py``
+    out          = out_proj(RMSNorm(y * SiLU(z)))   gated norm, norm after gate (Mamba2 default)
+
+Block: h + mixer(RMSNorm(h)) (pre-norm residual).
+
+Two paths share the parameters: ``forward`` over a whole window (chunked SSD, the fast path)
+and ``step`` for one token with a preallocated ``Mamba2State`` updated in place (the
+recurrent acting path and the step-by-step reference that tests compare against).
+The causal convolution is written as W shifted multiply-adds on the channel-last layout,
+so no [B, L, C] <-> [B, C, L] transposes are needed and torch.compile fuses it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lobsurf.models.config import EncoderConfig
+from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
+
+
+@dataclass
+class Mamba2State:
+    """Recurrent state of one Mamba2 mixer (preallocated, updated in place).
+
+    Attributes:
+        conv_state: [B, W-1, E+2N] the last W-1 pre-convolution xBC inputs, oldest first.
+        ssm_state: [B, H, P, N] the SSD state.
+    """
+
+    conv_state: torch.Tensor
+    ssm_state: torch.Tensor
+
+
+def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
+                   eps: float) -> torch.Tensor:
+    """RMSNorm(y * SiLU(z)) * weight over the last axis, statistics in >= fp32. y, z: [..., E]."""
+    gated = y * F.silu(z)
+    g = gated.to(torch.promote_types(gated.dtype, torch.float32))
+    normed = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
+    return normed.to(gated.dtype) * weight
+
+
+class Mamba2Mixer(nn.Module):
+    """The Mamba2 mixer (without the residual and pre-norm); see the module docstring."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        D, E, N, H, W = cfg.d_model, cfg.d_inner, cfg.d_state, cfg.n_heads, cfg.d_conv
+        self.cfg = cfg
+        self.conv_channels = E + 2 * N
+        # Order: [z (E), x (E), B (N), C (N), dt (H), unused padding]; x, B, C are contiguous
+        # (= xBC, the conv input). The padding rows only round the GEMM width up.
+        self.split_sizes = (E, self.conv_channels, H)
+        self.proj_width = 2 * E + 2 * N + H
+        padded = -(-self.proj_width // cfg.in_proj_pad_multiple) * cfg.in_proj_pad_multiple
+        self.in_proj = nn.Linear(D, padded, bias=False)
+        # Depthwise causal conv: tap k multiplies the input at t - (W-1) + k (like nn.Conv1d
+        # with padding W-1, groups=channels, weight [C, 1, W] stored here as [W, C]).
+        bound = 1.0 / math.sqrt(W)  # nn.Conv1d default init, fan_in = W
+        self.conv_weight = nn.Parameter(torch.empty(W, self.conv_channels).uniform_(-bound, bound))
+        self.conv_bias = nn.Parameter(torch.empty(self.conv_channels).uniform_(-bound, bound))
+        # dt bias: inverse softplus of dt ~ log-uniform[dt_min, dt_max] (Mamba2 init).
+        log_dt = torch.rand(H) * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min)
+        dt = torch.exp(log_dt).clamp(min=cfg.dt_init_floor)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.A_log = nn.Parameter(torch.log(torch.empty(H).uniform_(cfg.a_init_min, cfg.a_init_max)))
+        self.D = nn.Parameter(torch.ones(H))
+        self.norm_weight = nn.Parameter(torch.ones(E))
+        self.out_proj = nn.Linear(E, D, bias=False)
+
+    def allocate_state(self, batch: int, device: torch.device | None = None,
+                       dtype: torch.dtype = torch.float32) -> Mamba2State:
+        """Zero state for ``batch`` sequences (before the first token)."""
+        cfg = self.cfg
+        return Mamba2State(
+            conv_state=torch.zeros(batch, cfg.d_conv - 1, self.conv_channels, device=device,
+                                   dtype=dtype),
+            ssm_state=torch.zeros(batch, cfg.n_heads, cfg.headdim, cfg.d_state, device=device,
+                                  dtype=dtype),
+        )
+
+    def _conv(self, xbc: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        # xbc: [B, L, C]; context: [B, W-1, C] inputs before t=0 (zeros when None).
+        W, L = self.cfg.d_conv, xbc.shape[1]
+        if context is None:
+            padded = F.pad(xbc, (0, 0, W - 1, 0))
+        else:
+            padded = torch.cat([context.to(xbc.dtype), xbc], dim=1)  # [B, W-1+L, C]
+        out = self.conv_bias + padded[:, 0:L] * self.conv_weight[0]
+        for k in range(1, W):  # W (=4) shifted multiply-adds; fused under torch.compile
+            out = out + padded[:, k:k + L] * self.conv_weight[k]
+        return F.silu(out), padded[:, L:]  # activations [B, L, C]; new context [B, W-1, C]
+
+    def _split_proj(self, proj: torch.Tensor):
+        # [..., padded width] -> z [..., E], xBC [..., E+2N], dt [..., H] (padding dropped).
+        return torch.split(proj[..., :self.proj_width], self.split_sizes, dim=-1)
+
+    def _split_xbc(self, xbc: torch.Tensor):
+        E, N = self.cfg.d_inner, self.cfg.d_state
+        return torch.split(xbc, (E, N, N), dim=-1)
+
+    def forward(self, u: torch.Tensor, state: Mamba2State | None = None,
+                last_only: bool = False) -> torch.Tensor:
+        """Mixer over a window.
+
+        Args:
+            u: [B, L, D] normalised inputs.
+            state: optional state to start from; when given it is overwritten in place with
+                the state after the last token (so ``step`` can continue from it).
+            last_only: compute the output of the last position only (z gate, norm and
+                out_proj on one row; SSD via its final state, no Q x Q scores).
+
+        Returns:
+            [B, L, D], or [B, D] when ``last_only``.
+        """
+        cfg = self.cfg
+        batch, length, _ = u.shape
+        H, P, E = cfg.n_heads, cfg.headdim, cfg.d_inner
+        if last_only:
+            # z is needed for one row only: project it separately and skip E columns elsewhere.
+            z = F.linear(u[:, -1], self.in_proj.weight[:E])  # [B, E]
+            xbc, dt = torch.split(F.linear(u, self.in_proj.weight[E:self.proj_width]),
+                                  self.split_sizes[1:], dim=-1)
+        else:
+            z, xbc, dt = self._split_proj(self.in_proj(u))
+        xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
+        x, B, C = self._split_xbc(xbc)
+        dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
+        A = -torch.exp(self.A_log.float())  # [H]
+        xh = x.reshape(batch, length, H, P)
+        init = None if state is None else state.ssm_state
+        if last_only:
+            final = ssd_final_state(xh, dt, A, B, cfg.chunk_size, init)  # [B, H, P, N]
+            y = (final.to(C.dtype) @ C[:, -1, None, :, None]).squeeze(-1)  # [B, H, P]
+            y = (y + xh[:, -1] * self.D[:, None]).reshape(batch, E)
+        else:
+            need_final = state is not None
+            scan = ssd_chunked(xh, dt, A, B, C, cfg.chunk_size, init, need_final)
+            y, final = scan if need_final else (scan, None)
+            y = (y + xh * self.D[:, None]).reshape(batch, length, E)
+        if state is not None:
+            state.conv_state.copy_(new_context)
+            state.ssm_state.copy_(final)
+        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+
+    def step(self, u: torch.Tensor, state: Mamba2State) -> torch.Tensor:
+        """One token: u [B, D] -> [B, D]; ``state`` is updated in place."""
+        cfg = self.cfg
+        H, P = cfg.n_heads, cfg.headdim
+        z, xbc, dt = self._split_proj(self.in_proj(u))
+        window = torch.cat([state.conv_state, xbc.unsqueeze(1).to(state.conv_state.dtype)], 1)
+        state.conv_state.copy_(window[:, 1:])
+        xbc = F.silu((window * self.conv_weight).sum(1) + self.conv_bias)  # [B, C]
+        x, B, C = self._split_xbc(xbc)
+        dt = F.softplus(dt + self.dt_bias)  # [B, H]
+        A = -torch.exp(self.A_log.float())
+        xh = x.reshape(-1, H, P)
+        y = ssd_step(xh, dt, A, B, C, state.ssm_state).to(x.dtype)  # [B, H, P]
+        y = (y + xh * self.D[:, None]).reshape(-1, cfg.d_inner)
+        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+
+
+class Mamba2Block(nn.Module):
+    """Pre-norm residual block: h + Mamba2Mixer(RMSNorm(h))."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mixer = Mamba2Mixer(cfg)
+
+    def allocate_state(self, batch: int, device: torch.device | None = None,
+                       dtype: torch.dtype = torch.float32) -> Mamba2State:
+        """Zero recurrent state for ``batch`` sequences."""
+        return self.mixer.allocate_state(batch, device, dtype)
+
+    def forward(self, h: torch.Tensor, state: Mamba2State | None = None,
+                last_only: bool = False) -> torch.Tensor:
+        """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward."""
+        mixed = self.mixer(self.norm(h), state, last_only)
+        return (h[:, -1] if last_only else h) + mixed
+
+    def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:
+        """One token h [B, D] -> [B, D]; ``state`` updated in place."""
+        return h + self.mixer.step(self.norm(h), state)
