@@ -1,0 +1,1 @@
+"""Supervised pretraining of the encoder and auxiliary heads on book labels."""
