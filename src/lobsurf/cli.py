@@ -25,7 +25,8 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lobsurf", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="lobsurf", description="lobsurf: deep reinforcement learning for trading from limit-order-book data")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():

@@ -1,0 +1,180 @@
+"""Simulator step throughput: env steps/s at several batch sizes, eager and CUDA-graph.
+
+    python benchmarks/bench_sim_step.py --device cpu --quick --out /tmp/bench
+    python benchmarks/bench_sim_step.py --device cuda --out $OUT          # eager + graph
+
+Builds its own random-walk book with numpy (no DBN decoder, no gymnasium). Per batch
+size: burn-in, then a timed loop bracketed by synchronize; env-steps/s = B x steps / s.
+Also reports the ops (CPU) or kernels (CUDA) per step from torch.profiler, and the bytes
+of book and state one env-step reads and writes at minimum (every state and stats field
+read and written once, one book side row and a mid gathered). On CUDA the captured graph
+is checked against eager steps from the same state before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from lobsurf.sim import BatchedLobEnv, SimConfig
+from lobsurf.sim.books import random_walk_book
+
+BOOK_ROWS = 1_000_000
+QUICK_ROWS = 200_000
+
+
+def min_bytes_per_env_step(env: BatchedLobEnv) -> int:
+    per_env = sum(getattr(env.state, f.name).element_size() for f in fields(env.state))
+    per_env += sum(getattr(env.stats, f.name).element_size() for f in fields(env.stats))
+    book = 10 * (env.side_px.element_size() + env.side_sz.element_size())
+    book += env.mid2_ticks.element_size()
+    return 2 * per_env + book + 8 + 8  # + action read + reset draw
+
+
+def count_ops(env: BatchedLobEnv, action: torch.Tensor, cuda: bool) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        env.step(action)
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.events()
+    if cuda:
+        return sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    views = {"aten::unsqueeze", "aten::unbind", "aten::select", "aten::slice", "aten::view",
+             "aten::reshape", "aten::as_strided", "aten::lift_fresh", "aten::detach"}
+    # top-level aten ops that compute something (views and no-op dtype checks excluded)
+    return sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is None
+               and e.name not in views)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(step, device: torch.device, steps: int, repeats: int = 3) -> float:
+    """Seconds for ``steps`` steps: the best of ``repeats`` timed runs after burn-in (the
+    CPU machine is shared, so the best run is the least disturbed one)."""
+    for _ in range(5):
+        step()
+    sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def capture(env: BatchedLobEnv, action: torch.Tensor):
+    """Capture one step in a CUDA graph; returns (graph, result tensors of the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            env.step(action)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    graph.register_generator_state(env.generator)  # the reset draws advance on every replay
+    with torch.cuda.graph(graph):
+        result = env.step(action)
+    return graph, result
+
+
+def check_matches_eager(env: BatchedLobEnv, action: torch.Tensor, fast_step) -> None:
+    """Four eager steps, then rewind state, stats and generator and run ``fast_step()``
+    (returns the reward tensor) four times: rewards and final state must be identical."""
+    state0, stats0 = env.state.clone(), {f.name: getattr(env.stats, f.name).clone()
+                                         for f in fields(env.stats)}
+    gen0 = env.generator.get_state()
+    eager = []
+    for _ in range(4):
+        eager.append(env.step(action).reward.clone())
+    eager_state = env.state.clone()
+    for f in fields(env.state):
+        getattr(env.state, f.name).copy_(getattr(state0, f.name))
+    for name, value in stats0.items():
+        getattr(env.stats, name).copy_(value)
+    env.generator.set_state(gen0)
+    for want in eager:
+        assert torch.equal(fast_step(), want), "fast step differs from the eager step"
+    for f in fields(env.state):
+        assert torch.equal(getattr(env.state, f.name), getattr(eager_state, f.name)), f.name
+
+
+def bench_one(book, num_envs: int, device: torch.device, steps: int, modes: list[str]):
+    env = BatchedLobEnv(book, num_envs, SimConfig(fee_per_lot=0.5, fee_bps=0.2))
+    env.reset()
+    action = torch.randint(0, env.cfg.num_actions, (num_envs,), device=device,
+                           generator=torch.Generator(device=device).manual_seed(0))
+    row = {"num_envs": num_envs, "bytes_per_env_step": min_bytes_per_env_step(env)}
+    for mode in modes:
+        if mode == "eager":
+            step = lambda: env.step(action)  # noqa: E731
+        elif mode == "compile":
+            compiled = torch.compile(env.step, dynamic=False)
+            check_matches_eager(env, action, lambda: compiled(action).reward)
+            step = lambda: compiled(action)  # noqa: E731
+        else:
+            graph, result = capture(env, action)
+            check_matches_eager(env, action, lambda: (graph.replay(), result.reward)[1])
+            step = graph.replay
+        seconds = time_steps(step, device, steps)
+        row[f"{mode}_us_per_step"] = seconds / steps * 1e6
+        row[f"{mode}_env_steps_per_s"] = num_envs * steps / seconds
+    return row, env, action
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--out", type=Path, default=None, help="folder for results JSON")
+    parser.add_argument("--quick", action="store_true", help="smaller book and fewer steps")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile(step)")
+    parser.add_argument("--no-graph", action="store_true", help="CUDA: skip the graph mode")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
+    parser.add_argument("--sizes", default="1,256,4096,65536", help="comma-separated B values")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    book = random_walk_book(QUICK_ROWS if args.quick else BOOK_ROWS, num_segments=4, seed=0,
+                            device=device)
+    modes = ["eager"] + (["compile"] if args.compile else [])
+    if device.type == "cuda" and not args.no_graph:
+        modes.append("graph")
+    rows = []
+    for b in (int(x) for x in args.sizes.split(",")):
+        steps = (30 if args.quick else 200) if (b >= 65536 and device.type == "cpu") else (
+            100 if args.quick else 1000)
+        rows.append(bench_one(book, b, device, steps, modes))
+    # ops counted after all timing: a profiler session slows every later eager step on CPU
+    for i, (row, env, action) in enumerate(rows):
+        row["ops_per_step"] = count_ops(env, action, device.type == "cuda")
+        rows[i] = row
+    header = f"{'B':>7} {'ops':>5} {'B/env-step':>10} " + " ".join(
+        f"{m + ' us/step':>16} {m + ' env-steps/s':>20}" for m in modes)
+    print(header)
+    for r in rows:
+        print(f"{r['num_envs']:>7} {r['ops_per_step']:>5} {r['bytes_per_env_step']:>10} " + " ".join(
+            f"{r[m + '_us_per_step']:>16.1f} {r[m + '_env_steps_per_s']:>20,.0f}" for m in modes))
+    info = {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+            "book_rows": len(book), "rows": rows}
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_sim_step.json").write_text(json.dumps(info, indent=2))
+    assert all(r["eager_env_steps_per_s"] > 0 for r in rows)
+
+
+if __name__ == "__main__":
+    main()

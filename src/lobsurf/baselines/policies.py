@@ -1,0 +1,137 @@
+"""Baseline policies: hold, random, momentum (order-flow imbalance) and a future-peeking oracle.
+
+Each is a ``lobsurf.eval.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
+env's book and state on the device, with no host sync, so the backtest runner treats them
+and a learned agent alike. Actions use the env's convention: 0 Hold, 1..n Buy
+order_sizes_lots[i-1], n+1..2n Sell them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lobsurf.data.dataset import gather_window
+from lobsurf.sim.env import BatchedLobEnv
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """Settings of the baseline policies."""
+
+    size_index: int = 0
+    """which order size the momentum and oracle policies trade (index into order_sizes_lots)."""
+    momentum_lookback_rows: int = 16
+    """snapshot-to-snapshot order-flow imbalance summed over this many steps (<= window - 1)."""
+    momentum_threshold_lots: float = 20.0
+    """|OFI| in lots needed to trade; below it the momentum policy holds."""
+    oracle_horizon_rows: int = 50
+    """rows after the fill row at which the oracle reads the future mid."""
+    seed: int = 0
+    """seeds the random policy."""
+
+
+def buy_sell_actions(env: BatchedLobEnv, size_index: int) -> tuple[int, int]:
+    sizes = len(env.cfg.order_sizes_lots)
+    if not 0 <= size_index < sizes:
+        raise ValueError(f"size_index {size_index} outside the {sizes} order sizes")
+    return 1 + size_index, 1 + sizes + size_index
+
+
+def direction_to_action(direction: torch.Tensor, buy: int, sell: int) -> torch.Tensor:
+    """[B] int {-1, 0, +1} -> action (Sell, Hold, Buy)."""
+    return torch.where(direction > 0, buy, torch.where(direction < 0, sell, 0))
+
+
+class HoldPolicy:
+    """Always Hold: never trades; its PnL is exactly zero."""
+
+    def act(self, env: BatchedLobEnv) -> torch.Tensor:
+        return torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
+
+
+class RandomPolicy:
+    """Uniform over all actions, from its own seeded generator."""
+
+    def __init__(self, cfg: BaselineConfig, device: torch.device | str) -> None:
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(cfg.seed)
+
+    def act(self, env: BatchedLobEnv) -> torch.Tensor:
+        return torch.randint(0, env.cfg.num_actions, (env.num_envs,), generator=self.generator,
+                             device=env.device)
+
+
+def order_flow_imbalance(env: BatchedLobEnv, lookback: int) -> torch.Tensor:
+    """[B] float64 order-flow imbalance (Cont, Kukanov, Stoikov 2014) over the last steps.
+
+    e_n = 1{b_n >= b_n-1} q^b_n - 1{b_n <= b_n-1} q^b_n-1 - 1{a_n <= a_n-1} q^a_n
+          + 1{a_n >= a_n-1} q^a_n-1, with b, a the best prices and q their sizes; summed over
+    the last ``lookback`` snapshot changes ending at the cursor.
+    """
+    w = gather_window(env.book, env.state.cursor, lookback + 1)
+    b, a = w.bid_px_ticks[:, :, 0], w.ask_px_ticks[:, :, 0]
+    qb, qa = w.bid_sz[:, :, 0].double(), w.ask_sz[:, :, 0].double()
+    e = ((b[:, 1:] >= b[:, :-1]) * qb[:, 1:] - (b[:, 1:] <= b[:, :-1]) * qb[:, :-1]
+         - (a[:, 1:] <= a[:, :-1]) * qa[:, 1:] + (a[:, 1:] >= a[:, :-1]) * qa[:, :-1])
+    return e.sum(1)
+
+
+class MomentumPolicy:
+    """Trade with the sign of order-flow imbalance: buy on OFI > threshold, sell below -threshold."""
+
+    def __init__(self, cfg: BaselineConfig, env: BatchedLobEnv) -> None:
+        if cfg.momentum_lookback_rows > env.cfg.window - 1:
+            raise ValueError(f"momentum lookback {cfg.momentum_lookback_rows} needs window >= "
+                             f"{cfg.momentum_lookback_rows + 1} (the env's window is {env.cfg.window})")
+        self.cfg = cfg
+        self.buy, self.sell = buy_sell_actions(env, cfg.size_index)
+
+    def act(self, env: BatchedLobEnv) -> torch.Tensor:
+        ofi = order_flow_imbalance(env, self.cfg.momentum_lookback_rows)
+        threshold = self.cfg.momentum_threshold_lots
+        direction = (ofi > threshold).long() - (ofi < -threshold).long()
+        return direction_to_action(direction, self.buy, self.sell)
+
+
+class OraclePolicy:
+    """Upper bound: buys when the mid ``horizon`` rows after the fill row is above the ask it
+    would pay (plus a round trip of per-lot fees), sells when it is below the bid; else holds.
+
+    It reads the future (rows past the cursor, clamped to the episode's segment), which no
+    real policy can.
+    """
+
+    def __init__(self, cfg: BaselineConfig, env: BatchedLobEnv) -> None:
+        self.cfg = cfg
+        self.buy, self.sell = buy_sell_actions(env, cfg.size_index)
+        tick_value = env.book.tick_size * env.book.multiplier
+        # twice the round-trip per-lot fee, in half ticks of the mid (mid2 units)
+        self.margin2 = 2 * 2 * env.cfg.fee_per_lot / tick_value
+
+    def act(self, env: BatchedLobEnv) -> torch.Tensor:
+        s, book = env.state, env.book
+        fill_row = s.cursor + env.cfg.latency_rows
+        future = torch.minimum(fill_row + self.cfg.oracle_horizon_rows, s.stop - 1)
+        mid2 = env.mid2_ticks[future].double()
+        ask2 = 2 * book.ask_px_ticks[fill_row, 0].double()
+        bid2 = 2 * book.bid_px_ticks[fill_row, 0].double()
+        direction = (mid2 > ask2 + self.margin2).long() - (mid2 < bid2 - self.margin2).long()
+        return direction_to_action(direction, self.buy, self.sell)
+
+
+BASELINES = ("hold", "random", "momentum", "oracle")
+
+
+def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig):
+    """Build baseline ``name`` (one of BASELINES) for ``env``."""
+    if name == "hold":
+        return HoldPolicy()
+    if name == "random":
+        return RandomPolicy(cfg, env.device)
+    if name == "momentum":
+        return MomentumPolicy(cfg, env)
+    if name == "oracle":
+        return OraclePolicy(cfg, env)
+    raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")

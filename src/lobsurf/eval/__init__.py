@@ -1,0 +1,1 @@
+"""Evaluation: the policy interface and the backtest runner (independent of any model)."""

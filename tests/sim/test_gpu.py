@@ -1,0 +1,39 @@
+"""GPU-only: the step makes no host sync and a CUDA-graph replay equals eager steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lobsurf.sim import BatchedLobEnv, SimConfig
+from lobsurf.sim.books import random_walk_book
+
+pytestmark = pytest.mark.gpu
+
+
+def test_step_makes_no_host_sync() -> None:
+    env = BatchedLobEnv(random_walk_book(5000, 2, device="cuda"), 64, SimConfig(fee_bps=0.3))
+    env.reset()
+    action = torch.randint(0, 11, (64,), device="cuda")
+    env.step(action)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            env.step(action)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_graph_replay_matches_eager() -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from bench_sim_step import capture, check_matches_eager
+
+    env = BatchedLobEnv(random_walk_book(5000, 2, device="cuda"), 256,
+                        SimConfig(max_episode_steps=3, fee_per_lot=0.5))
+    env.reset()
+    action = torch.randint(0, 11, (256,), device="cuda")
+    graph, result = capture(env, action)
+    check_matches_eager(env, action, lambda: (graph.replay(), result.reward)[1])
