@@ -191,7 +191,7 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig, writer: Store
         chunk = chunk.take(~other) if other.any() else chunk
         keep, counts = validate_chunk(chunk, state, given_tick)
         writer.count_skipped(counts)
-        valid = chunk.take(keep)
+        valid = chunk if keep.all() else chunk.take(keep)
         if given_tick is None:
             tick = infer_tick_fixed(valid, tick)
         writer.append(valid)

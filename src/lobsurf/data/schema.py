@@ -12,9 +12,11 @@ Everything that crosses a module boundary in the data layer is one of these:
 Units (store units):
     prices   int64 fixed point, 1 unit = 1e-9 of the instrument's currency
              (Databento's ``FIXED_PRICE_SCALE``). Exact: never floats.
-    sizes    int64 lots (contracts or shares) at the level.
-    counts   int64 orders at the level (0 where the source does not say).
+    sizes    lots (contracts or shares) at the level; uint32 on disk, as in DBN.
+    counts   orders at the level (0 where the source does not say); uint32 on disk.
     times    int64 UNIX nanoseconds, UTC.
+In memory a ``SnapshotChunk`` may hold any integer dtype of the same values (readers keep
+DBN's native uint32 sizes to avoid a copy); the store writer checks the range.
 Empty book levels carry price ``UNDEF_PRICE`` (2**63 - 1) and size/count 0, as in DBN.
 """
 
@@ -128,6 +130,8 @@ class SnapshotChunk:
 
     @staticmethod
     def concat(chunks: list[SnapshotChunk]) -> SnapshotChunk:
+        if not chunks:
+            return SnapshotChunk.empty()
         return SnapshotChunk(
             **{f.name: np.concatenate([getattr(c, f.name) for c in chunks]) for f in fields(SnapshotChunk)}
         )
@@ -140,30 +144,36 @@ class SnapshotChunk:
 
     @staticmethod
     def from_mbp10(records: np.ndarray) -> SnapshotChunk:
-        """Convert MBP-10 records (structured array of ``MBP10_DTYPE``) to store units."""
+        """Columns of MBP-10 records (structured array of ``MBP10_DTYPE``), in store units.
+
+        Sizes and counts keep DBN's uint32; timestamps (uint64 in DBN, always < 2**63) are
+        reinterpreted as int64 without a conversion pass.
+        """
         levels = records["levels"]
+        column = np.ascontiguousarray
         return SnapshotChunk(
-            ts_event_ns=records["ts_event"].astype(np.int64),
-            ts_recv_ns=records["ts_recv"].astype(np.int64),
-            instrument_id=records["instrument_id"].astype(np.int64),
-            bid_px=levels["bid_px"].astype(np.int64),
-            ask_px=levels["ask_px"].astype(np.int64),
-            bid_sz=levels["bid_sz"].astype(np.int64),
-            ask_sz=levels["ask_sz"].astype(np.int64),
-            bid_ct=levels["bid_ct"].astype(np.int64),
-            ask_ct=levels["ask_ct"].astype(np.int64),
+            ts_event_ns=column(records["ts_event"]).view(np.int64),
+            ts_recv_ns=column(records["ts_recv"]).view(np.int64),
+            instrument_id=column(records["instrument_id"]),
+            bid_px=column(levels["bid_px"]),
+            ask_px=column(levels["ask_px"]),
+            bid_sz=column(levels["bid_sz"]),
+            ask_sz=column(levels["ask_sz"]),
+            bid_ct=column(levels["bid_ct"]),
+            ask_ct=column(levels["ask_ct"]),
         )
 
 
 #: Column name → (dtype on disk, per-row shape) of the snapshot store.
+#: 340 bytes a snapshot: disk bandwidth, not decoding, bounds ingest speed (bench_ingest.py).
 STORE_COLUMNS: dict[str, tuple[str, tuple[int, ...]]] = {
     "ts_event_ns": ("<i8", ()),
     "ts_recv_ns": ("<i8", ()),
-    "instrument_id": ("<i8", ()),
+    "instrument_id": ("<u4", ()),
     "bid_px": ("<i8", (LEVELS,)),
     "ask_px": ("<i8", (LEVELS,)),
-    "bid_sz": ("<i8", (LEVELS,)),
-    "ask_sz": ("<i8", (LEVELS,)),
-    "bid_ct": ("<i8", (LEVELS,)),
-    "ask_ct": ("<i8", (LEVELS,)),
+    "bid_sz": ("<u4", (LEVELS,)),
+    "ask_sz": ("<u4", (LEVELS,)),
+    "bid_ct": ("<u4", (LEVELS,)),
+    "ask_ct": ("<u4", (LEVELS,)),
 }

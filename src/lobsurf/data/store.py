@@ -151,6 +151,15 @@ class Store:
         return SnapshotChunk(**{name: np.asarray(col[start:stop]) for name, col in self.columns.items()})
 
 
+def _column_for_disk(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    # Values arrive in any integer dtype; a cast that would change a value is an error.
+    if values.dtype != dtype and values.size:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise StoreError(f"column {name}: values outside {dtype} range")
+    return np.ascontiguousarray(values, dtype=dtype)
+
+
 class StoreWriter:
     """Streams validated snapshot chunks into a new store; ``close()`` makes it visible.
 
@@ -245,7 +254,7 @@ class StoreWriter:
                 )
             )
         for name, (dtype, _) in STORE_COLUMNS.items():
-            np.ascontiguousarray(getattr(chunk, name), dtype=dtype).tofile(self.files[name])
+            _column_for_disk(getattr(chunk, name), np.dtype(dtype), name).tofile(self.files[name])
         self.rows_written += n
 
     def close(self) -> Manifest:
