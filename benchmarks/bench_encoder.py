@@ -13,6 +13,10 @@ B=1024,K=64,D=128,2 layers; B=256 same; B=1024,K=128,D=256,4 layers. Modes:
 * ``graph_eager``  the eager pass captured in one ``torch.cuda.graph``;
 * ``graph``        the compiled pass captured in one ``torch.cuda.graph`` (the training setup).
 
+``--ssd-backend/--conv-backend triton`` swap in the fused Triton kernels (default: PyTorch);
+``--profile`` writes a torch.profiler table (kernels by self CUDA time) per non-graph mode;
+``--shapes`` picks cases by name; ``--last-only`` puts the loss on out.last alone.
+
 Graphs are warmed up on a side stream and captured after the warm-up outputs are freed
 (PERFORMANCE.md 3.1). Each compiled module is built once per (shape, precision) after a
 ``torch._dynamo.reset()``; the timed region runs under ``set_stance("fail_on_recompile")``
@@ -64,6 +68,7 @@ class Shape:
 FULL_SHAPES = (Shape(1024, 64, 128, 2), Shape(256, 64, 128, 2), Shape(1024, 128, 256, 4))
 QUICK_SHAPES = (Shape(8, 16, 32, 2, chunk_size=16), Shape(4, 40, 32, 2, chunk_size=16))
 IN_FEATURES = 52  # about the feature count of PERFORMANCE.md's probe
+PROFILE_PASSES = 5  # passes recorded by --profile (after the timed ones, so all warm)
 LOSS_RTOL = 2e-2  # modes must agree on the loss (TF32 / bf16 rounding differs between them)
 
 
@@ -137,7 +142,11 @@ def time_mode(mode: str, run, device: torch.device, warmup: int, iters: int) -> 
 
 def bench_case(kind: str, shape: Shape, bf16: bool, modes: list[str], args, device) -> list[dict]:
     cfg = EncoderConfig(kind=kind, d_model=shape.d_model, n_layers=shape.n_layers,
-                        chunk_size=shape.chunk_size, in_proj_pad_multiple=args.in_proj_pad)
+                        chunk_size=args.chunk_size or shape.chunk_size,
+                        in_proj_pad_multiple=args.in_proj_pad, ssd_backend=args.ssd_backend,
+                        conv_backend=args.conv_backend,
+                        ssd_triton_warps_fwd=args.ssd_warps[0],
+                        ssd_triton_warps_bwd=args.ssd_warps[1])
     if args.quick:
         cfg = replace(cfg, headdim=16, d_state=16, cfc_backbone_units=32)
     torch.manual_seed(0)
@@ -173,9 +182,29 @@ def bench_case(kind: str, shape: Shape, bf16: bool, modes: list[str], args, devi
         except Exception as err:  # record and go on: one failing mode must not hide the rest
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         row["setup_and_run_s"] = time.perf_counter() - t0
+        if args.profile and "error" not in row and not mode.startswith("graph"):
+            row["profile_file"] = write_profile(run, device, args.out, f"{shape.name}_{precision}"
+                                                f"_{mode}", args.profile_rows)
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
+
+
+def write_profile(run, device: torch.device, out: Path, tag: str, n_rows: int) -> str:
+    """Profile a few warm passes; write the kernels sorted by self device time to out/."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(PROFILE_PASSES):
+            run()
+        sync(device)
+    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=n_rows, max_name_column_width=90)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"profile_{tag}.txt"
+    path.write_text(f"{PROFILE_PASSES} passes of {tag}\n{table}")
+    return path.name
 
 
 def print_table(rows: list[dict]) -> None:
@@ -200,8 +229,10 @@ def check(rows: list[dict]) -> None:
     assert not failed, f"modes failed: {failed}"
     for r in rows:
         assert math.isfinite(r["loss"]) and r["ms"] > 0, r
-        eager = next(e for e in rows if e["mode"] == "eager" and e["kind"] == r["kind"]
-                     and e["shape"] == r["shape"] and e["precision"] == r["precision"])
+        # Compare with the case's eager row, or its first row when eager was not run.
+        eager = next(e for e in sorted(rows, key=lambda e: e["mode"] != "eager")
+                     if e["kind"] == r["kind"] and e["shape"] == r["shape"]
+                     and e["precision"] == r["precision"])
         rel = abs(r["loss"] - eager["loss"]) / max(abs(eager["loss"]), 1e-12)
         assert rel < LOSS_RTOL, (f"{r['shape']}/{r['mode']}: loss {r['loss']} "
                                  f"vs eager {eager['loss']}")
@@ -220,6 +251,19 @@ def main() -> int:
                         help="loss on out.last only (return_sequence=False path)")
     parser.add_argument("--in-proj-pad", type=int, default=1,
                         help="EncoderConfig.in_proj_pad_multiple (e.g. 128: in_proj 644 -> 768)")
+    parser.add_argument("--ssd-backend", default="torch", choices=("torch", "triton"),
+                        help="EncoderConfig.ssd_backend")
+    parser.add_argument("--conv-backend", default="torch", choices=("torch", "triton"),
+                        help="EncoderConfig.conv_backend")
+    parser.add_argument("--ssd-warps", type=int, nargs=2, default=(4, 8), metavar=("FWD", "BWD"),
+                        help="EncoderConfig.ssd_triton_warps_fwd / _bwd")
+    parser.add_argument("--chunk-size", type=int, default=0,
+                        help="override every shape's SSD chunk (0: the shape's own, 64)")
+    parser.add_argument("--shapes", default=None,
+                        help="comma list of shape names to run (e.g. B1024_K64_D128_L2)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also write a torch.profiler table per non-graph mode to --out")
+    parser.add_argument("--profile-rows", type=int, default=40, help="rows of each table")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args()
@@ -234,6 +278,12 @@ def main() -> int:
     if device.type != "cuda" and any(m.startswith("graph") for m in modes):
         parser.error("graph modes need --device cuda")
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    if args.shapes:
+        wanted = args.shapes.split(",")
+        unknown = set(wanted) - {s.name for s in shapes}
+        if unknown:
+            parser.error(f"unknown shapes {sorted(unknown)}; known: {[s.name for s in shapes]}")
+        shapes = tuple(s for s in shapes if s.name in wanted)
     precisions = (args.precisions or ("tf32" if args.quick else "tf32,bf16")).split(",")
     rows: list[dict] = []
     for kind in args.kinds.split(","):
@@ -245,7 +295,9 @@ def main() -> int:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "hardware_model": asdict(Hardware()), "in_features": IN_FEATURES,
             "warmup": args.warmup, "iters": args.iters, "last_only": args.last_only,
-            "in_proj_pad_multiple": args.in_proj_pad}
+            "in_proj_pad_multiple": args.in_proj_pad, "chunk_size_override": args.chunk_size,
+            "ssd_backend": args.ssd_backend, "conv_backend": args.conv_backend,
+            "ssd_warps": list(args.ssd_warps)}
     (args.out / "bench_encoder.json").write_text(json.dumps({"meta": meta, "rows": rows},
                                                             indent=1))
     print_table(rows)

@@ -75,3 +75,19 @@ def test_config_validation() -> None:
         EncoderConfig(chunk_size=0)
     cfg = EncoderConfig()
     assert cfg.d_inner == 256 and cfg.n_heads == 4
+
+
+def test_kernel_backends_validated_and_default_to_torch() -> None:
+    cfg = EncoderConfig()
+    assert cfg.ssd_backend == "torch" and cfg.conv_backend == "torch"
+    with pytest.raises(ValueError):
+        EncoderConfig(ssd_backend="cuda")
+    with pytest.raises(ValueError):
+        EncoderConfig(conv_backend="auto")
+    # The Triton kernels need CUDA tensors: asking for them on the CPU fails loudly instead
+    # of silently running the PyTorch path.
+    for field in ("ssd_backend", "conv_backend"):
+        enc = Encoder(EncoderConfig(d_model=16, n_layers=1, d_state=16, headdim=16,
+                                    chunk_size=16, **{field: "triton"}), in_features=F_IN)
+        with pytest.raises(RuntimeError, match="triton"):
+            enc(torch.randn(2, 8, F_IN), torch.randn(2, 8))

@@ -42,6 +42,19 @@ class EncoderConfig:
     """Width W (in snapshots) of the causal depthwise convolution."""
     chunk_size: int = 64
     """SSD chunk length Q in snapshots; a window with K <= Q is one chunk (no inter-chunk pass)."""
+    ssd_backend: Literal["torch", "triton"] = "torch"
+    """SSD scan implementation for a window with no initial state: "torch" = the chunked
+    PyTorch form (``ssd.py``, also the reference; fastest measured under torch.compile),
+    "triton" = fused kernels (``ssd_triton.py``, CUDA only; correct but slower today, see
+    benchmarks/encoder_perf_notes.md)."""
+    conv_backend: Literal["torch", "triton"] = "torch"
+    """Causal conv + SiLU implementation for a window with no conv context: "torch" =
+    shifted multiply-adds (the reference, fused by torch.compile), "triton" = fused kernels
+    (``conv_triton.py``, CUDA only)."""
+    ssd_triton_warps_fwd: int = 4
+    """Triton warps per (window, head) program of the forward scan kernel."""
+    ssd_triton_warps_bwd: int = 8
+    """Triton warps per program of the backward scan kernel (more tiles live at once)."""
     in_proj_pad_multiple: int = 1
     """Round the fused in_proj width (2E + 2N + H) up to a multiple of this with unused rows
     (e.g. 128: 644 -> 768 at D=128), in case the GEMM picks a faster kernel; 1 = no padding."""
@@ -71,13 +84,18 @@ class EncoderConfig:
         if self.kind not in ("mamba2", "cfc"):
             raise ValueError(f"kind must be 'mamba2' or 'cfc', got {self.kind!r}")
         positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
-                    "chunk_size", "in_proj_pad_multiple", "cfc_backbone_units", "cfc_backbone_layers")
+                    "chunk_size", "in_proj_pad_multiple", "ssd_triton_warps_fwd",
+                    "ssd_triton_warps_bwd", "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.kind == "mamba2" and (self.expand * self.d_model) % self.headdim:
             raise ValueError(f"expand*d_model={self.expand * self.d_model} is not a multiple of "
                              f"headdim={self.headdim}")
+        for name in ("ssd_backend", "conv_backend"):
+            if getattr(self, name) not in ("torch", "triton"):
+                raise ValueError(f"{name} must be torch or triton, got "
+                                 f"{getattr(self, name)!r}")
         if not 0 < self.dt_min <= self.dt_max:
             raise ValueError("need 0 < dt_min <= dt_max")
         if not 0 < self.a_init_min <= self.a_init_max:

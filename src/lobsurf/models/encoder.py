@@ -20,7 +20,7 @@ from torch import nn
 
 from lobsurf.models.cfc import CfCBlock, elapsed_time
 from lobsurf.models.config import EncoderConfig
-from lobsurf.models.mamba2 import Mamba2Block
+from lobsurf.models.mamba2 import Mamba2Block, rms_norm
 
 __all__ = ["Encoder", "EncoderConfig", "EncoderOutput"]
 
@@ -83,6 +83,6 @@ class Encoder(nn.Module):
             if return_sequence:
                 last_h = h[:, -1]
         if not return_sequence:
-            return EncoderOutput(last=self.final_norm(last_h), sequence=None)
-        sequence = self.final_norm(h)
+            return EncoderOutput(last=rms_norm(self.final_norm, last_h), sequence=None)
+        sequence = rms_norm(self.final_norm, h)
         return EncoderOutput(last=sequence[:, -1], sequence=sequence)

@@ -17,6 +17,9 @@ and ``step`` for one token with a preallocated ``Mamba2State`` updated in place 
 recurrent acting path and the step-by-step reference that tests compare against).
 The causal convolution is written as W shifted multiply-adds on the channel-last layout,
 so no [B, L, C] <-> [B, C, L] transposes are needed and torch.compile fuses it.
+``EncoderConfig.ssd_backend`` / ``conv_backend = "triton"`` swap the scan and the conv of
+the stateless window call for fused Triton kernels (``ssd_triton.py``, ``conv_triton.py``;
+opt-in, CUDA only); the PyTorch code here stays the default and the reference.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lobsurf.models.config import EncoderConfig
+from lobsurf.models import conv_triton, ssd_triton
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
 
@@ -52,6 +56,22 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
     g = gated.to(torch.promote_types(gated.dtype, torch.float32))
     normed = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
     return normed.to(gated.dtype) * weight
+
+
+def rms_norm(norm: nn.RMSNorm, h: torch.Tensor) -> torch.Tensor:
+    """``norm(h)`` with the weight cast to h's dtype, so bf16 inputs (autocast) keep the fused
+    kernel instead of the mixed-dtype fallback; identical for fp32/fp64 inputs."""
+    return F.rms_norm(h, norm.normalized_shape, norm.weight.to(h.dtype), norm.eps)
+
+
+def _backend_is_triton(choice: str, t: torch.Tensor, supported: bool) -> bool:
+    # "triton" is opt-in and insists (saying why it cannot run); "torch" never uses kernels.
+    if choice == "torch":
+        return False
+    if not (supported and t.is_cuda):
+        raise RuntimeError("a 'triton' backend needs Triton, CUDA tensors and sizes the kernel "
+                           "supports (power-of-two headdim, d_state, chunk_size >= 16)")
+    return True
 
 
 class Mamba2Mixer(nn.Module):
@@ -96,18 +116,39 @@ class Mamba2Mixer(nn.Module):
     def _conv(self, xbc: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         # xbc: [B, L, C]; context: [B, W-1, C] inputs before t=0 (zeros when None).
         W, L = self.cfg.d_conv, xbc.shape[1]
+        if context is None and _backend_is_triton(self.cfg.conv_backend, xbc,
+                                                  conv_triton.supported()):
+            # Fused kernel; no context is asked for when no state is carried.
+            return conv_triton.conv_silu(xbc, self.conv_weight.to(xbc.dtype),
+                                         self.conv_bias.to(xbc.dtype)), None
         if context is None:
             padded = F.pad(xbc, (0, 0, W - 1, 0))
         else:
             padded = torch.cat([context.to(xbc.dtype), xbc], dim=1)  # [B, W-1+L, C]
-        out = self.conv_bias + padded[:, 0:L] * self.conv_weight[0]
+        # Weights in the activation dtype: under bf16 autocast the conv output (and so the
+        # SSD input) stays bf16 instead of being promoted to fp32 by the fp32 parameters.
+        weight, bias = self.conv_weight.to(padded.dtype), self.conv_bias.to(padded.dtype)
+        out = bias + padded[:, 0:L] * weight[0]
         for k in range(1, W):  # W (=4) shifted multiply-adds; fused under torch.compile
-            out = out + padded[:, k:k + L] * self.conv_weight[k]
+            out = out + padded[:, k:k + L] * weight[k]
         return F.silu(out), padded[:, L:]  # activations [B, L, C]; new context [B, W-1, C]
 
     def _split_proj(self, proj: torch.Tensor):
         # [..., padded width] -> z [..., E], xBC [..., E+2N], dt [..., H] (padding dropped).
         return torch.split(proj[..., :self.proj_width], self.split_sizes, dim=-1)
+
+    def _use_triton(self, xbc: torch.Tensor, state: Mamba2State | None) -> bool:
+        # The fused kernels cover the training call (no initial state) on CUDA tensors.
+        cfg = self.cfg
+        ok = ssd_triton.supports(cfg.n_heads, cfg.headdim, cfg.d_state, cfg.chunk_size)
+        return state is None and _backend_is_triton(cfg.ssd_backend, xbc, ok)
+
+    def _triton_scan(self, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        # contiguous() is a no-op for the usual layouts; the kernels need unit inner strides.
+        return ssd_triton.ssd_scan(xbc.contiguous(), dt.contiguous(), A, cfg.headdim,
+                                   cfg.d_state, cfg.chunk_size, cfg.ssd_triton_warps_fwd,
+                                   cfg.ssd_triton_warps_bwd)
 
     def _split_xbc(self, xbc: torch.Tensor):
         E, N = self.cfg.d_inner, self.cfg.d_state
@@ -122,7 +163,8 @@ class Mamba2Mixer(nn.Module):
             state: optional state to start from; when given it is overwritten in place with
                 the state after the last token (so ``step`` can continue from it).
             last_only: compute the output of the last position only (z gate, norm and
-                out_proj on one row; SSD via its final state, no Q x Q scores).
+                out_proj on one row; on the PyTorch scan the SSD goes through its final
+                state, no Q x Q scores; the Triton scan writes all rows, one is used).
 
         Returns:
             [B, L, D], or [B, D] when ``last_only``.
@@ -143,7 +185,14 @@ class Mamba2Mixer(nn.Module):
         A = -torch.exp(self.A_log.float())  # [H]
         xh = x.reshape(batch, length, H, P)
         init = None if state is None else state.ssm_state
-        if last_only:
+        if self._use_triton(xbc, state):
+            # Fused scan over the whole window, reading x, B, C from xbc in place.
+            y = self._triton_scan(xbc, dt, A).view(batch, length, H, P)
+            if last_only:  # the kernel writes every row; only the last one goes on
+                y = (y[:, -1] + xh[:, -1] * self.D[:, None]).reshape(batch, E)
+            else:
+                y = (y + xh * self.D[:, None]).reshape(batch, length, E)
+        elif last_only:
             final = ssd_final_state(xh, dt, A, B, cfg.chunk_size, init)  # [B, H, P, N]
             y = (final.to(C.dtype) @ C[:, -1, None, :, None]).squeeze(-1)  # [B, H, P]
             y = (y + xh[:, -1] * self.D[:, None]).reshape(batch, E)
@@ -190,9 +239,9 @@ class Mamba2Block(nn.Module):
     def forward(self, h: torch.Tensor, state: Mamba2State | None = None,
                 last_only: bool = False) -> torch.Tensor:
         """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward."""
-        mixed = self.mixer(self.norm(h), state, last_only)
+        mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
         return (h[:, -1] if last_only else h) + mixed
 
     def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token h [B, D] -> [B, D]; ``state`` updated in place."""
-        return h + self.mixer.step(self.norm(h), state)
+        return h + self.mixer.step(rms_norm(self.norm, h), state)

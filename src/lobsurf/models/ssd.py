@@ -13,6 +13,9 @@ a short recurrence carries the states. Choices that matter for speed (PERFORMANC
 - a window with L <= chunk_size is a single chunk of length L, and the inter-chunk pass is
   skipped unless an initial state is given or the final state is asked for;
 - only batched 2-operand matmuls (no 4-5 operand einsums), so every contraction is one GEMM;
+- chunk states and their outputs are [N, Q] @ [Q, H*P] GEMMs on the token-major layout
+  (B and C shared by the heads), and states pass between chunks by an element-wise
+  recurrence, one step per chunk (the (nc+1)^2 decay-matrix form ran as slow tiny-K GEMMs);
 - the log-decay, its cumsum and the exp are in fp32 (float64 stays float64), also under
   bf16 autocast.
 
@@ -40,7 +43,11 @@ def _scan_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _chunked_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
                     C: torch.Tensor, chunk_size: int):
-    """Pad to whole chunks and lay out per chunk. Returns (xdt, cum, Bc, Cc, Q, nc)."""
+    """Pad to whole chunks and lay out per chunk. Returns (xdt, cum, Bc, Cc, Q, nc).
+
+    xdt stays token-major, [B, nc, Q, H, P] (a view of the padded input, no permute copy):
+    the state matmuls want it that way; the intra-chunk matmul takes a permuted view.
+    """
     batch, length, heads, headdim = x.shape
     Q = min(chunk_size, length)  # a short window is one chunk of its own length
     nc = math.ceil(length / Q)
@@ -53,7 +60,7 @@ def _chunked_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch
         a = F.pad(a, (0, 0, 0, pad))
         B = F.pad(B, (0, 0, 0, pad))
         C = F.pad(C, (0, 0, 0, pad))
-    xdt = xdt.reshape(batch, nc, Q, heads, headdim).permute(0, 1, 3, 2, 4)  # [B, nc, H, Q, P]
+    xdt = xdt.reshape(batch, nc, Q, heads, headdim)  # [B, nc, Q, H, P]
     cum = a.reshape(batch, nc, Q, heads).permute(0, 1, 3, 2).cumsum(-1)  # [B, nc, H, Q]
     Bc = B.reshape(batch, nc, Q, -1)  # [B, nc, Q, N]
     Cc = C.reshape(batch, nc, Q, -1)  # [B, nc, Q, N]
@@ -61,28 +68,36 @@ def _chunked_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch
 
 
 def _chunk_states(xdt: torch.Tensor, cum: torch.Tensor, Bc: torch.Tensor) -> torch.Tensor:
-    # State each chunk would end in if it started from zero:
-    # S_c = sum_j exp(cum_last - cum_j) B_j (dt x)_j^T, as [B, nc, H, N, P].
-    to_end = torch.exp(cum[..., -1:] - cum)  # [B, nc, H, Q]
-    weighted = xdt * to_end.unsqueeze(-1).to(xdt.dtype)  # [B, nc, H, Q, P]
-    return Bc.transpose(-1, -2).unsqueeze(2) @ weighted  # [B,nc,1,N,Q] @ [B,nc,H,Q,P]
+    # State each chunk would end in if it started from zero, as [B, nc, N, H, P]:
+    # S_c = sum_j B_j (exp(cum_last - cum_j) (dt x)_j)^T. B is shared by the heads, so this
+    # is one [N, Q] @ [Q, H*P] GEMM per chunk (no broadcast over heads, no tiny-K GEMMs).
+    batch, nc, Q, heads, headdim = xdt.shape
+    to_end = torch.exp(cum[..., -1:] - cum).transpose(-1, -2)  # [B, nc, Q, H]
+    weighted = (xdt * to_end.unsqueeze(-1).to(xdt.dtype)).reshape(batch, nc, Q, -1)
+    states = Bc.transpose(-1, -2).to(weighted.dtype) @ weighted  # [B, nc, N, H*P]
+    return states.view(batch, nc, -1, heads, headdim)
 
 
 def _pass_states(states: torch.Tensor, cum: torch.Tensor, initial: torch.Tensor | None):
-    # Recurrence over chunks h_c = exp(decay_{c-1}) h_{c-1} + S_{c-1}, written as one matmul
-    # with a (nc+1) x (nc+1) lower-triangular decay matrix (Listing 1, "state passing").
-    batch, nc, heads, n, p = states.shape
-    if initial is None:
-        initial = states.new_zeros(batch, heads, n, p)
-    stacked = torch.cat([initial.unsqueeze(1), states], dim=1)  # [B, nc+1, H, N, P]
-    chunk_decay = F.pad(cum[..., -1], (0, 0, 1, 0))  # [B, nc+1, H], entry 0 is 0
-    ccum = chunk_decay.transpose(1, 2).cumsum(-1)  # [B, H, nc+1]
-    seg = ccum.unsqueeze(-1) - ccum.unsqueeze(-2)  # [B, H, nc+1, nc+1]
-    causal = torch.ones(nc + 1, nc + 1, dtype=torch.bool, device=cum.device).tril()
-    decay = torch.exp(torch.where(causal, seg, float("-inf"))).to(states.dtype)
-    flat = stacked.permute(0, 2, 1, 3, 4).reshape(batch, heads, nc + 1, n * p)
-    out = (decay @ flat).view(batch, heads, nc + 1, n, p).permute(0, 2, 1, 3, 4)
-    return out[:, :-1], out[:, -1]  # entering each chunk [B,nc,H,N,P]; final [B,H,N,P]
+    # Recurrence over chunks h_c = exp(decay_{c-1}) h_{c-1} + S_{c-1}, element-wise on
+    # [B, N, H, P] states, one step per chunk (windows here have a few chunks; the matmul
+    # form with an (nc+1)^2 decay matrix became slow tiny-K GEMMs on the GPU).
+    nc = states.shape[1]
+    chunk_decay = torch.exp(cum[..., -1]).to(states.dtype)[:, :, None, :, None]  # [B,nc,1,H,1]
+    entering = []
+    h = initial
+    for c in range(nc):
+        entering.append(torch.zeros_like(states[:, 0]) if h is None else h)
+        h = states[:, c] if h is None else chunk_decay[:, c] * h + states[:, c]
+    return torch.stack(entering, dim=1), h  # [B, nc, N, H, P]; final [B, N, H, P]
+
+
+def _to_public(state: torch.Tensor) -> torch.Tensor:
+    return state.permute(0, 2, 3, 1)  # [B, N, H, P] -> public [B, H, P, N]
+
+
+def _from_public(state: torch.Tensor | None) -> torch.Tensor | None:
+    return None if state is None else state.permute(0, 3, 1, 2)  # [B, H, P, N] -> [B, N, H, P]
 
 
 def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
@@ -103,29 +118,30 @@ def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     Returns:
         y [B, L, H, P], or (y, final_state) when ``return_final_state``.
     """
-    length = x.shape[1]
+    batch, length, heads, headdim = x.shape
     xdt, cum, Bc, Cc, Q, nc = _chunked_inputs(x, dt, A, B, C, chunk_size)
     # Intra-chunk (diagonal blocks): y_i = sum_{j<=i} (C_i . B_j) exp(cum_i - cum_j) xdt_j.
     scores = Cc @ Bc.transpose(-1, -2)  # [B, nc, Q, Q], shared by all heads
     causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
     seg = cum.unsqueeze(-1) - cum.unsqueeze(-2)  # [B, nc, H, Q, Q]
     decay = torch.exp(torch.where(causal, seg, float("-inf")))  # masked before exp: no inf
-    y = (scores.unsqueeze(2) * decay).to(xdt.dtype) @ xdt  # [B, nc, H, Q, P]
+    y = (scores.unsqueeze(2) * decay).to(xdt.dtype) @ xdt.transpose(2, 3)  # [B, nc, H, Q, P]
+    y = y.transpose(2, 3)  # [B, nc, Q, H, P]
     final = None
     if nc > 1 or initial_state is not None or return_final_state:
-        states = _chunk_states(xdt, cum, Bc)  # [B, nc, H, N, P]
+        states = _chunk_states(xdt, cum, Bc)  # [B, nc, N, H, P]
         if nc == 1 and initial_state is None:
             final = states[:, 0]
         else:
-            init = None if initial_state is None else initial_state.transpose(-1, -2)
-            entering, final = _pass_states(states, cum, init)
-            # Contribution of the state entering each chunk: exp(cum_i) C_i^T h_in.
-            y_off = Cc.unsqueeze(2) @ entering  # [B,nc,1,Q,N] @ [B,nc,H,N,P] -> [B,nc,H,Q,P]
-            y = y + y_off * torch.exp(cum).unsqueeze(-1).to(y_off.dtype)
-    batch, _, heads, _, headdim = y.shape
-    y = y.permute(0, 1, 3, 2, 4).reshape(batch, nc * Q, heads, headdim)[:, :length]
+            entering, final = _pass_states(states, cum, _from_public(initial_state))
+            # Contribution of the state entering each chunk: exp(cum_i) C_i^T h_in, again one
+            # [Q, N] @ [N, H*P] GEMM per chunk.
+            y_off = Cc.to(entering.dtype) @ entering.reshape(batch, nc, -1, heads * headdim)
+            y_off = y_off.view(batch, nc, Q, heads, headdim)
+            y = y + y_off * torch.exp(cum).transpose(-1, -2).unsqueeze(-1).to(y_off.dtype)
+    y = y.reshape(batch, nc * Q, heads, headdim)[:, :length]
     if return_final_state:
-        return y, final.transpose(-1, -2)  # [B, H, P, N]
+        return y, _to_public(final)
     return y
 
 
@@ -140,10 +156,9 @@ def ssd_final_state(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch
     xdt, cum, Bc, _, _, nc = _chunked_inputs(x, dt, A, B, B, chunk_size)
     states = _chunk_states(xdt, cum, Bc)
     if nc == 1 and initial_state is None:
-        return states[:, 0].transpose(-1, -2)
-    init = None if initial_state is None else initial_state.transpose(-1, -2)
-    _, final = _pass_states(states, cum, init)
-    return final.transpose(-1, -2)
+        return _to_public(states[:, 0])
+    _, final = _pass_states(states, cum, _from_public(initial_state))
+    return _to_public(final)
 
 
 def ssd_step(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
