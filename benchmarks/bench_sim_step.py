@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sim_step.py --device cpu --quick --out /tmp/bench
     python benchmarks/bench_sim_step.py --device cuda --out $OUT          # eager + graph
+    python benchmarks/bench_sim_step.py --device cuda --compile-graph --out $OUT  # + compiled graph
 
 Builds its own random-walk book with numpy (no DBN decoder, no gymnasium). Per batch
 size: burn-in, then a timed loop bracketed by synchronize; env-steps/s = B x steps / s.
@@ -75,18 +76,20 @@ def time_steps(step, device: torch.device, steps: int, repeats: int = 3) -> floa
     return best
 
 
-def capture(env: BatchedLobEnv, action: torch.Tensor):
-    """Capture one step in a CUDA graph; returns (graph, result tensors of the capture)."""
+def capture(env: BatchedLobEnv, action: torch.Tensor, step=None):
+    """Capture one step (``step``, default ``env.step``) in a CUDA graph; returns (graph,
+    result tensors of the capture). Warm-up on a side stream also finishes any compile."""
+    step = step or env.step
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            env.step(action)
+            step(action)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     graph.register_generator_state(env.generator)  # the reset draws advance on every replay
     with torch.cuda.graph(graph):
-        result = env.step(action)
+        result = step(action)
     return graph, result
 
 
@@ -125,7 +128,9 @@ def bench_one(book, num_envs: int, device: torch.device, steps: int, modes: list
             check_matches_eager(env, action, lambda: compiled(action).reward)
             step = lambda: compiled(action)  # noqa: E731
         else:
-            graph, result = capture(env, action)
+            # "graph": eager ops captured; "compile_graph": the compiled step captured
+            fn = torch.compile(env.step, dynamic=False) if mode == "compile_graph" else None
+            graph, result = capture(env, action, fn)
             check_matches_eager(env, action, lambda: (graph.replay(), result.reward)[1])
             step = graph.replay
         seconds = time_steps(step, device, steps)
@@ -140,7 +145,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="folder for results JSON")
     parser.add_argument("--quick", action="store_true", help="smaller book and fewer steps")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(step)")
-    parser.add_argument("--no-graph", action="store_true", help="CUDA: skip the graph mode")
+    parser.add_argument("--no-graph", action="store_true", help="CUDA: skip the graph modes")
+    parser.add_argument("--compile-graph", action="store_true",
+                        help="CUDA: also time the compiled step captured in a CUDA graph")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
     parser.add_argument("--sizes", default="1,256,4096,65536", help="comma-separated B values")
     args = parser.parse_args()
@@ -152,6 +159,8 @@ def main() -> None:
     modes = ["eager"] + (["compile"] if args.compile else [])
     if device.type == "cuda" and not args.no_graph:
         modes.append("graph")
+        if args.compile_graph:
+            modes.append("compile_graph")
     rows = []
     for b in (int(x) for x in args.sizes.split(",")):
         steps = (30 if args.quick else 200) if (b >= 65536 and device.type == "cpu") else (
