@@ -73,3 +73,22 @@ def test_open_ended_metadata(tmp_path: Path) -> None:
     metadata, records = decode_file(path)
     assert metadata.end is None
     assert_records_equal_books(records, chunk)
+
+
+def test_zstd_files_carry_a_checksum_so_corruption_is_caught(tmp_path: Path) -> None:
+    # Without the frame checksum, flipped bytes could decode to wrong sizes that pass
+    # validation and enter the store silently.
+    from lobsurf.data.ingest import ingest
+    from lobsurf.errors import UserError
+
+    path = tmp_path / "books.mbp-10.dbn.zst"
+    book = random_walk_books(2000, seed=3)
+    write_mbp10_dbn(path, iter([book]), dataset="TEST.DATA", symbol="TST", instrument_id=1,
+                    start_ns=int(book.ts_recv_ns[0]), end_ns=int(book.ts_recv_ns[-1]) + 1)
+    data = bytearray(path.read_bytes())
+    assert data[:4] == b"\x28\xb5\x2f\xfd" and data[4] & 0x04  # frame header: checksum flag
+    data[-2] ^= 0xFF  # the checksum no longer matches the (intact) content
+    path.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="corrupt zstd stream"):
+        ingest([path], tmp_path / "s")
+    assert not (tmp_path / "s").exists()

@@ -122,3 +122,39 @@ def test_synth_to_ingest_round_trip_is_exact(tmp_path, capsys):
     back = store.rows(0, len(store))
     for name in SnapshotChunk.__dataclass_fields__:
         np.testing.assert_array_equal(getattr(back, name), getattr(expected, name), err_msg=name)
+
+
+def test_folders_and_lone_message_files_are_one_line_errors(tmp_path, capsys):
+    from tests.data.test_lobster import book_row, write_pair
+
+    (tmp_path / "lob").mkdir()
+    book = write_pair(tmp_path / "lob", [f"{34200 + i}.5" for i in range(3)],
+                      [book_row(5859400, 5853300, 10)] * 3)
+    message = book.with_name(book.name.replace("_orderbook_", "_message_"))
+    # `lobsurf ingest lob/*.csv` passes both files of the pair: the message file is read with it
+    info = run_json(capsys, ["ingest", str(message), str(book), "--out", str(tmp_path / "s"),
+                             "--json"])
+    assert info["snapshots"] == 3 and info["sources"] == [book.name]
+    cases = {str(message): "is a LOBSTER message file; pass its orderbook file",
+             str(tmp_path / "lob"): "is a folder, not an input file",
+             str(tmp_path / "s"): "is a snapshot store, not an input file"}
+    for path, says in cases.items():
+        assert main(["ingest", path, "--out", str(tmp_path / "t")]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "t").exists()
+
+
+def test_bad_numeric_options_are_one_line_errors(tmp_path, capsys):
+    # NaN used to reach int() (a traceback); a negative multiplier flipped every PnL's sign.
+    junk = tmp_path / "x.dbn"
+    junk.write_bytes(b"nope")
+    cases = {("--gap-seconds", "nan"): "gap threshold must be",
+             ("--gap-seconds", "inf"): "gap threshold must be",
+             ("--tick-size", "nan"): "tick size must be finite and > 0",
+             ("--multiplier", "-50"): "multiplier must be finite and > 0",
+             ("--multiplier", "0"): "multiplier must be finite and > 0"}
+    for extra, says in cases.items():
+        assert main(["ingest", str(junk), "--out", str(tmp_path / "s"), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, extra

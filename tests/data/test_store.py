@@ -64,3 +64,28 @@ def test_truncated_or_missing_store_refused(tmp_path):
         Store.open(store.path)
     with pytest.raises(StoreError, match="exists"):
         StoreWriter(store.path, gap_threshold_ns=1)
+
+
+def test_overwrite_replaces_only_a_store(tmp_path):
+    # --overwrite deletes the old folder: it must refuse a data folder or an input file.
+    write_store(tmp_path / "s", [random_walk_books(10, 1)])
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "day1.dbn.zst").write_bytes(b"precious")
+    single = tmp_path / "day2.dbn.zst"
+    single.write_bytes(b"precious")
+    for path in (data, single):
+        with pytest.raises(StoreError, match="not a store folder|not a lobsurf store"):
+            StoreWriter(path, gap_threshold_ns=1, overwrite=True)
+        assert path.exists()
+    assert (data / "day1.dbn.zst").read_bytes() == b"precious"
+    assert not list(tmp_path.glob(".*tmp*"))
+    # a store and an empty folder are replaced
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "s", tmp_path / "empty"):
+        write_store_over = StoreWriter(path, gap_threshold_ns=1, overwrite=True)
+        write_store_over.add_instrument(Instrument(1, "T", TICK_FIXED))
+        write_store_over.begin_source("x")
+        write_store_over.append(random_walk_books(5, 2))
+        write_store_over.close()
+        assert len(Store.open(path)) == 5

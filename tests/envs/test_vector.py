@@ -47,3 +47,16 @@ def test_rewards_and_autoreset_match_the_batched_sim() -> None:
             assert (obs["agent"][truncated, 0] == 0).all()  # closed at market, new episode
             assert info["final_obs"]["book"].shape == (5, 4, 40)
     assert ended_any
+
+
+def test_invalid_actions_are_refused() -> None:
+    # -1 used to index the order table from the end (Sell 5); floats were truncated.
+    import pytest
+
+    envs = make_vec_env(random_walk_book(400, num_segments=1), num_envs=3, window=4, seed=0)
+    envs.reset(seed=0)
+    for bad in ([0, 0, -1], [0, 0, 11], [0, 0], [1.5, 0.0, 0.0], [[0, 0, 0]]):
+        with pytest.raises(ValueError, match="actions must be 3 integers in"):
+            envs.step(np.asarray(bad))
+    _, reward, _, _, _ = envs.step(np.array([0, 10, 5], dtype=np.int32))
+    assert reward.shape == (3,)

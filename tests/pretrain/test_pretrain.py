@@ -135,6 +135,22 @@ def test_cli_user_errors(tiny_store, tmp_path: Path, capsys) -> None:
     assert len(err) == 2 and all(line.startswith("lobsurf pretrain: error:") for line in err)
 
 
+def test_cli_rejects_bad_out_and_device_before_training(tiny_store, tmp_path: Path,
+                                                       capsys) -> None:
+    # Checked up front: a run folder that is a file must not fail after the whole training.
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    base = ["pretrain", "--store", str(tiny_store.path), "--steps", "1", "--no-progress"]
+    assert main([*base, "--out", str(afile), "--device", "cpu"]) == 2
+    assert main([*base, "--out", str(tmp_path / "r"), "--device", "no-such-device"]) == 2
+    assert main([*base, "--out", str(tmp_path / "r"), "--device", "cpu", "--lr", "nan"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err.pop().startswith("lobsurf pretrain: error: bad pretraining settings: need lr > 0")
+    assert err[0] == f"lobsurf pretrain: error: --out {afile} is a file; pass a run folder"
+    assert err[1].startswith("lobsurf pretrain: error: device 'no-such-device' is not usable")
+    assert len(err) == 2 and afile.read_text() == "keep" and not (tmp_path / "r").exists()
+
+
 @pytest.mark.gpu
 def test_train_step_has_no_host_sync_on_cuda(tiny_store) -> None:
     # Sync guard (STYLE 3.6): a stray .item()/.cpu() in the step fails here instead of

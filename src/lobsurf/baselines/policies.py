@@ -31,6 +31,16 @@ class BaselineConfig:
     seed: int = 0
     """seeds the random policy."""
 
+    def __post_init__(self) -> None:
+        # 0 lookback never trades; a horizon <= 0 reads the present or past: no oracle.
+        if self.momentum_lookback_rows < 1:
+            raise ValueError(f"momentum lookback must be >= 1, got {self.momentum_lookback_rows}")
+        if not 0 <= self.momentum_threshold_lots < float("inf"):  # NaN fails too
+            raise ValueError(f"momentum threshold must be >= 0 lots, got "
+                             f"{self.momentum_threshold_lots}")
+        if self.oracle_horizon_rows < 1:
+            raise ValueError(f"oracle horizon must be >= 1 rows, got {self.oracle_horizon_rows}")
+
 
 def buy_sell_actions(env: BatchedLobEnv, size_index: int) -> tuple[int, int]:
     sizes = len(env.cfg.order_sizes_lots)

@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=sim.seed,
                         help="seed of cursors and the random policy")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
+    parser.add_argument("--instrument-id", type=int, default=None,
+                        help="instrument to trade when the store holds several (lobsurf info)")
     g = parser.add_argument_group("simulator")
     g.add_argument("--window", type=int, default=sim.window, help="snapshots per observation window")
     g.add_argument("--stride", type=int, default=sim.stride, help="snapshots per step")
@@ -68,6 +70,10 @@ def configs(args: argparse.Namespace):
 
     try:
         sizes = tuple(int(x) for x in args.order_sizes.split(","))
+    except ValueError:
+        raise UserError(f"--order-sizes must be comma-separated whole lots, got "
+                        f"{args.order_sizes!r}") from None
+    try:
         sim = SimConfig(window=args.window, stride=args.stride, latency_rows=args.latency_rows,
                         order_sizes_lots=sizes, position_limit_lots=args.position_limit,
                         fee_per_lot=args.fee_per_lot, fee_bps=args.fee_bps,
@@ -85,11 +91,13 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.baselines.policies import make_baseline
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
+    from lobsurf.devices import resolve_device
     from lobsurf.eval.backtest import make_env, run_backtest
 
     name = parse_policy(args.policy)
     sim, run_cfg, base = configs(args)
-    book = load_book_tensors(Store.open(args.store), args.device)
+    device = resolve_device(args.device)
+    book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
     try:
         env = make_env(book, sim, run_cfg)
         policy = make_baseline(name, env, base)

@@ -7,21 +7,26 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from lobsurf.data.ingest import IngestConfig
+
+    cfg = IngestConfig()  # the defaults live in the config only
     p.add_argument("paths", nargs="+", help="input files, ingested in the order given")
     p.add_argument("--out", required=True, help="store folder to create")
     p.add_argument("--format", default="auto", choices=["auto", "dbn", "lobster"],
                    help="input format (default: from the file name and signature)")
-    p.add_argument("--gap-seconds", type=float, default=1800.0,
-                   help="a capture-time gap longer than this starts a new segment (default 1800)")
+    p.add_argument("--gap-seconds", type=float, default=cfg.gap_threshold_s,
+                   help="a capture-time gap longer than this starts a new segment "
+                        f"(default {cfg.gap_threshold_s:g})")
     p.add_argument("--tick-size", type=float, default=None,
                    help="instrument tick in currency units (default: inferred from the prices)")
-    p.add_argument("--multiplier", type=float, default=1.0,
-                   help="contract multiplier, currency per price unit per lot (default 1)")
-    p.add_argument("--currency", default="USD", help="price currency (default USD)")
+    p.add_argument("--multiplier", type=float, default=cfg.multiplier,
+                   help=f"contract multiplier, currency per price unit per lot "
+                        f"(default {cfg.multiplier:g})")
+    p.add_argument("--currency", default=cfg.currency, help=f"price currency (default {cfg.currency})")
     p.add_argument("--instrument-id", type=int, default=None,
                    help="keep only this instrument id (default: the first seen in each file)")
-    p.add_argument("--chunk-records", type=int, default=65_536,
-                   help="records processed at a time; bounds memory (default 65536)")
+    p.add_argument("--chunk-records", type=int, default=cfg.chunk_records,
+                   help=f"records processed at a time; bounds memory (default {cfg.chunk_records})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
     p.add_argument("--json", action="store_true", help="print the store summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")

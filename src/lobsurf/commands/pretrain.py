@@ -19,26 +19,40 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+from pathlib import Path
 
 from lobsurf.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from lobsurf.pretrain.config import PretrainConfig
+
+    cfg = PretrainConfig()  # the defaults live in the configs only
+    enc, horizons = cfg.encoder, ",".join(map(str, cfg.labels.horizons_snapshots))
     p.add_argument("--store", required=True, help="snapshot store folder")
-    p.add_argument("--steps", type=int, default=2000, help="optimisation steps (default 2000)")
+    p.add_argument("--steps", type=int, default=cfg.steps,
+                   help=f"optimisation steps (default {cfg.steps})")
     p.add_argument("--out", default=None,
                    help="run folder for the checkpoint (default runs/pretrain-<UTC time>)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
-    p.add_argument("--batch", type=int, default=256, help="windows per step (default 256)")
-    p.add_argument("--window", type=int, default=64, help="snapshots per window K (default 64)")
-    p.add_argument("--horizons", default="10,50,200",
-                   help="label horizons in snapshots, comma-separated (default 10,50,200)")
-    p.add_argument("--encoder", choices=("mamba2", "cfc"), default="mamba2", help="encoder kind")
-    p.add_argument("--d-model", type=int, default=128, help="encoder width (default 128)")
-    p.add_argument("--layers", type=int, default=2, help="encoder blocks (default 2)")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default 1e-3)")
-    p.add_argument("--seed", type=int, default=0, help="seed of init and sampling (default 0)")
+    p.add_argument("--batch", type=int, default=cfg.batch_size,
+                   help=f"windows per step (default {cfg.batch_size})")
+    p.add_argument("--window", type=int, default=cfg.window,
+                   help=f"snapshots per window K (default {cfg.window})")
+    p.add_argument("--horizons", default=horizons,
+                   help=f"label horizons in snapshots, comma-separated (default {horizons})")
+    p.add_argument("--encoder", choices=("mamba2", "cfc"), default=enc.kind, help="encoder kind")
+    p.add_argument("--d-model", type=int, default=enc.d_model,
+                   help=f"encoder width (default {enc.d_model})")
+    p.add_argument("--layers", type=int, default=enc.n_layers,
+                   help=f"encoder blocks (default {enc.n_layers})")
+    p.add_argument("--lr", type=float, default=cfg.lr,
+                   help=f"peak AdamW learning rate (default {cfg.lr:g})")
+    p.add_argument("--seed", type=int, default=cfg.seed,
+                   help=f"seed of init and sampling (default {cfg.seed})")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    p.add_argument("--instrument-id", type=int, default=None,
+                   help="instrument to train on when the store holds several (lobsurf info)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -76,17 +90,20 @@ def _print_table(result: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from lobsurf.data.dataset import load_book_tensors
+    from lobsurf.data.store import Store
+    from lobsurf.devices import resolve_device
     from lobsurf.pretrain.loop import pretrain
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as exc:
-        raise UserError(f"device {device!r} is not usable: {exc}") from exc
+    device = resolve_device(args.device)
     cfg = _config(args, device)
     out = args.out or f"runs/pretrain-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"
+    if Path(out).exists() and not Path(out).is_dir():
+        # checked before training: the run folder is only written at the end
+        raise UserError(f"--out {out} is a file; pass a run folder")
+    book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
     torch.manual_seed(cfg.seed)  # global RNGs are seeded here, at the CLI entry, only
-    result = pretrain(cfg, args.store, out_dir=out, progress=not args.no_progress)
+    result = pretrain(cfg, book, out_dir=out, progress=not args.no_progress)
     if args.json:
         print(json.dumps(result))
     else:

@@ -128,7 +128,8 @@ def load_book_tensors(
     ids = sorted({s.instrument_id for s in manifest.segments})
     if instrument_id is None:
         if len(ids) != 1:
-            raise StoreError(f"store holds instruments {ids}; choose one with instrument_id")
+            raise StoreError(f"store holds instruments {ids}; choose one with instrument_id "
+                             "(--instrument-id)")
         instrument_id = ids[0]
     inst = manifest.instrument(instrument_id)
     chosen = [

@@ -178,7 +178,10 @@ def write_mbp10_dbn(path: str | os.PathLike, chunks: Iterable[ChunkOrPair], *, d
     try:
         with open(tmp, "wb") as raw:
             if path.name.endswith(".zst"):
-                sink = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(raw, closefd=False)
+                # Content checksum (as Databento's own files carry): without it a corrupted
+                # file can decode to wrong sizes and prices that pass validation.
+                zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True)
+                sink = zstd.stream_writer(raw, closefd=False)
             else:
                 sink = raw
             sink.write(encode_metadata(header))

@@ -19,7 +19,9 @@ of other instruments are counted as ``other_instrument`` and skipped.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,12 +56,16 @@ class IngestConfig:
     """keep only this instrument id (default: the first one seen in each file)"""
 
     def __post_init__(self) -> None:
+        # `not (x > 0)` also refuses NaN; infinities would overflow the int64 conversions.
         if self.chunk_records < 1:
             raise UserError("chunk_records must be >= 1")
-        if self.gap_threshold_s <= 0:
-            raise UserError("gap threshold must be > 0 seconds")
-        if self.tick_size is not None and self.tick_size <= 0:
-            raise UserError("tick size must be > 0")
+        if not (0 < self.gap_threshold_s < math.inf):
+            raise UserError(f"gap threshold must be a finite number of seconds > 0, got "
+                            f"{self.gap_threshold_s}")
+        if self.tick_size is not None and not (0 < self.tick_size < math.inf):
+            raise UserError(f"tick size must be finite and > 0, got {self.tick_size}")
+        if not (0 < self.multiplier < math.inf):
+            raise UserError(f"multiplier must be finite and > 0, got {self.multiplier}")
 
     @property
     def tick_size_fixed(self) -> int | None:
@@ -68,11 +74,44 @@ class IngestConfig:
         return int(round(self.tick_size * FIXED_PRICE_SCALE))
 
 
+#: LOBSTER orderbook and message file name endings (any number of levels)
+_LOBSTER_BOOK = re.compile(r"_orderbook_\d+\.csv$", re.IGNORECASE)
+_LOBSTER_MESSAGE = re.compile(r"_message_\d+\.csv$", re.IGNORECASE)
+
+
+def input_files(paths: list[str | os.PathLike]) -> list[Path]:
+    """Check the inputs: existing files, no folders; LOBSTER message files are read with
+    their orderbook file, so one given next to its orderbook file (``*.csv``) is dropped."""
+    if not paths:
+        raise UserError("no input files")
+    sources = [Path(p) for p in paths]
+    for p in sources:
+        if p.is_dir():
+            what = "a snapshot store" if (p / "manifest.json").is_file() else "a folder"
+            raise UserError(f"{p}: is {what}, not an input file; pass the data files "
+                            "(for example DIR/*.dbn.zst)")
+        if not p.is_file():
+            raise UserError(f"{p}: no such file")
+    given = {p.resolve() for p in sources}
+    kept = []
+    for p in sources:
+        match = _LOBSTER_MESSAGE.search(p.name)
+        if match is None:
+            kept.append(p)
+            continue
+        book = p.with_name(p.name[:match.start()] + "_orderbook_"
+                           + match.group(0)[len("_message_"):])
+        if book.resolve() not in given:
+            raise UserError(f"{p}: is a LOBSTER message file; pass its orderbook file {book.name} "
+                            "(the message file is read with it)")
+    return kept
+
+
 def detect_format(path: Path) -> Literal["dbn", "lobster"]:
     name = path.name.lower()
     if ".dbn" in name:
         return "dbn"
-    if name.endswith("_orderbook_10.csv"):
+    if _LOBSTER_BOOK.search(name):
         return "lobster"
     if not path.is_file():
         raise UserError(f"{path}: no such file")
@@ -81,7 +120,7 @@ def detect_format(path: Path) -> Literal["dbn", "lobster"]:
     if head[:3] == DBN_MAGIC or head == ZSTD_MAGIC:
         return "dbn"
     raise UserError(
-        f"{path}: cannot tell the format (expected *.dbn, *.dbn.zst or *_orderbook_10.csv); "
+        f"{path}: cannot tell the format (expected *.dbn, *.dbn.zst or *_orderbook_N.csv); "
         "pass --format"
     )
 
@@ -156,12 +195,7 @@ def ingest(
     progress: Progress | None = None,
 ) -> Manifest:
     """Build a store at ``out`` from ``paths`` (in the order given; sort them by time)."""
-    if not paths:
-        raise UserError("no input files")
-    sources = [Path(p) for p in paths]
-    for p in sources:
-        if not p.is_file():
-            raise UserError(f"{p}: no such file")
+    sources = input_files(paths)
     gap_ns = int(cfg.gap_threshold_s * 1e9)
     with StoreWriter(out, gap_threshold_ns=gap_ns, overwrite=overwrite) as writer:
         for path in sources:

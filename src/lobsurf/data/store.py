@@ -160,6 +160,25 @@ def _column_for_disk(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarr
     return np.ascontiguousarray(values, dtype=dtype)
 
 
+def _check_replaceable(path: Path) -> None:
+    """Raise unless ``path`` is a folder that overwriting may delete: a store or empty.
+
+    ``--overwrite`` removes the old folder, so it must never take a user's data folder, an
+    input file or anything else that is not a store with it.
+    """
+    if path.is_symlink() or not path.is_dir():
+        raise StoreError(f"{path} is not a store folder; --overwrite only replaces a store")
+    if not any(path.iterdir()):
+        return
+    try:
+        is_store = json.loads((path / MANIFEST).read_text()).get("format") == STORE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        is_store = False
+    if not is_store:
+        raise StoreError(f"{path} is a folder but not a lobsurf store; --overwrite only "
+                         "replaces a store (remove the folder yourself or choose another --out)")
+
+
 class StoreWriter:
     """Streams validated snapshot chunks into a new store; ``close()`` makes it visible.
 
@@ -172,8 +191,10 @@ class StoreWriter:
 
     def __init__(self, path: str | os.PathLike, gap_threshold_ns: int, overwrite: bool = False):
         self.path = Path(path)
-        if self.path.exists() and not overwrite:
-            raise StoreError(f"{self.path} exists; choose another --out or pass --overwrite")
+        if self.path.exists() or self.path.is_symlink():
+            if not overwrite:
+                raise StoreError(f"{self.path} exists; choose another --out or pass --overwrite")
+            _check_replaceable(self.path)
         self.gap_threshold_ns = int(gap_threshold_ns)
         self.tmp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}"
         if self.tmp.exists():

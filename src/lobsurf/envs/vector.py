@@ -70,9 +70,20 @@ class LobVectorEnv(VectorEnv):
         self.sim.reset_stats()
         return self._observe(self.sim.state.cursor, self._agent()), {}
 
+    def _checked(self, actions: Any) -> np.ndarray:
+        # The simulator indexes its order table with the action: -1 would silently mean the
+        # last action (Sell 5) and 1.7 would truncate, so anything but B valid ints is refused.
+        a = np.asarray(actions)
+        n = self.single_action_space.n
+        if (a.shape != (self.num_envs,) or not np.issubdtype(a.dtype, np.integer)
+                or a.min() < 0 or a.max() >= n):
+            raise ValueError(f"actions must be {self.num_envs} integers in [0, {n}), got "
+                             f"shape {a.shape} dtype {a.dtype}: {a.ravel()[:8]}")
+        return a
+
     def step(self, actions: np.ndarray):
         s = self.sim.state
-        action = torch.as_tensor(np.asarray(actions), dtype=torch.int64, device=self.sim.device)
+        action = torch.as_tensor(self._checked(actions), dtype=torch.int64, device=self.sim.device)
         # the finished episode's last rows, in case this step ends it (flat after the close)
         final_rows = torch.minimum(s.cursor + self.sim.cfg.stride, s.stop - 1)
         result = self.sim.step(action)

@@ -7,6 +7,7 @@ types and back, for the run folder and the checkpoint (which the RL trainer read
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -79,7 +80,7 @@ class PretrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.train_fraction < 1.0:
             raise ValueError(f"train_fraction must be in (0, 1): {self.train_fraction}")
-        if self.lr <= 0 or self.lr_warmup_steps < 0 or not 0 <= self.lr_final_fraction <= 1:
+        if not 0 < self.lr < math.inf or self.lr_warmup_steps < 0 or not 0 <= self.lr_final_fraction <= 1:
             raise ValueError("need lr > 0, lr_warmup_steps >= 0, 0 <= lr_final_fraction <= 1")
 
 

@@ -5,6 +5,7 @@ Derived quantities (the signed order table) are properties, never written back.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -42,8 +43,8 @@ class SimConfig:
             raise ValueError("order_sizes_lots must be positive lots")
         if self.position_limit_lots < 1:
             raise ValueError("position_limit_lots must be >= 1")
-        if self.fee_per_lot < 0 or self.fee_bps < 0:
-            raise ValueError("fees must be >= 0")
+        if not (0 <= self.fee_per_lot < math.inf and 0 <= self.fee_bps < math.inf):
+            raise ValueError("fees must be finite and >= 0")  # NaN fails too
         if self.max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
 
