@@ -1,8 +1,9 @@
 """Console entry point ``lobsurf``: parses arguments and calls one function per subcommand.
 
 Each subcommand lives in ``lobsurf.commands.<name>`` with ``add_arguments(parser)`` and
-``run(args) -> int``. Modules are imported only for the subcommand that runs, so
-``lobsurf --help`` stays fast.
+``run(args) -> int``. Only the module of the subcommand named on the command line is
+imported (its arguments may need torch-heavy config classes), so ``lobsurf --help`` and
+``lobsurf info`` start without importing torch.
 """
 
 from __future__ import annotations
@@ -24,14 +25,19 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; arguments are declared for the subcommand named in ``argv`` (all if None)."""
     parser = argparse.ArgumentParser(
-        prog="lobsurf", description="lobsurf: deep reinforcement learning for trading from limit-order-book data")
+        prog="lobsurf",
+        description="lobsurf: deep reinforcement learning for trading from limit-order-book data")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", required=True)
+    named = [a for a in argv if a in COMMANDS] if argv is not None else list(COMMANDS)
     for name, help_text in COMMANDS.items():
-        module = importlib.import_module(f"lobsurf.commands.{name.replace('-', '_')}")
         p = sub.add_parser(name, help=help_text, description=help_text)
+        if name not in named[:1] and argv is not None:
+            continue  # not the one that runs: listed in --help, arguments not declared
+        module = importlib.import_module(f"lobsurf.commands.{name.replace('-', '_')}")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks for errors")
         module.add_arguments(p)
@@ -40,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args._module.run(args) or 0)
     except (UserError, StoreError) as exc:

@@ -6,6 +6,7 @@ The model and its predictable component (``--edge``) are described in ``docs/syn
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 
 from lobsurf.errors import UserError
@@ -54,4 +55,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {path} ({cfg.snapshots_per_day:_} snapshots, {path.stat().st_size:_} bytes)")
     print(f"synth: {total:_} snapshots of {cfg.symbol} in {len(paths)} file(s), seed {cfg.seed}, "
           f"edge {cfg.edge}, tick {cfg.tick_size_fixed / 1e9:g}")
+    others = sorted(set(Path(args.out).glob("*.dbn*")) - set(paths))
+    if others:
+        # Same-named days were replaced; older files stay and a later glob would mix runs.
+        print(f"synth: warning: {args.out} also holds {len(others)} DBN file(s) from earlier runs "
+              f"(e.g. {others[0].name}); ingest only this run's files or use a fresh folder",
+              file=sys.stderr)
     return 0

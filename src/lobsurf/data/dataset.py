@@ -23,6 +23,10 @@ import torch
 from lobsurf.data.schema import LEVELS, UNDEF_PRICE
 from lobsurf.data.store import Store, StoreError
 
+#: ticks of room below the lowest best bid for the origin: deeper bid levels and their
+#: empty-level placeholders (one tick apart) stay non-negative.
+ORIGIN_HEADROOM_TICKS = 4 * LEVELS
+
 
 @dataclass
 class BookTensors:
@@ -144,7 +148,7 @@ def load_book_tensors(
         for s in (manifest.segments[i] for i in chosen)
     )
     # Origin: the lowest top-of-book bid, leaving room below for the deeper bid levels.
-    origin = lowest - LEVELS * 4 * tick
+    origin = lowest - ORIGIN_HEADROOM_TICKS * tick
     origin -= origin % tick
 
     def ticks(px: np.ndarray) -> np.ndarray:

@@ -97,7 +97,8 @@ class Manifest:
         if raw.get("format") != STORE_FORMAT:
             raise StoreError(f"not a lobsurf store manifest (format={raw.get('format')!r})")
         if raw.get("version") != STORE_VERSION:
-            raise StoreError(f"store version {raw.get('version')} is not supported (want {STORE_VERSION})")
+            raise StoreError(
+                f"store version {raw.get('version')} is not supported (want {STORE_VERSION})")
         return Manifest(
             snapshots=raw["snapshots"],
             instruments=[Instrument(**i) for i in raw["instruments"]],
@@ -140,7 +141,8 @@ class Store:
             if manifest.snapshots == 0:
                 columns[name] = np.zeros((0, *row_shape), dtype)
             else:
-                columns[name] = np.memmap(file, dtype=dtype, mode="r", shape=(manifest.snapshots, *row_shape))
+                columns[name] = np.memmap(file, dtype=dtype, mode="r",
+                                          shape=(manifest.snapshots, *row_shape))
         return Store(path, manifest, columns)
 
     def __len__(self) -> int:
@@ -148,7 +150,8 @@ class Store:
 
     def rows(self, start: int, stop: int) -> SnapshotChunk:
         """Rows [start, stop) as an in-memory chunk."""
-        return SnapshotChunk(**{name: np.asarray(col[start:stop]) for name, col in self.columns.items()})
+        return SnapshotChunk(**{name: np.asarray(col[start:stop])
+                                for name, col in self.columns.items()})
 
 
 def _column_for_disk(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:

@@ -23,7 +23,7 @@ import torch
 
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
-from lobsurf.sim.matching import closing_lots, walk_levels
+from lobsurf.sim.matching import closing_lots, strictly_upper_ones, walk_levels
 from lobsurf.sim.reward import FeeModel, fees, money_scalar, ticks_to_money
 from lobsurf.sim.state import SimState, SimStats, StepResult
 
@@ -71,6 +71,7 @@ class BatchedLobEnv:
         self.fill_px = self.side_px[2 * cfg.latency_rows:]
         self.fill_sz = self.side_sz[2 * cfg.latency_rows:]
         self.mid2_ticks = book.bid_px_ticks[:, 0].long() + book.ask_px_ticks[:, 0].long()  # [N]
+        self.strictly_upper = strictly_upper_ones(self.side_px.shape[1], device)
         self.order_table = torch.tensor(cfg.signed_order_lots, dtype=torch.int64, device=device)
         self.valid_end, self.valid_offset, self.total_cursors = reset_tables(book, cfg)
         self.segment_stop = book.segment_stop
@@ -141,7 +142,7 @@ class BatchedLobEnv:
         sz = self.fill_sz[side_row]
         # a forced close must flatten: size enough for any position at the deepest level
         sz[:, -1].add_(last, alpha=limit)
-        filled, value = walk_levels(px, sz, torch.stack((n, close), 1))
+        filled, value = walk_levels(px, sz, torch.stack((n, close), 1), self.strictly_upper)
         filled_n, filled_c = filled.unbind(1)
         sign = order.sign()
         flow = value * -sign[:, None]  # [B, 2] cash flows (order, closing part)

@@ -16,8 +16,14 @@ from __future__ import annotations
 import torch
 
 
+def strictly_upper_ones(levels: int, device: torch.device | str) -> torch.Tensor:
+    """[L, L] float64 matrix with ones above the diagonal: x @ it = exclusive prefix sums."""
+    return torch.ones(levels, levels, dtype=torch.float64, device=device).triu_(1)
+
+
 def walk_levels(
-    px_ticks: torch.Tensor, size_lots: torch.Tensor, want_lots: torch.Tensor
+    px_ticks: torch.Tensor, size_lots: torch.Tensor, want_lots: torch.Tensor,
+    strictly_upper: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fill W quantities against one side of B books, best level first.
 
@@ -28,6 +34,8 @@ def walk_levels(
         px_ticks: [B, L] int price of each level (best first).
         size_lots: [B, L] int displayed size of each level (0 on empty levels).
         want_lots: [B, W] int64 lots wanted (>= 0).
+        strictly_upper: ``strictly_upper_ones(L, device)``; pass a cached one to save a
+            kernel per call.
 
     Returns:
         filled_lots: [B, W] int64 lots filled (<= want and <= the visible depth).
@@ -39,8 +47,8 @@ def walk_levels(
     # triangular ones-matrix, not cumsum: CUDA's scan over a 10-wide innermost dim took 418 us
     # at B=65536 (65% of the step, benchmarks/profile_sim_step.py); the GEMM is exact because
     # 10 sizes < 2**32 sum far below 2**53.
-    levels = size_lots.shape[1]
-    strictly_upper = torch.ones(levels, levels, dtype=torch.float64, device=size_lots.device).triu_(1)
+    if strictly_upper is None:
+        strictly_upper = strictly_upper_ones(size_lots.shape[1], size_lots.device)
     before = (size_lots.double() @ strictly_upper).long()
     # lots taken at each level = clamp(want - depth before, 0, size): [B, W, L]
     take = (want_lots[:, :, None] - before[:, None, :]).clamp_(min=0)

@@ -1,0 +1,39 @@
+"""The CLI frame: fast start (no torch for help/info), one subcommand's arguments at a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lobsurf.cli import COMMANDS, build_parser, main
+from tests.conftest import random_walk_books, write_store
+
+
+def test_help_and_info_do_not_import_torch(tmp_path):
+    store = write_store(tmp_path / "s", [random_walk_books(100, seed=1)])
+    code = ("import sys; from lobsurf.cli import main; "
+            f"rc = main(['info', {str(store.path)!r}, '--json']); "
+            "assert rc == 0; assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_subcommand_declares_its_arguments(capsys):
+    for name in COMMANDS:
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0
+        help_text = capsys.readouterr().out
+        assert help_text.startswith(f"usage: lobsurf {name}") and "--debug" in help_text
+    top = build_parser([]).format_help()
+    assert all(name in top for name in COMMANDS)
+
+
+def test_synth_warns_about_files_from_earlier_runs(tmp_path, capsys):
+    out = tmp_path / "dbn"
+    assert main(["synth", "--out", str(out), "--snapshots", "500", "--days", "2"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["synth", "--out", str(out), "--snapshots", "500", "--days", "1"]) == 0
+    assert "also holds 1 DBN file(s) from earlier runs" in capsys.readouterr().err
