@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from lobsurf.models.cfc import CfCBlock, CfCCell, cfc_reference, elapsed_time, lecun_tanh
+from lobsurf.models.cfc import (CfCBlock, CfCCell, cfc_reference, elapsed_time, lecun_tanh,
+                                typical_gap_scale)
 from lobsurf.models.config import EncoderConfig
 
 
@@ -78,6 +79,15 @@ def test_elapsed_time_scale_and_clamp() -> None:
     cfg = _cfg(cfc_time_scale=2.0, cfc_max_time=10.0)
     t = elapsed_time(torch.log(torch.tensor([[0.5, 1.0, 100.0]])), cfg)
     assert torch.allclose(t, torch.tensor([[1.0, 2.0, 10.0]]))
+
+
+def test_fitted_gap_scale_maps_the_median_gap_to_one() -> None:
+    gaps_s = torch.tensor([2e-4, 1e-3, 5e-3, 0.4, 1e-3])  # tick-data gaps: median 1 ms
+    scale = typical_gap_scale(torch.log(gaps_s))
+    assert torch.isclose(scale, torch.tensor(1000.0), rtol=1e-5)
+    cfg = _cfg(cfc_max_time=100.0)
+    t = elapsed_time(torch.log(gaps_s)[None], cfg, scale)
+    assert torch.allclose(t, torch.tensor([[0.2, 1.0, 5.0, 100.0, 1.0]]), rtol=1e-5)
 
 
 def test_gradients_finite() -> None:

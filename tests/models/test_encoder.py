@@ -91,3 +91,17 @@ def test_kernel_backends_validated_and_default_to_torch() -> None:
                                     chunk_size=16, **{field: "triton"}), in_features=F_IN)
         with pytest.raises(RuntimeError, match="triton"):
             enc(torch.randn(2, 8, F_IN), torch.randn(2, 8))
+
+
+def test_cfc_time_scale_is_fitted_and_checkpointed() -> None:
+    from lobsurf.models.encoder import Encoder, EncoderConfig
+
+    enc = Encoder(EncoderConfig(kind="cfc", d_model=8, n_layers=1, cfc_backbone_units=8), 3)
+    assert float(enc.time_scale) == 1.0
+    enc.fit_time_scale_(torch.log(torch.tensor([1e-3, 2e-3, 4e-3])))
+    assert abs(float(enc.time_scale) - 500.0) < 1e-2
+    again = Encoder(EncoderConfig(kind="cfc", d_model=8, n_layers=1, cfc_backbone_units=8), 3)
+    again.load_state_dict(enc.state_dict())
+    assert float(again.time_scale) == float(enc.time_scale)
+    x, log_dt = torch.randn(2, 5, 3), torch.log(torch.full((2, 5), 2e-3))
+    assert torch.equal(enc(x, log_dt).last, again(x, log_dt).last)

@@ -34,9 +34,24 @@ def lecun_tanh(x: torch.Tensor) -> torch.Tensor:
     return LECUN_TANH_SCALE * torch.tanh(LECUN_TANH_SLOPE * x)
 
 
-def elapsed_time(log_dt: torch.Tensor, cfg: EncoderConfig) -> torch.Tensor:
-    """Scaled, clamped gap t = min(cfc_time_scale * exp(log_dt), cfc_max_time). [B, K] -> [B, K]."""
-    return (torch.exp(log_dt) * cfg.cfc_time_scale).clamp(max=cfg.cfc_max_time)
+def elapsed_time(log_dt: torch.Tensor, cfg: EncoderConfig,
+                 time_scale: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Scaled, clamped gap t = min(scale * exp(log_dt), cfc_max_time). [B, K] -> [B, K].
+
+    ``scale`` is ``time_scale`` when given (the encoder's fitted buffer), else
+    ``cfg.cfc_time_scale``.
+    """
+    scale = cfg.cfc_time_scale if time_scale is None else time_scale
+    return (torch.exp(log_dt) * scale).clamp(max=cfg.cfc_max_time)
+
+
+def typical_gap_scale(log_dt: torch.Tensor) -> torch.Tensor:
+    """0-d scale that maps the median gap of ``log_dt`` samples ([...]) to t = 1.
+
+    Tick data has gaps of micro- to milliseconds: with a fixed scale of 1 per second the
+    CfC time gate would see t ~ 0.001 and ignore time altogether.
+    """
+    return torch.exp(-log_dt.detach().float().flatten().median())
 
 
 class CfCCell(nn.Module):

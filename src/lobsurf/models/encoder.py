@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from lobsurf.models.cfc import CfCBlock, elapsed_time
+from lobsurf.models.cfc import CfCBlock, elapsed_time, typical_gap_scale
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.mamba2 import Mamba2Block, rms_norm
 
@@ -50,6 +50,15 @@ class Encoder(nn.Module):
         block = Mamba2Block if cfg.kind == "mamba2" else CfCBlock
         self.blocks = nn.ModuleList(block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        # CfC: gap scale, 0-d, starts at cfg.cfc_time_scale; fit_time_scale_ sets it from
+        # training data. A buffer, so checkpoints carry it and graphs read it in place.
+        self.register_buffer("time_scale", torch.tensor(float(cfg.cfc_time_scale)))
+
+    @torch.no_grad()
+    def fit_time_scale_(self, log_dt: torch.Tensor) -> Encoder:
+        """Set the CfC gap scale so the median gap of ``log_dt`` (training rows only) is 1."""
+        self.time_scale.copy_(typical_gap_scale(log_dt))
+        return self
 
     def forward(self, x: torch.Tensor, log_dt: torch.Tensor,
                 return_sequence: bool = True) -> EncoderOutput:
@@ -58,7 +67,7 @@ class Encoder(nn.Module):
         Args:
             x: [B, K, F] float features, oldest snapshot first.
             log_dt: [B, K] natural log of the time since the previous snapshot (the unit is
-                the feature module's; ``cfc_time_scale`` converts it for CfC).
+                the feature module's; the ``time_scale`` buffer converts it for CfC).
             return_sequence: also return the [B, K, D] sequence; False lets the last Mamba2
                 layer skip every output row but the last.
 
@@ -69,7 +78,7 @@ class Encoder(nn.Module):
             x = torch.cat([x, log_dt.unsqueeze(-1).to(x.dtype)], dim=-1)
         h = self.input_proj(x)  # [B, K, D]
         if self.cfg.kind == "cfc":
-            t = elapsed_time(log_dt, self.cfg)  # [B, K]
+            t = elapsed_time(log_dt, self.cfg, self.time_scale)  # [B, K]
             for blk in self.blocks:
                 h = blk(h, t)
             last_h = h[:, -1]

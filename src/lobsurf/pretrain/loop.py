@@ -215,7 +215,10 @@ def _pretrain(cfg: PretrainConfig, store: str | os.PathLike | Store | BookTensor
     # ---- model: seeded init, normaliser fitted on training rows only
     model = _build_model(cfg, device)
     norm_rows = evenly_spaced(split.train_rows, cfg.normalizer_rows)
-    model.normalizer.fit_(last_snapshot_features(book, norm_rows, cfg.features, cfg.window))
+    norm_feats = snapshot_features(gather_window(book, norm_rows, min(2, cfg.window)), cfg.features)
+    model.normalizer.fit_(norm_feats.x[:, -1])
+    if cfg.encoder.kind == "cfc":
+        model.encoder.fit_time_scale_(norm_feats.log_dt[:, -1])
 
     # ---- train
     final_loss = _train(model, book, labels, split.train_rows, cfg, gen, progress)
