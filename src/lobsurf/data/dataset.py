@@ -152,7 +152,10 @@ def load_book_tensors(
     origin -= origin % tick
 
     def ticks(px: np.ndarray) -> np.ndarray:
-        rel = (px - origin) // tick
+        rel, off_grid = np.divmod(px - origin, tick)
+        if off_grid.any():
+            raise StoreError(f"prices off the instrument's tick {tick / 1e9:g}; re-ingest with "
+                             "the right --tick-size")
         if rel.size and (rel.min() < np.iinfo(np.int32).min or rel.max() > np.iinfo(np.int32).max):
             raise StoreError("prices span more ticks than int32 holds")
         return rel.astype(np.int32)
