@@ -89,3 +89,20 @@ def test_overwrite_replaces_only_a_store(tmp_path):
         write_store_over.append(random_walk_books(5, 2))
         write_store_over.close()
         assert len(Store.open(path)) == 5
+
+
+def test_background_write_error_surfaces_and_leaves_no_store(tmp_path, monkeypatch):
+    import lobsurf.data.store as store_module
+
+    def disk_full(columns):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_module, "_write_columns", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        with StoreWriter(tmp_path / "s", gap_threshold_ns=10**12) as w:
+            w.add_instrument(Instrument(1, "T", TICK_FIXED))
+            w.begin_source("x")
+            w.append(random_walk_books(10, seed=1))
+            w.append(random_walk_books(10, seed=2, start_ns=2 * 10**18))
+            w.close()
+    assert list(tmp_path.iterdir()) == []

@@ -52,3 +52,9 @@ def test_tick_inference():
     c = random_walk_books(300, seed=7)
     assert infer_tick_fixed(c) == TICK_FIXED
     assert infer_tick_fixed(c, current=TICK_FIXED // 5) == TICK_FIXED // 5
+
+
+def test_tick_inference_sees_a_price_off_the_sampled_grid():
+    c = random_walk_books(300, seed=8)
+    c.bid_px[3, 7] -= TICK_FIXED // 2  # row 3 is not sampled; level 7 is not the top
+    assert infer_tick_fixed(c) == TICK_FIXED // 2

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -182,6 +183,11 @@ def _check_replaceable(path: Path) -> None:
                          "replaces a store (remove the folder yourself or choose another --out)")
 
 
+def _write_columns(columns: list[tuple]) -> None:
+    for file, values in columns:
+        values.tofile(file)
+
+
 class StoreWriter:
     """Streams validated snapshot chunks into a new store; ``close()`` makes it visible.
 
@@ -204,6 +210,11 @@ class StoreWriter:
             shutil.rmtree(self.tmp)
         self.tmp.mkdir(parents=True)
         self.files = {name: open(self.tmp / f"{name}.bin", "wb") for name in STORE_COLUMNS}
+        # One background writer: numpy releases the GIL while writing, so the next chunk is
+        # decoded and validated while this one goes to disk. At most one chunk is in flight
+        # (memory stays bounded): append() waits for the previous write first.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        self._pending: Future | None = None
         self.rows_written = 0
         self.segments: list[Segment] = []
         self.instruments: dict[int, Instrument] = {}
@@ -240,7 +251,10 @@ class StoreWriter:
                 self.skipped[reason] = self.skipped.get(reason, 0) + int(n)
 
     def append(self, chunk: SnapshotChunk) -> None:
-        """Append validated rows (time-ordered within the current source)."""
+        """Append validated rows (time-ordered within the current source).
+
+        The chunk's arrays are written in the background: do not modify them afterwards.
+        """
         n = len(chunk)
         if n == 0:
             return
@@ -277,12 +291,21 @@ class StoreWriter:
                     price_max_fixed=int(high[begin:end].max()),
                 )
             )
-        for name, (dtype, _) in STORE_COLUMNS.items():
-            _column_for_disk(getattr(chunk, name), np.dtype(dtype), name).tofile(self.files[name])
+        columns = [(self.files[name], _column_for_disk(getattr(chunk, name), np.dtype(dtype), name))
+                   for name, (dtype, _) in STORE_COLUMNS.items()]
+        self._wait_for_write()
+        self._pending = self._writer.submit(_write_columns, columns)
         self.rows_written += n
+
+    def _wait_for_write(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()  # re-raises a write error (disk full, ...) here
 
     def close(self) -> Manifest:
         """Flush, write the manifest, and rename the folder into place."""
+        self._wait_for_write()
+        self._writer.shutdown()
         for f in self.files.values():
             f.close()
         used = {s.instrument_id for s in self.segments}
@@ -301,6 +324,13 @@ class StoreWriter:
         return manifest
 
     def abort(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            try:
+                self._pending.result()
+            except BaseException:  # the write that failed is why we abort; it is reported
+                pass
+        self._writer.shutdown()
         for f in self.files.values():
             f.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
