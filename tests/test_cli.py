@@ -37,3 +37,12 @@ def test_synth_warns_about_files_from_earlier_runs(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
     assert main(["synth", "--out", str(out), "--snapshots", "500", "--days", "1"]) == 0
     assert "also holds 1 DBN file(s) from earlier runs" in capsys.readouterr().err
+
+
+def test_output_cut_short_by_a_pipe_is_not_an_error(tmp_path):
+    store = write_store(tmp_path / "s", [random_walk_books(100, seed=1)])
+    done = subprocess.run(
+        f"{sys.executable} -m lobsurf.cli info {store.path} | head -1; exit ${{PIPESTATUS[0]}}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith("snapshots")

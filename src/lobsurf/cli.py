@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from lobsurf.data.store import StoreError
@@ -58,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lobsurf {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Output piped into a reader that stopped early (`| head`): not an error of ours.
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
