@@ -35,10 +35,12 @@ def step_progress(total: int, description: str, enabled: bool = True) -> Iterato
     if not enabled or not sys.stderr.isatty():
         yield lambda n=1, **fields: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), TextColumn("{task.fields[status]}")) as bar:
+                  TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                  console=Console(stderr=True)) as bar:
         task = bar.add_task(description, total=total, status="")
 
         def advance(n: int = 1, **fields) -> None:

@@ -24,7 +24,6 @@ session's time range is known (a cheap pass over the clock) before a DBN header 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import math
 import os
@@ -39,6 +38,7 @@ from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Store, StoreWriter
 from lobsurf.data.synth_book import BookCarry, BookStreams, book_chunk, initial_book
 from lobsurf.data.synth_processes import RunState, alternating_runs
+from lobsurf.progress import step_progress
 
 #: Random-stream ids mixed into the seed: (seed, day, stream).
 BOOK_STREAM = 0
@@ -245,7 +245,7 @@ def write_synth(out_dir: str | os.PathLike, cfg: SynthConfig, progress: bool = F
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    with _progress(progress, cfg.days * cfg.snapshots_per_day) as advance:
+    with step_progress(cfg.days * cfg.snapshots_per_day, "synth", progress) as advance:
         for day in range(cfg.days):
             start_ns, end_ns = session_range_ns(cfg, day)
             path = out / day_file_name(cfg, day)
@@ -278,15 +278,3 @@ def _counted(items, advance):
     for item in items:
         yield item
         advance(len(item[0]))
-
-
-@contextlib.contextmanager
-def _progress(enabled: bool, total: int):
-    if not enabled:
-        yield lambda n: None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=False) as bar:
-        task = bar.add_task("synth", total=total)
-        yield lambda n: bar.advance(task, n)

@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from lobsurf.data.dataset import BookTensors, gather_window, load_book_tensors, window_rows
 from lobsurf.data.labels import Labels, compute_labels
@@ -39,13 +37,22 @@ from lobsurf.pretrain.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_to_dict
 from lobsurf.pretrain.model import PretrainModel
 from lobsurf.pretrain.split import evenly_spaced, time_split
+from lobsurf.progress import step_progress
+
+
+def last_snapshot(book: BookTensors, rows: torch.Tensor, cfg: FeatureConfig,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw features [N, F] and log_dt [N] of the snapshot at each row ([N] int64), exactly
+    as the model sees it as the last position of a K-window (features use one predecessor
+    at most)."""
+    feats = snapshot_features(gather_window(book, rows, min(2, window)), cfg)
+    return feats.x[:, -1], feats.log_dt[:, -1]
 
 
 def last_snapshot_features(book: BookTensors, rows: torch.Tensor, cfg: FeatureConfig,
                            window: int) -> torch.Tensor:
-    """Raw features [N, F] of the snapshot at each row ([N] int64), exactly as the model
-    sees it as the last position of a K-window (features use one predecessor at most)."""
-    return snapshot_features(gather_window(book, rows, min(2, window)), cfg).x[:, -1]
+    """Raw features [N, F] of the snapshot at each row (see ``last_snapshot``)."""
+    return last_snapshot(book, rows, cfg, window)[0]
 
 
 def _build_model(cfg: PretrainConfig, device: torch.device) -> PretrainModel:
@@ -113,10 +120,7 @@ def _train(model: PretrainModel, book: BookTensors, labels: Labels, train_rows: 
     model.train()
     running = torch.zeros((), device=train_rows.device)
     shown = float("nan")
-    columns = [TextColumn("pretrain"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn()]
-    with Progress(*columns, console=Console(stderr=True), disable=not progress) as bar:
-        task = bar.add_task("pretrain", total=cfg.steps, loss=shown)
+    with step_progress(cfg.steps, "pretrain", progress) as advance:
         for step in range(cfg.steps):
             running += train_step(model, opt, book, labels, train_rows, cfg, gen)
             sched.step()
@@ -124,7 +128,7 @@ def _train(model: PretrainModel, book: BookTensors, labels: Labels, train_rows: 
                 # Deliberate host sync, once per log interval.
                 shown = float(running) / ((step % cfg.log_every) + 1)
                 running.zero_()
-            bar.update(task, advance=1, loss=shown)
+            advance(1, loss=f"{shown:.4f}")
     return shown
 
 
@@ -215,10 +219,10 @@ def _pretrain(cfg: PretrainConfig, store: str | os.PathLike | Store | BookTensor
     # ---- model: seeded init, normaliser fitted on training rows only
     model = _build_model(cfg, device)
     norm_rows = evenly_spaced(split.train_rows, cfg.normalizer_rows)
-    norm_feats = snapshot_features(gather_window(book, norm_rows, min(2, cfg.window)), cfg.features)
-    model.normalizer.fit_(norm_feats.x[:, -1])
+    norm_x, norm_log_dt = last_snapshot(book, norm_rows, cfg.features, cfg.window)
+    model.normalizer.fit_(norm_x)
     if cfg.encoder.kind == "cfc":
-        model.encoder.fit_time_scale_(norm_feats.log_dt[:, -1])
+        model.encoder.fit_time_scale_(norm_log_dt)
 
     # ---- train
     final_loss = _train(model, book, labels, split.train_rows, cfg, gen, progress)
