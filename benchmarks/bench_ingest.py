@@ -8,7 +8,7 @@ fresh subprocess so peak RSS is its own:
 
 * ``raw``    databento-dbn alone: stream-decompress + ``DBNDecoder.decode()`` of every record
              (the official decode, building one record object each; nothing else).
-* ``ingest`` ``lobsurf.data.ingest.ingest`` of the same file into a store (decode, validate,
+* ``ingest`` ``lobsurf.data.store.ingest.ingest`` of the same file into a store (decode, validate,
              segment, write).
 
 Reports snapshots/s, the ratio ingest/raw (goal >= 0.5) and peak RSS for a small and the
@@ -44,7 +44,7 @@ print(n, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_ma
 
 INGEST = r"""
 import sys, time, resource, shutil
-from lobsurf.data.ingest import ingest
+from lobsurf.data.store.ingest import ingest
 path, out = sys.argv[1], sys.argv[2]
 shutil.rmtree(out, ignore_errors=True)
 t = time.perf_counter()

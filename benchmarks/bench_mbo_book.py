@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lobsurf.data.lobster import iter_lobster
-from lobsurf.data.mbo_book import MboBookBuilder
+from lobsurf.data.readers.lobster import iter_lobster
+from lobsurf.data.readers.mbo_book import MboBookBuilder
 from lobsurf.data.schema import F_LAST, MBO_DTYPE
 
 ES_FILE = (Path(__file__).resolve().parents[2] / "shared" / "data" / "dbn" / "nautilus_trader"

@@ -7,7 +7,7 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from lobsurf.data.ingest import IngestConfig
+    from lobsurf.data.store.ingest import IngestConfig
 
     cfg = IngestConfig()  # the defaults live in the config only
     p.add_argument("paths", nargs="+", help="input files, ingested in the order given")
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from lobsurf.data.ingest import IngestConfig, ingest, summarize
+    from lobsurf.data.store.ingest import IngestConfig, ingest, summarize
     from lobsurf.commands.info import print_summary
     from lobsurf.progress import byte_progress
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lobsurf.data.lobster import (
+from lobsurf.data.readers.lobster import (
     LobsterConfig,
     find_message_file,
     iter_lobster,

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from lobsurf.data.mbo_book import F_TOB, MboStats
+from lobsurf.data.readers.mbo_book import F_TOB, MboStats
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT, LEVELS, UNDEF_PRICE, SnapshotChunk
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lobsurf.data.synth_processes import (
+from lobsurf.data.synth.synth_processes import (
     RunState,
     alternating_runs,
     ar1_filter,

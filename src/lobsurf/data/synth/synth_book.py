@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lobsurf.data.dbn_encode import EventFields
+from lobsurf.data.readers.dbn_encode import EventFields
 from lobsurf.data.schema import LEVELS
-from lobsurf.data.synth_processes import (
+from lobsurf.data.synth.synth_processes import (
     RunState,
     alternating_runs,
     ar1_filter,
@@ -24,7 +24,7 @@ from lobsurf.data.synth_processes import (
 )
 
 if TYPE_CHECKING:
-    from lobsurf.data.synth import SynthConfig
+    from lobsurf.data.synth.synth import SynthConfig
 
 #: Spread phases: a run of one tick, or a wide run of two or three ticks.
 TIGHT, WIDE = 0, 1

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from lobsurf.cli import main
-from lobsurf.data.ingest import IngestConfig, ingest
+from lobsurf.data.store.ingest import IngestConfig, ingest
 from lobsurf.data.store import Store
 
 INFO_KEYS = {"snapshots", "segments", "instruments", "start", "end", "tick_size", "price_min",
@@ -90,7 +90,7 @@ def test_real_cme_mbo_session_becomes_a_store(shared_data, tmp_path, capsys):
 
 
 def test_lobster_files_ingest_through_the_cli(tmp_path, capsys):
-    from tests.data.test_lobster import book_row, write_pair
+    from tests.data.readers.test_lobster import book_row, write_pair
 
     books = [book_row(5859400 + 100 * (i % 3), 5853300, 10) for i in range(7)]
     books.append(book_row(5853300, 5853300, 10))  # locked: counted and skipped
@@ -125,7 +125,7 @@ def test_synth_to_ingest_round_trip_is_exact(tmp_path, capsys):
 
 
 def test_folders_and_lone_message_files_are_one_line_errors(tmp_path, capsys):
-    from tests.data.test_lobster import book_row, write_pair
+    from tests.data.readers.test_lobster import book_row, write_pair
 
     (tmp_path / "lob").mkdir()
     book = write_pair(tmp_path / "lob", [f"{34200 + i}.5" for i in range(3)],

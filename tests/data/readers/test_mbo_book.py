@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import zstandard
 
-from lobsurf.data.mbo_book import F_TOB, MboBookBuilder
-from lobsurf.data.mbo_reference import ReferenceMboBuilder
+from lobsurf.data.readers.mbo_book import F_TOB, MboBookBuilder
+from lobsurf.data.readers.mbo_reference import ReferenceMboBuilder
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT, LEVELS, MBO_DTYPE, UNDEF_PRICE, SnapshotChunk
 
 PX = 1_000_000_000  # one currency unit in fixed point

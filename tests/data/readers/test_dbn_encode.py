@@ -8,7 +8,7 @@ import databento_dbn as dbn
 import numpy as np
 import pytest
 
-from lobsurf.data.dbn_encode import write_mbp10_dbn
+from lobsurf.data.readers.dbn_encode import write_mbp10_dbn
 from lobsurf.data.schema import F_LAST, LEVELS, SnapshotChunk
 from tests.conftest import random_walk_books
 
@@ -78,7 +78,7 @@ def test_open_ended_metadata(tmp_path: Path) -> None:
 def test_zstd_files_carry_a_checksum_so_corruption_is_caught(tmp_path: Path) -> None:
     # Without the frame checksum, flipped bytes could decode to wrong sizes that pass
     # validation and enter the store silently.
-    from lobsurf.data.ingest import ingest
+    from lobsurf.data.store.ingest import ingest
     from lobsurf.errors import UserError
 
     path = tmp_path / "books.mbp-10.dbn.zst"

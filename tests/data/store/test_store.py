@@ -92,7 +92,7 @@ def test_overwrite_replaces_only_a_store(tmp_path):
 
 
 def test_background_write_error_surfaces_and_leaves_no_store(tmp_path, monkeypatch):
-    import lobsurf.data.store as store_module
+    import lobsurf.data.store.store as store_module
 
     def disk_full(columns):
         raise OSError(28, "No space left on device")

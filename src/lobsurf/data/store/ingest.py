@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from lobsurf.data.dbn_read import DBN_MAGIC, ZSTD_MAGIC, DbnReader
+from lobsurf.data.readers.dbn_read import DBN_MAGIC, ZSTD_MAGIC, DbnReader
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Manifest, StoreWriter
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
@@ -137,7 +137,7 @@ class _Source:
 
 
 def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
-    from lobsurf.data.mbo_book import MboBookBuilder
+    from lobsurf.data.readers.mbo_book import MboBookBuilder
 
     reader = DbnReader(path)
     symbol = reader.header.symbols[0] if len(reader.header.symbols) == 1 else ""
@@ -171,7 +171,7 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
 
 
 def _lobster_source(path: Path, cfg: IngestConfig) -> _Source:
-    from lobsurf.data.lobster import iter_lobster, lobster_instrument
+    from lobsurf.data.readers.lobster import iter_lobster, lobster_instrument
 
     info = lobster_instrument(path)
     handle = {"rows": 0}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from lobsurf.data.dbn_read import DbnReader
+from lobsurf.data.readers.dbn_read import DbnReader
 from lobsurf.data.schema import LEVELS
 from lobsurf.errors import UserError
 

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lobsurf.data.dbn_encode import EventFields, write_mbp10_dbn
+from lobsurf.data.readers.dbn_encode import EventFields, write_mbp10_dbn
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Store, StoreWriter
-from lobsurf.data.synth_book import BookCarry, BookStreams, book_chunk, initial_book
-from lobsurf.data.synth_processes import RunState, alternating_runs
+from lobsurf.data.synth.synth_book import BookCarry, BookStreams, book_chunk, initial_book
+from lobsurf.data.synth.synth_processes import RunState, alternating_runs
 from lobsurf.progress import step_progress
 
 #: Random-stream ids mixed into the seed: (seed, day, stream).

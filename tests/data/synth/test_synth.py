@@ -21,7 +21,7 @@ from lobsurf.data.synth import (
     write_synth_store,
 )
 from lobsurf.errors import UserError
-from tests.data.test_dbn_encode import assert_records_equal_books, decode_file
+from tests.data.readers.test_dbn_encode import assert_records_equal_books, decode_file
 
 HOUR_NS = 3600 * 10**9
 
