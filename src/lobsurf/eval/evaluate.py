@@ -1,0 +1,63 @@
+"""``evaluate_policies``: one deterministic sweep of several policies → one JSON-ready dict.
+
+The shape (``lobsurf eval`` prints it with ``--json``; a trained agent joins as one more
+policy)::
+
+    {"policies": {"hold": {metric: value, ...}, "imbalance": {...}, ...},
+     "split":    {"mode", "rows", "ranges", "dropped_rows", ...caller's split info},
+     "settings": {"sim": {...SimConfig}, "num_envs", "steps", "metrics": {...}, ...caller's}}
+
+Metrics are defined in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from lobsurf.data.dataset import BookTensors
+from lobsurf.eval.metrics import MetricsConfig, compute_metrics
+from lobsurf.eval.policy import Policy
+from lobsurf.eval.sweep import SweepConfig, sweep, tile_rows
+from lobsurf.sim.config import SimConfig
+
+
+def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dict[str, Policy],
+                      sim_cfg: SimConfig, sweep_cfg: SweepConfig = SweepConfig(),
+                      metrics_cfg: MetricsConfig = MetricsConfig(),
+                      split_info: dict[str, Any] | None = None,
+                      settings: dict[str, Any] | None = None,
+                      progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Sweep ``policies`` over ``split_rows`` together and summarise each.
+
+    Args:
+        book: the device dataset.
+        split_rows: [R] int64 sorted decision rows, e.g. ``time_split(...).test_rows``.
+        policies: name → Policy; every policy trades the same rows on its own envs.
+        sim_cfg: simulator settings (stride 1).
+        sweep_cfg: environments per policy.
+        metrics_cfg: bootstrap and annualisation settings.
+        split_info: extra keys for ``"split"`` (e.g. mode, cut_row, train_fraction).
+        settings: extra keys for ``"settings"`` (e.g. store, device, baseline settings).
+        progress: called with 1 after every sweep step.
+
+    Returns:
+        The dict of the module docstring.
+    """
+    records, tiling = sweep(book, split_rows, policies, sim_cfg, sweep_cfg, progress)
+    return {
+        "policies": {name: compute_metrics(rec, metrics_cfg) for name, rec in records.items()},
+        "split": {**(split_info or {}), "rows": len(tiling.rows), "ranges": tiling.ranges,
+                  "dropped_rows": tiling.dropped},
+        "settings": {**(settings or {}), "sim": asdict(sim_cfg), "num_envs": tiling.num_envs,
+                     "steps": tiling.steps, "metrics": asdict(metrics_cfg)},
+    }
+
+
+def sweep_steps(book: BookTensors, split_rows: torch.Tensor, sim_cfg: SimConfig,
+                sweep_cfg: SweepConfig = SweepConfig()) -> int:
+    """Steps ``evaluate_policies`` will take (for a progress bar's total)."""
+    return tile_rows(book, split_rows, sim_cfg, sweep_cfg.num_envs).steps
