@@ -1,4 +1,5 @@
-"""Baseline policies: hold, random, momentum (order-flow imbalance) and a future-peeking oracle.
+"""Baseline policies: hold, random, momentum (order-flow imbalance), top-of-book imbalance
+(``lobsurf.baselines.imbalance``, threshold fitted on training rows) and a future-peeking oracle.
 
 Each is a ``lobsurf.eval.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
@@ -30,6 +31,16 @@ class BaselineConfig:
     """rows after the fill row at which the oracle reads the future mid."""
     seed: int = 0
     """seeds the random policy."""
+    imbalance_threshold: float | None = None
+    """|top-of-book imbalance| needed to trade; None: fitted on training rows."""
+    imbalance_quantiles: tuple[float, ...] = (0.25, 0.5, 0.7, 0.8, 0.9, 0.95)
+    """candidate thresholds of the fit: these quantiles of |imbalance| on training rows."""
+    imbalance_fit_rows: int = 50_000
+    """training rows (at most, in contiguous blocks) the fit sweeps each candidate over."""
+    imbalance_fit_blocks: int = 16
+    """contiguous blocks, evenly spread over the training rows, that make up the fit rows."""
+    imbalance_fit_envs: int = 64
+    """environments of the fit's sweep."""
 
     def __post_init__(self) -> None:
         # 0 lookback never trades; a horizon <= 0 reads the present or past: no oracle.
@@ -40,6 +51,13 @@ class BaselineConfig:
                              f"{self.momentum_threshold_lots}")
         if self.oracle_horizon_rows < 1:
             raise ValueError(f"oracle horizon must be >= 1 rows, got {self.oracle_horizon_rows}")
+        thr = self.imbalance_threshold
+        if thr is not None and not 0 <= thr <= 1:  # NaN fails too
+            raise ValueError(f"imbalance threshold must be in [0, 1], got {thr}")
+        if not self.imbalance_quantiles or not all(0 <= q < 1 for q in self.imbalance_quantiles):
+            raise ValueError("imbalance quantiles must be in [0, 1)")
+        if min(self.imbalance_fit_rows, self.imbalance_fit_blocks, self.imbalance_fit_envs) < 1:
+            raise ValueError("imbalance fit rows, blocks and envs must be >= 1")
 
 
 def buy_sell_actions(env: BatchedLobEnv, size_index: int) -> tuple[int, int]:
@@ -131,11 +149,27 @@ class OraclePolicy:
         return direction_to_action(direction, self.buy, self.sell)
 
 
-BASELINES = ("hold", "random", "momentum", "oracle")
+BASELINES = ("hold", "random", "momentum", "imbalance", "oracle")
+#: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
+FITTED_BASELINES = ("imbalance",)
 
 
-def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig):
-    """Build baseline ``name`` (one of BASELINES) for ``env``."""
+def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
+                  train_rows: torch.Tensor | None = None):
+    """Build baseline ``name`` (one of BASELINES) for ``env``.
+
+    Args:
+        name: one of BASELINES.
+        env: an env with the book and simulator settings the policy will trade.
+        cfg: baseline settings.
+        train_rows: [n] int64 training end rows of ``env.book``, for FITTED_BASELINES
+            (unless their setting is given in ``cfg``).
+    """
+    if name == "imbalance":
+        # imported here: lobsurf.baselines.imbalance builds on this module's helpers.
+        from lobsurf.baselines.imbalance import make_imbalance
+
+        return make_imbalance(env, cfg, train_rows)
     if name == "hold":
         return HoldPolicy()
     if name == "random":
