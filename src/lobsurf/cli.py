@@ -12,7 +12,9 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
+from lobsurf import __version__
 from lobsurf.data.store import StoreError
 from lobsurf.errors import UserError
 
@@ -31,8 +33,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lobsurf",
         description="lobsurf: deep reinforcement learning for trading from limit-order-book data")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks for errors (the exit code stays the same)")
+    parser.add_argument("--version", action="version", version=f"lobsurf {__version__}")
+    # not required: plain `lobsurf` prints the list of commands instead of an error
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     named = [a for a in argv if a in COMMANDS] if argv is not None else list(COMMANDS)
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -40,7 +45,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             continue  # not the one that runs: listed in --help, arguments not declared
         module = importlib.import_module(f"lobsurf.commands.{name.replace('-', '_')}")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help="show tracebacks for errors")
+                       help="show tracebacks for errors (the exit code stays the same)")
         module.add_arguments(p)
         p.set_defaults(_module=module)
     return parser
@@ -48,12 +53,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     try:
         return int(args._module.run(args) or 0)
     except (UserError, StoreError) as exc:
         if args.debug:
-            raise
+            traceback.print_exc()  # --debug adds the traceback; the exit code stays 2
         print(f"lobsurf {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -48,3 +48,25 @@ def step_progress(total: int, description: str, enabled: bool = True) -> Iterato
             bar.update(task, advance=n, status=status)
 
         yield advance
+
+
+@contextmanager
+def status(description: str, enabled: bool = True) -> Iterator[None]:
+    """A spinner with ``description`` on stderr while the block runs (a TTY only), for work
+    without a count (an evaluation pass, a fit)."""
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(description):
+        yield
+
+
+def add_progress_flag(parser) -> None:
+    """``--progress/--no-progress`` (default on; drawn only when stderr is a terminal): the
+    one spelling every long-running command uses."""
+    import argparse
+
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="show progress on stderr when it is a terminal (default: on)")

@@ -1,38 +1,82 @@
-"""``lobsurf eval baseline:NAME --store STORE``: backtest a baseline policy on a store.
+"""``lobsurf eval baseline:NAME [baseline:NAME ...] --store STORE``: evaluate policies on a store.
 
-Prints net PnL, trades, win rate, hold fraction, fees and PnL per trade (currency of the
-instrument), or one JSON object with ``--json``. Heavy imports happen inside ``run``.
+``--split heldout`` (the default) trades every held-out row of the purged time split (the
+same split as pretraining) once, all policies in one deterministic sweep
+(``lobsurf.eval.evaluate.evaluate_policies``); ``--split all`` sweeps every row;
+``--split random`` is the older random-cursor backtest (``--envs`` x ``--steps``). Prints a
+table of every metric (docs/metrics.md), or with ``--json`` one object::
+
+    {"policies": {"hold": {metric: value, ...}, ...}, "split": {...}, "settings": {...}}
+
+Heavy imports happen inside the functions (``lobsurf --help`` stays fast).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from dataclasses import asdict
 
+from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
 from lobsurf.errors import UserError
+from lobsurf.progress import add_progress_flag
 
-POLICY_HELP = "what to evaluate: baseline:hold | baseline:random | baseline:momentum | baseline:oracle"
+POLICY_HELP = ("what to evaluate, one or more of baseline:hold | baseline:random | "
+               "baseline:momentum | baseline:imbalance | baseline:oracle, or baseline:all")
+SPLITS = ("heldout", "all", "random")
+#: fee_bps above this is refused: a fee of more than the whole notional of every fill.
+MAX_FEE_BPS = 10_000.0
+#: fee_bps above this (1% of notional per fill, far above any exchange) draws a warning.
+WARN_FEE_BPS = 100.0
+#: a per-lot fee above this many ticks' value (tick size x multiplier) draws a warning.
+WARN_FEE_TICKS = 10.0
+#: random backtest: warn when the envs x steps visits exceed this many per tradeable row.
+WARN_VISITS_PER_ROW = 10.0
+#: config field (or phrase of a config's message) → the flag a user types.
+FLAGS = {
+    "num_envs": "--envs", "steps": "--steps", "window": "--window", "stride": "--stride",
+    "latency_rows": "--latency-rows", "order_sizes_lots": "--order-sizes",
+    "position_limit_lots": "--position-limit", "max_episode_steps": "--max-episode-steps",
+    "fees": "--fee-per-lot and --fee-bps", "size_index": "--size-index",
+    "momentum lookback": "--lookback", "momentum threshold": "--threshold",
+    "oracle horizon": "--horizon", "imbalance threshold": "--imbalance-threshold",
+    "train_fraction": "--train-fraction", "horizons_snapshots": "--horizons",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lobsurf.baselines.policies import BaselineConfig
+    from lobsurf.data.labels import LabelConfig
     from lobsurf.eval.backtest import BacktestConfig
     from lobsurf.sim.config import SimConfig
 
+    parser.formatter_class = DefaultsFormatter  # every default in --help
     sim, run, base = SimConfig(), BacktestConfig(), BaselineConfig()
-    parser.add_argument("policy", help=POLICY_HELP)
+    horizons = ",".join(map(str, LabelConfig().horizons_snapshots))
+    parser.add_argument("policy", nargs="+", help=POLICY_HELP)
     parser.add_argument("--store", required=True, help="snapshot store folder (lobsurf ingest)")
+    parser.add_argument("--split", choices=SPLITS, default="heldout",
+                        help="heldout: every row after the purged time split, once; all: every "
+                             "row once; random: random cursors, --envs x --steps")
+    parser.add_argument("--train-fraction", type=float, default=0.8,
+                        help="heldout: share of rows before the cut (as pretraining)")
+    parser.add_argument("--horizons", default=horizons,
+                        help="heldout: label horizons (snapshots) purged around the cut")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--envs", type=int, default=run.num_envs, help="parallel environments")
-    parser.add_argument("--steps", type=int, default=run.steps, help="steps per environment")
+    parser.add_argument("--steps", type=int, default=run.steps,
+                        help="random split: steps per environment")
     parser.add_argument("--seed", type=int, default=sim.seed,
-                        help="seed of cursors and the random policy")
+                        help="seed of random cursors and the random policy")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
     parser.add_argument("--instrument-id", type=int, default=None,
                         help="instrument to trade when the store holds several (lobsurf info)")
+    add_progress_flag(parser)
     g = parser.add_argument_group("simulator")
     g.add_argument("--window", type=int, default=sim.window, help="snapshots per observation window")
-    g.add_argument("--stride", type=int, default=sim.stride, help="snapshots per step")
+    g.add_argument("--stride", type=int, default=sim.stride,
+                   help="snapshots per step (random split only; sweeps trade every row)")
     g.add_argument("--latency-rows", type=int, default=sim.latency_rows,
                    help="orders fill at the book this many snapshots after the decision")
     g.add_argument("--order-sizes", default=",".join(map(str, sim.order_sizes_lots)),
@@ -40,78 +84,215 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--position-limit", type=int, default=sim.position_limit_lots,
                    help="max |position|, lots")
     g.add_argument("--fee-per-lot", type=float, default=sim.fee_per_lot, help="fee per lot, currency")
-    g.add_argument("--fee-bps", type=float, default=sim.fee_bps, help="fee, basis points of notional")
+    g.add_argument("--fee-bps", type=float, default=sim.fee_bps,
+                   help=f"fee, basis points of notional (at most {MAX_FEE_BPS:g})")
     g.add_argument("--max-episode-steps", type=int, default=sim.max_episode_steps,
                    help="episode length, steps")
     b = parser.add_argument_group("baselines")
     b.add_argument("--size-index", type=int, default=base.size_index,
-                   help="order size (index into --order-sizes) traded by momentum and oracle")
+                   help="order size (index into --order-sizes) traded by momentum, imbalance, oracle")
     b.add_argument("--lookback", type=int, default=base.momentum_lookback_rows,
                    help="momentum: OFI lookback, snapshots")
     b.add_argument("--threshold", type=float, default=base.momentum_threshold_lots,
                    help="momentum: |OFI| in lots needed to trade")
+    b.add_argument("--imbalance-threshold", type=float, default=base.imbalance_threshold,
+                   help="imbalance: |top-of-book imbalance| needed to trade (default: fitted "
+                        "on the training rows)")
     b.add_argument("--horizon", type=int, default=base.oracle_horizon_rows,
                    help="oracle: snapshots ahead at which it reads the mid")
 
 
-def parse_policy(text: str) -> str:
+def parse_policies(texts: list[str]) -> list[str]:
+    """``baseline:NAME`` arguments → baseline names (``baseline:all``: every one), in order."""
     from lobsurf.baselines.policies import BASELINES
 
-    kind, _, name = text.partition(":")
-    if kind != "baseline" or name not in BASELINES:
-        raise UserError(f"unknown policy {text!r}; {POLICY_HELP}")
-    return name
+    names: list[str] = []
+    for text in texts:
+        kind, _, name = text.partition(":")
+        if kind != "baseline" or (name not in BASELINES and name != "all"):
+            raise UserError(f"unknown policy {text!r}; {POLICY_HELP}")
+        names += list(BASELINES) if name == "all" else [name]
+    return list(dict.fromkeys(names))  # each once
 
 
 def configs(args: argparse.Namespace):
+    """(SimConfig, BacktestConfig, SweepConfig, BaselineConfig, horizons) from the flags."""
     from lobsurf.baselines.policies import BaselineConfig
     from lobsurf.eval.backtest import BacktestConfig
+    from lobsurf.eval.sweep import SweepConfig
     from lobsurf.sim.config import SimConfig
 
-    try:
-        sizes = tuple(int(x) for x in args.order_sizes.split(","))
-    except ValueError:
-        raise UserError(f"--order-sizes must be comma-separated whole lots, got "
-                        f"{args.order_sizes!r}") from None
+    sizes = int_list(args.order_sizes, "--order-sizes", "whole lots")
+    horizons = int_list(args.horizons, "--horizons", "whole numbers of snapshots")
+    if not 0 < args.train_fraction < 1:
+        raise UserError(f"--train-fraction must be in (0, 1), got {args.train_fraction}")
     try:
         sim = SimConfig(window=args.window, stride=args.stride, latency_rows=args.latency_rows,
                         order_sizes_lots=sizes, position_limit_lots=args.position_limit,
                         fee_per_lot=args.fee_per_lot, fee_bps=args.fee_bps,
                         max_episode_steps=args.max_episode_steps, seed=args.seed)
+        sweep = SweepConfig(num_envs=args.envs)
         run = BacktestConfig(num_envs=args.envs, steps=args.steps)
         base = BaselineConfig(size_index=args.size_index, momentum_lookback_rows=args.lookback,
                               momentum_threshold_lots=args.threshold,
+                              imbalance_threshold=args.imbalance_threshold,
                               oracle_horizon_rows=args.horizon, seed=args.seed)
+        if min(horizons) < 1:
+            raise ValueError(f"horizons_snapshots must be > 0, got {args.horizons}")
+    except ValueError as exc:
+        raise config_error(exc, FLAGS) from exc
+    if sim.fee_bps > MAX_FEE_BPS:
+        raise UserError(f"--fee-bps {sim.fee_bps:g} is more than the whole notional of a fill; "
+                        f"at most {MAX_FEE_BPS:g}")
+    if args.split != "random" and sim.stride != 1:
+        raise UserError(f"--stride {sim.stride}: the {args.split} sweep trades every row; "
+                        "use --split random for a larger stride")
+    return sim, run, sweep, base, horizons
+
+
+def warn(message: str) -> None:
+    print(f"lobsurf eval: warning: {message}", file=sys.stderr)
+
+
+def check_fees(sim, tick_value: float) -> None:
+    """Warn about fees far above any exchange's (they are allowed, but likely a typo)."""
+    if sim.fee_bps > WARN_FEE_BPS:
+        warn(f"--fee-bps {sim.fee_bps:g} is {sim.fee_bps / 100:g}% of notional per fill "
+             f"(exchange fees are well under {WARN_FEE_BPS:g} bps)")
+    if sim.fee_per_lot > WARN_FEE_TICKS * tick_value:
+        warn(f"--fee-per-lot {sim.fee_per_lot:g} is {sim.fee_per_lot / tick_value:.0f} ticks' "
+             f"value per lot (a tick is worth {tick_value:g}); exchange fees are a fraction of a tick")
+
+
+def split_rows(book, args, sim, horizons):
+    """(decision rows, training rows for fitted baselines, split info) of ``--split``."""
+    import torch
+
+    from lobsurf.pretrain.split import time_split
+
+    if args.split == "heldout":
+        split = time_split(book, sim.window, min(horizons), max(horizons), args.train_fraction)
+        info = {"mode": "heldout", "cut_row": split.cut_row, "train_fraction": args.train_fraction,
+                "purge_horizons": list(horizons), "train_rows": len(split.train_rows)}
+        return split.test_rows, split.train_rows, info
+    t = torch.arange(len(book), device=book.device)
+    rows = t[t - (sim.window - 1) >= book.segment_start[book.segment_of_row]]
+    # no held-out side: fitted baselines fit on the same rows (in-sample)
+    return rows, rows, {"mode": args.split, "fitted_in_sample": True}
+
+
+def build_policies(names: list[str], env, base, train_rows, progress: bool) -> dict:
+    from lobsurf.baselines.policies import FITTED_BASELINES, make_baseline
+    from lobsurf.progress import status
+
+    policies = {}
+    for name in names:
+        with status(f"eval: fitting {name} on training rows",
+                    progress and name in FITTED_BASELINES):
+            try:
+                policies[name] = make_baseline(name, env, base, train_rows)
+            except ValueError as exc:
+                raise config_error(exc, FLAGS) from exc
+    return policies
+
+
+def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
+    from lobsurf.eval.evaluate import evaluate_policies
+    from lobsurf.eval.sweep import tile_rows
+    from lobsurf.progress import step_progress
+    from lobsurf.sim.env import BatchedLobEnv
+
+    rows, train_rows, info = split_rows(book, args, sim, horizons)
+    try:
+        env = BatchedLobEnv(book, 1, sim)
+        steps = tile_rows(book, rows, sim, sweep_cfg.num_envs).steps
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    return sim, run, base
+    policies = build_policies(names, env, base, train_rows, args.progress)
+    fitted = {f"{name}_threshold": p.threshold for name, p in policies.items()
+              if hasattr(p, "threshold")}
+    settings = {"store": str(args.store), "device": str(book.device),
+                "instrument_id": args.instrument_id, "baselines": {**asdict(base), **fitted}}
+    with step_progress(steps, "eval", args.progress) as advance:
+        return evaluate_policies(book, rows, policies, sim, sweep_cfg, split_info=info,
+                                 settings=settings, progress=advance)
+
+
+def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
+    from lobsurf.eval.backtest import make_env, run_backtest
+    from lobsurf.progress import step_progress
+
+    _, train_rows, _ = split_rows(book, args, sim, horizons)
+    results = {}
+    with step_progress(run_cfg.steps * len(names), "eval", args.progress) as advance:
+        for name in names:
+            try:
+                env = make_env(book, sim, run_cfg)
+                policy = build_policies([name], env, base, train_rows, args.progress)[name]
+            except ValueError as exc:
+                raise UserError(str(exc)) from exc
+            visits = run_cfg.num_envs * run_cfg.steps / env.total_cursors
+            if not results and visits > WARN_VISITS_PER_ROW:
+                warn(f"{run_cfg.num_envs} envs x {run_cfg.steps} steps over {env.total_cursors:,} "
+                     f"tradeable rows visit each row ~{visits:,.0f} times: the result says little "
+                     "about new data (use a larger store, fewer --envs/--steps, or --split heldout)")
+            results[name] = run_backtest(env, policy, run_cfg, progress=advance)
+    settings = {"store": str(args.store), "device": str(book.device),
+                "instrument_id": args.instrument_id, "sim": asdict(sim),
+                "num_envs": run_cfg.num_envs, "steps_per_env": run_cfg.steps,
+                "steps": run_cfg.num_envs * run_cfg.steps, "baselines": asdict(base)}
+    return {"policies": results, "split": {"mode": "random"}, "settings": settings}
+
+
+def _cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return f"{value[0]:,.2f}..{value[1]:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if key in ("win_rate", "hold_fraction", "turnover", "sharpe_per_trade", "sharpe_per_day"):
+        return f"{value:.3f}"
+    return f"{value:,.2f}"
+
+
+def print_table(result: dict) -> None:
+    """One row per metric, one column per policy."""
+    names = list(result["policies"])
+    split, settings = result["split"], result["settings"]
+    if split["mode"] == "random":
+        print(f"{settings['store']}: random cursors, {settings['num_envs']} envs x "
+              f"{settings['steps_per_env']} steps = {settings['steps']:,} steps")
+    else:
+        where = (f", cut at row {split['cut_row']:,} (train fraction {split['train_fraction']:g})"
+                 if split["mode"] == "heldout" else "")
+        print(f"{settings['store']}: {split['mode']} sweep of {split['rows']:,} rows in "
+              f"{split['ranges']} range(s){where}: {settings['steps']:,} steps (one per row) "
+              f"on {settings['num_envs']} envs, up to {settings['steps_per_env']:,} each")
+    metrics = list(next(iter(result["policies"].values())))
+    cells = {(k, n): _cell(k, result["policies"][n][k]) for k in metrics for n in names}
+    width = max(len(c) for c in [*cells.values(), *names]) + 2
+    print(f"{'':<20}" + "".join(f"{n:>{width}}" for n in names))
+    for key in metrics:
+        print(f"{key:<20}" + "".join(f"{cells[key, n]:>{width}}" for n in names))
 
 
 def run(args: argparse.Namespace) -> int:
-    from lobsurf.baselines.policies import make_baseline
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
-    from lobsurf.eval.backtest import make_env, run_backtest
 
-    name = parse_policy(args.policy)
-    sim, run_cfg, base = configs(args)
+    names = parse_policies(args.policy)
+    sim, run_cfg, sweep_cfg, base, horizons = configs(args)
     device = resolve_device(args.device)
     book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
-    try:
-        env = make_env(book, sim, run_cfg)
-        policy = make_baseline(name, env, base)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    summary = {"policy": args.policy, **run_backtest(env, policy, run_cfg)}
+    check_fees(sim, book.tick_size * book.multiplier)
+    if args.split == "random":
+        result = run_random(book, names, args, sim, run_cfg, base, horizons)
+    else:
+        result = run_sweep(book, names, args, sim, sweep_cfg, base, horizons)
     if args.json:
-        print(json.dumps(summary))
-        return 0
-    print(f"{args.policy} on {args.store}: {summary['envs']} envs x {run_cfg.steps} steps")
-    for key in ("net_pnl", "gross_pnl", "fees", "pnl_per_trade"):
-        print(f"  {key:<14} {summary[key]:>14.2f}")
-    for key in ("trades", "wins", "turnover_lots", "unfilled_lots"):
-        print(f"  {key:<14} {summary[key]:>14d}")
-    for key in ("win_rate", "hold_fraction"):
-        print(f"  {key:<14} {summary[key]:>14.3f}")
+        print(json.dumps(result))
+    else:
+        print_table(result)
     return 0

@@ -1,4 +1,7 @@
-"""Backtest runner: a policy drives B envs for a fixed number of steps, then the totals.
+"""Random-cursor backtest: a policy drives B envs for a fixed number of steps, then the totals.
+
+(``lobsurf.eval.sweep`` is the deterministic held-out evaluation; this runner is the quick
+check on random cursors behind ``lobsurf eval --split random``.)
 
 Cursors are drawn by the simulator's seeded generator over all the store's segments, so a
 run is reproducible from (store, SimConfig, policy seed). On the last step every env's
@@ -7,6 +10,7 @@ position is closed at market, so every trade is counted and PnL is fully realize
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -38,12 +42,18 @@ def make_env(book: BookTensors, sim: SimConfig, run: BacktestConfig) -> BatchedL
     return env
 
 
-def run_backtest(env: BatchedLobEnv, policy: Policy, run: BacktestConfig) -> dict[str, float | int]:
-    """Run ``policy`` on ``env`` (freshly reset) and return ``lobsurf.sim.stats.summarize``."""
+def run_backtest(env: BatchedLobEnv, policy: Policy, run: BacktestConfig,
+                 progress: Callable[[int], None] | None = None) -> dict[str, float | int]:
+    """Run ``policy`` on ``env`` (freshly reset) and return ``lobsurf.sim.stats.summarize``.
+
+    ``progress`` is called with 1 after every step (host only, no device read).
+    """
     env.reset_stats()
     close_all = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
     for t in range(run.steps):
         env.step(policy.act(env), force_end=close_all if t == run.steps - 1 else None)
+        if progress is not None:
+            progress(1)
     summary = summarize(env.stats, env.tick_value)
     summary["envs"] = run.num_envs
     return summary

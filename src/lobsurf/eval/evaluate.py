@@ -5,7 +5,11 @@ policy)::
 
     {"policies": {"hold": {metric: value, ...}, "imbalance": {...}, ...},
      "split":    {"mode", "rows", "ranges", "dropped_rows", ...caller's split info},
-     "settings": {"sim": {...SimConfig}, "num_envs", "steps", "metrics": {...}, ...caller's}}
+     "settings": {"sim": {...SimConfig}, "num_envs", "steps", "steps_per_env",
+                  "metrics": {...}, ...caller's}}
+
+``steps`` counts decision steps over all envs (= rows swept, = each policy's ``steps``);
+``steps_per_env`` is the sweep's length (the longest env's piece).
 
 Metrics are defined in docs/metrics.md.
 """
@@ -53,7 +57,7 @@ def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dic
         "split": {**(split_info or {}), "rows": len(tiling.rows), "ranges": tiling.ranges,
                   "dropped_rows": tiling.dropped},
         "settings": {**(settings or {}), "sim": asdict(sim_cfg), "num_envs": tiling.num_envs,
-                     "steps": tiling.steps, "metrics": asdict(metrics_cfg)},
+                     "steps": len(tiling.rows), "steps_per_env": tiling.steps, "metrics": asdict(metrics_cfg)},
     }
 
 
