@@ -37,7 +37,7 @@ from lobsurf.pretrain.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_to_dict
 from lobsurf.pretrain.model import PretrainModel
 from lobsurf.pretrain.split import evenly_spaced, time_split
-from lobsurf.progress import step_progress
+from lobsurf.progress import status, step_progress
 
 
 def last_snapshot(book: BookTensors, rows: torch.Tensor, cfg: FeatureConfig,
@@ -128,7 +128,8 @@ def _train(model: PretrainModel, book: BookTensors, labels: Labels, train_rows: 
                 # Deliberate host sync, once per log interval.
                 shown = float(running) / ((step % cfg.log_every) + 1)
                 running.zero_()
-            advance(1, loss=f"{shown:.4f}")
+            # no loss is shown before the first logging step has one (never "nan")
+            advance(1, **({} if math.isnan(shown) else {"loss": f"{shown:.4f}"}))
     return shown
 
 
@@ -229,7 +230,8 @@ def _pretrain(cfg: PretrainConfig, store: str | os.PathLike | Store | BookTensor
 
     # ---- evaluate: model, class prior and logistic regression on the same held-out rows
     test_rows = evenly_spaced(split.test_rows, cfg.eval_max_windows)
-    horizons = _evaluate(model, book, labels, split.train_rows, test_rows, cfg)
+    with status(f"pretrain: evaluating {len(test_rows):,} held-out windows", progress):
+        horizons = _evaluate(model, book, labels, split.train_rows, test_rows, cfg)
     result: dict[str, Any] = {
         "horizons": horizons, "steps": cfg.steps, "train_windows": len(split.train_rows),
         "test_windows": len(test_rows), "cut_row": split.cut_row,
