@@ -58,3 +58,14 @@ def test_tick_inference_sees_a_price_off_the_sampled_grid():
     c = random_walk_books(300, seed=8)
     c.bid_px[3, 7] -= TICK_FIXED // 2  # row 3 is not sampled; level 7 is not the top
     assert infer_tick_fixed(c) == TICK_FIXED // 2
+
+
+def test_defined_level_of_size_zero_and_extreme_prices_are_malformed():
+    c = random_walk_books(4, seed=9)
+    c.bid_sz[0, 3] = 0                                                   # a ghost order
+    c.ask_px[1, 1] = np.iinfo(np.int64).min                              # diff would wrap
+    c.ask_px[1, 2:] = UNDEF_PRICE; c.ask_sz[1, 2:] = 0
+    c.bid_px[2, 0] = np.iinfo(np.int64).max - 1                          # crossed, not wrapped
+    keep, counts = validate_chunk(c, ValidationState())
+    assert keep.tolist() == [False, False, False, True]
+    assert counts["malformed_levels"] == 2 and counts["crossed_book"] == 1

@@ -8,7 +8,8 @@ A snapshot is skipped for the first reason that applies, in this order:
 ``one_sided_book``    exactly one side has no level-0 price.
 ``crossed_book``      best bid > best ask.
 ``locked_book``       best bid == best ask.
-``malformed_levels``  an UNDEF level with size > 0, a defined level after an UNDEF one, or
+``malformed_levels``  an UNDEF level with size > 0, a defined level with size 0 (nothing to
+                      trade there: a ghost order), a defined level after an UNDEF one, or
                       prices not strictly worse with depth (bids falling, asks rising).
 ``off_tick``          a defined price is not a multiple of the instrument's tick (only when
                       the tick is given; otherwise the tick is inferred from the prices).
@@ -48,12 +49,15 @@ def _malformed_side(px: np.ndarray, size: np.ndarray, worse: int) -> np.ndarray:
     # px, size: [n, 10]; worse = -1 for bids (prices fall with depth), +1 for asks.
     undef = px == UNDEF_PRICE
     ghost_size = (undef & (size > 0)).any(axis=1)
+    empty_level = (~undef & (size == 0)).any(axis=1)
     # A defined level after an UNDEF one: undef must be monotone non-decreasing with depth.
     gap = (undef[:, :-1] & ~undef[:, 1:]).any(axis=1)
     both = ~undef[:, :-1] & ~undef[:, 1:]
-    step = np.diff(px, axis=1) * worse
-    not_monotone = (both & (step <= 0)).any(axis=1)
-    return ghost_size | gap | not_monotone
+    # Compared, not subtracted: a difference of two extreme int64 prices would overflow.
+    deeper, upper = px[:, 1:], px[:, :-1]
+    strictly_worse = deeper < upper if worse < 0 else deeper > upper
+    not_monotone = (both & ~strictly_worse).any(axis=1)
+    return ghost_size | empty_level | gap | not_monotone
 
 
 def validate_chunk(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from lobsurf.data.readers.mbo_book import F_TOB, MboBookBuilder
+from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK, F_TOB, MboBookBuilder
 from lobsurf.data.readers.mbo_reference import ReferenceMboBuilder
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT, LEVELS, MBO_DTYPE, UNDEF_PRICE, SnapshotChunk
 
@@ -183,9 +183,10 @@ def random_records(seed: int, n: int) -> np.ndarray:
         price = 100 + (-1 if side == "B" else 1) * 0.25 * int(rng.integers(0, 16))
         oid = int(rng.choice(live)) if (kind in "CM" and live and rng.random() < 0.9) \
             else int(rng.integers(1, 10**6))
-        size = int(rng.integers(1, 20))
+        size = int(rng.integers(0, 20))  # 0 now and then: modify-to-zero, zero-size add
         flags = F_LAST if rng.random() < 0.5 else 0
         flags |= F_SNAPSHOT if i < n // 10 else 0
+        flags |= F_MAYBE_BAD_BOOK if rng.random() < 0.02 else 0
         rows.append(rec(kind, side, oid, price, size, flags=flags, ts=1_000 + i,
                         instrument=int(rng.integers(1, 3))))
         if kind == "A":
@@ -200,12 +201,15 @@ def test_fast_equals_reference_on_random_streams_in_chunks(seed):
     want, want_rows = reference.feed_indexed(recs)
     builder = MboBookBuilder()
     bounds = [0, 1, 7, 500, 1_499, 3_000]  # odd chunk edges split packets
-    parts = [builder.feed_indexed(recs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-    got = SnapshotChunk.concat([c for c, _ in parts])
-    got_rows = np.concatenate([rows + a for (_, rows), a in zip(parts, bounds[:-1])])
+    fed = [builder.feed_detailed(recs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    got = SnapshotChunk.concat([f.chunk for f in fed])
+    got_rows = np.concatenate([f.source + a for f, a in zip(fed, bounds[:-1])])
     assert_chunks_equal(got, want)
     assert np.array_equal(got_rows, want_rows)
     assert builder.stats == reference.stats
+    want_breaks = ReferenceMboBuilder().feed_detailed(recs).breaks
+    assert np.array_equal(np.concatenate([f.breaks for f in fed]), want_breaks)
+    assert want_breaks.any() and builder.stats.modify_to_zero > 0 and builder.stats.add_zero_size > 0
     assert builder.stats.cancel_unknown > 0 and builder.stats.clears > 0
     assert builder.stats.modify_unknown > 0 and builder.stats.cancel_oversize > 0
     assert (got.bid_ct[:, LEVELS - 1] > 0).any(), "stream never filled ten levels"

@@ -158,13 +158,14 @@ class DbnReader:
             if not data:
                 return
             whole, rest = divmod(len(data), size)
+            # The whole records first: a wrong record length shows there, before the tail.
+            records = np.frombuffer(data, dtype=self.header.record_dtype, count=whole)
+            self._check_records(records)
             if rest:
                 raise UserError(
                     f"{self.path}: truncated file: record {self.records_read + whole} has "
                     f"{rest} of {size} bytes"
                 )
-            records = np.frombuffer(data, dtype=self.header.record_dtype)
-            self._check_records(records)
             self.records_read += whole
             yield records
 
@@ -177,5 +178,6 @@ class DbnReader:
             raise UserError(
                 f"{self.path}: record {self.records_read + i}: rtype 0x{records['rtype'][i]:02x} "
                 f"length {int(records['length'][i]) * 4} B does not belong in a {self.header.schema} file "
-                "(corrupt file or mixed schemas)"
+                f"(expected {expected_words * 4} B{' with ts_out' if self.header.ts_out else ''}: "
+                "corrupt file, mixed schemas, or a ts_out header flag the records do not follow)"
             )

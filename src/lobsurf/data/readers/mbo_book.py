@@ -15,11 +15,20 @@ https://databento.com/docs/schemas/mbo and /docs/examples/order-book/):
 * ``M`` modify: the order's new price and/or size. A price change or a size increase loses
   queue priority; a 10-level snapshot carries no queue positions, so only the level
   aggregates change. A modify of an unknown order is treated as an add, as in Databento's
-  example (counted: ``modify_unknown``).
+  example (counted: ``modify_unknown``). Databento defines M only as "change an order's
+  price and/or size" (order-tracking example); a modify to size 0 leaves nothing resting,
+  so it removes the order like a full cancel (counted: ``modify_to_zero``; of an unknown
+  order it changes nothing). Without this a level of size 0 and count 1 would be emitted.
+* An add of size 0 would rest an order with nothing to trade: skipped (``add_zero_size``).
 * ``R`` clear: remove every resting order of that instrument's book.
 * ``T`` trade, ``F`` fill, ``N`` none: no book change (fills come with their own cancels).
 * Cancels of unknown orders are skipped and counted (``cancel_unknown``); an add that
   reuses a live order id replaces the old order (counted: ``add_duplicate``).
+
+``F_MAYBE_BAD_BOOK`` (Databento sets it after an unrecoverable gap in the channel): the
+book may no longer match the venue's, so it is not one series with the book before. Such
+records are counted (``maybe_bad_book``) and the next snapshot of that book is marked as a
+segment break (``MboFeed.breaks``); the ingest starts a new store segment there.
 
 When snapshots are emitted: after every record that ends an event packet (``F_LAST`` set)
 and is *not* flagged ``F_SNAPSHOT``. Records flagged ``F_SNAPSHOT`` are the initial book
@@ -32,7 +41,8 @@ the ingest validator counts and skips them.
 Not handled: top-of-book feeds (``F_TOB`` adds that replace a whole side, e.g. IEX); such
 records are applied as plain orders and counted (``top_of_book_records``) so the caller can
 refuse the file. Records from several publishers for one instrument build separate books
-whose snapshots share the instrument id.
+whose snapshots share the instrument id (``MboFeed.publisher`` tells them apart; the ingest
+keeps one publisher per file).
 
 Data structures (why it is fast in plain Python): per side a dict key -> [size, count] and
 a sorted list of keys maintained with ``bisect``. Keys are ``-price`` for bids and ``price``
@@ -55,6 +65,8 @@ NO_BOOK_CHANGE_ACTIONS = frozenset(ord(c) for c in "TFN")
 SIDE_BID, SIDE_ASK = ord("B"), ord("A")
 #: DBN flag: top-of-book record (whole-side replacement); see module docstring.
 F_TOB = 1 << 6
+#: DBN flag: an unrecoverable gap was detected in the channel; the book may be wrong.
+F_MAYBE_BAD_BOOK = 1 << 2
 
 _EMPTY_PX = [UNDEF_PRICE] * LEVELS
 _ZEROS = [0] * LEVELS
@@ -71,10 +83,13 @@ class MboStats:
     cancel_unknown: int = 0  # cancel of an order id not in the book: skipped
     cancel_oversize: int = 0  # cancel larger than the order: order removed
     modify_unknown: int = 0  # modify of an unknown order id: applied as an add
+    modify_to_zero: int = 0  # modify to size 0: the order removed
+    add_zero_size: int = 0  # add of size 0: skipped
     add_duplicate: int = 0  # add of a live order id: old order replaced
     bad_side: int = 0  # add/cancel/modify with side not B/A: skipped
     unknown_action: int = 0  # action outside A C M R T F N: skipped
     top_of_book_records: int = 0  # F_TOB records (unsupported feed type)
+    maybe_bad_book: int = 0  # F_MAYBE_BAD_BOOK records: the next snapshot starts a segment
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -150,17 +165,29 @@ class _Side:
 class _Book:
     """Resting orders and both sides of one (publisher, instrument) book."""
 
-    __slots__ = ("orders", "bids", "asks")
+    __slots__ = ("orders", "bids", "asks", "gap")
 
     def __init__(self) -> None:
         self.orders: dict[int, tuple[_Side, int, int]] = {}  # order_id -> (side, price, size)
         self.bids = _Side(-1)
         self.asks = _Side(1)
+        self.gap = False  # an F_MAYBE_BAD_BOOK record since this book's last snapshot
 
     def clear(self) -> None:
         self.orders.clear()
         self.bids.clear()
         self.asks.clear()
+
+
+@dataclass
+class MboFeed:
+    """What one ``feed_detailed`` call emitted: M snapshots and, per snapshot, where it came
+    from and whether it starts a new series."""
+
+    chunk: SnapshotChunk
+    source: np.ndarray  # [M] int64 positions in the records of the emitting records
+    publisher: np.ndarray  # [M] int64 publisher id of each snapshot's book
+    breaks: np.ndarray  # [M] bool: an F_MAYBE_BAD_BOOK record of its book came before it
 
 
 class MboBookBuilder:
@@ -194,11 +221,19 @@ class MboBookBuilder:
 
     def feed_indexed(self, records: np.ndarray) -> tuple[SnapshotChunk, np.ndarray]:
         """Like ``feed``, plus [M] int64 positions in ``records`` of the emitting records."""
-        if records.dtype != MBO_DTYPE:
+        fed = self.feed_detailed(records)
+        return fed.chunk, fed.source
+
+    def feed_detailed(self, records: np.ndarray) -> MboFeed:
+        """Like ``feed``, plus each snapshot's source record, publisher and segment break."""
+        if not _has_mbo_fields(records.dtype):
             raise ValueError(f"expected records of MBO_DTYPE, got {records.dtype}")
         out = _Rows()
         self._replay(records, out)
-        return out.to_chunk(records), np.asarray(out.source, np.int64)
+        source = np.asarray(out.source, np.int64)
+        return MboFeed(out.to_chunk(records), source,
+                       records["publisher_id"][source].astype(np.int64),
+                       np.asarray(out.breaks, bool))
 
     def _book(self, book_id: int) -> _Book:
         book = self._books.get(book_id)
@@ -237,14 +272,26 @@ class MboBookBuilder:
                 stats.unknown_action += 1
             if flag & F_TOB:
                 stats.top_of_book_records += 1
+            if flag & F_MAYBE_BAD_BOOK:
+                stats.maybe_bad_book += 1
+                book.gap = True
             if flag & F_SNAPSHOT:
                 stats.snapshot_records += 1
             elif flag & F_LAST:
                 out.source.append(i)
+                out.breaks.append(book.gap)
+                book.gap = False
                 out.bid_ids.append(book.bids.row_id_in(out))
                 out.ask_ids.append(book.asks.row_id_in(out))
         stats.records += len(records)
         stats.snapshots += len(out.source)
+
+
+def _has_mbo_fields(dtype: np.dtype) -> bool:
+    # MBO_DTYPE itself, or it plus trailing fields (live files append ``ts_out``).
+    fields = dtype.fields or {}
+    return all(name in fields and fields[name] == MBO_DTYPE.fields[name]
+               for name in MBO_DTYPE.names)
 
 
 def _apply_order(book: _Book, stats: MboStats, action: int, side: _Side,
@@ -263,6 +310,17 @@ def _apply_order(book: _Book, stats: MboStats, action: int, side: _Side,
         else:
             old_side.change_size(old_price, -size)
             orders[order_id] = (old_side, old_price, old_size - size)
+        return
+    if size == 0:
+        # Nothing would rest: a modify to 0 removes the order, an add of 0 is skipped.
+        if action == ACTION_ADD:
+            stats.add_zero_size += 1
+            return
+        stats.modify_to_zero += 1
+        if old is not None:
+            old_side, old_price, old_size = old
+            old_side.remove_order(old_price, old_size)
+            del orders[order_id]
         return
     if old is None:
         stats.modify_unknown += action == ACTION_MODIFY
@@ -286,6 +344,7 @@ class _Rows:
 
     def __init__(self) -> None:
         self.source: list[int] = []
+        self.breaks: list[bool] = []
         self.bid_ids: list[int] = []
         self.ask_ids: list[int] = []
         self.unique: list[list[int]] = []

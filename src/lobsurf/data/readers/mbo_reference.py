@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from lobsurf.data.readers.mbo_book import F_TOB, MboStats
+from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK, F_TOB, MboFeed, MboStats
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT, LEVELS, UNDEF_PRICE, SnapshotChunk
 
 
@@ -39,6 +39,7 @@ class ReferenceMboBuilder:
     def __init__(self) -> None:
         self.orders: dict[tuple[int, int], dict[int, tuple[str, int, int]]] = defaultdict(dict)
         self.stats = MboStats()
+        self.gap: set[tuple[int, int]] = set()  # books with an F_MAYBE_BAD_BOOK since emitting
 
     def apply(self, record: np.void) -> None:
         """Apply one record to the resting orders."""
@@ -70,6 +71,13 @@ class ReferenceMboBuilder:
             else:
                 orders[oid] = (old_side, old_price, old_size - size)
             return
+        if size == 0 and action == "A":
+            self.stats.add_zero_size += 1
+            return
+        if size == 0:
+            self.stats.modify_to_zero += 1
+            orders.pop(oid, None)
+            return
         if action == "M" and oid not in orders:
             self.stats.modify_unknown += 1
         if action == "A" and oid in orders:
@@ -78,6 +86,11 @@ class ReferenceMboBuilder:
 
     def feed_indexed(self, records: np.ndarray,
                      emit_at: np.ndarray | None = None) -> tuple[SnapshotChunk, np.ndarray]:
+        """``feed_detailed`` without the publishers and breaks."""
+        fed = self.feed_detailed(records, emit_at)
+        return fed.chunk, fed.source
+
+    def feed_detailed(self, records: np.ndarray, emit_at: np.ndarray | None = None) -> MboFeed:
         """Apply ``records``; emit where ``MboBookBuilder`` does.
 
         Args:
@@ -86,19 +99,25 @@ class ReferenceMboBuilder:
                 at all): lets tests sample a long file at bounded cost.
 
         Returns:
-            (snapshots, [M] positions in ``records`` of the emitting records).
+            MboFeed: snapshots, their source positions, publishers and segment breaks.
         """
         wanted = None if emit_at is None else set(np.asarray(emit_at).tolist())
         source: list[int] = []
+        breaks: list[bool] = []
         rows: dict[str, list[list[int]]] = defaultdict(list)
         for i, record in enumerate(records):
             self.apply(record)
             flags = int(record["flags"])
+            key = (int(record["publisher_id"]), int(record["instrument_id"]))
+            if flags & F_MAYBE_BAD_BOOK:
+                self.gap.add(key)
             if flags & F_SNAPSHOT or not flags & F_LAST:
                 continue
+            starts_segment = key in self.gap  # every emission ends the gap, sampled or not
+            self.gap.discard(key)
             if wanted is not None and i not in wanted:
                 continue
-            key = (int(record["publisher_id"]), int(record["instrument_id"]))
+            breaks.append(starts_segment)
             for name, values in book_rows(self.orders[key]).items():
                 rows[name].append(values)
             source.append(i)
@@ -106,6 +125,7 @@ class ReferenceMboBuilder:
         self.stats.snapshot_records += int(np.count_nonzero(records["flags"] & F_SNAPSHOT))
         self.stats.snapshots += len(source)
         self.stats.top_of_book_records += int(np.count_nonzero(records["flags"] & F_TOB))
+        self.stats.maybe_bad_book += int(np.count_nonzero(records["flags"] & F_MAYBE_BAD_BOOK))
         idx = np.asarray(source, np.int64)
         emitted = records[idx]
         empty_book = np.zeros((0, LEVELS), np.int64)
@@ -117,4 +137,5 @@ class ReferenceMboBuilder:
             instrument_id=emitted["instrument_id"].astype(np.int64),
             **books,
         )
-        return chunk, idx
+        return MboFeed(chunk, idx, emitted["publisher_id"].astype(np.int64),
+                       np.asarray(breaks, bool))
