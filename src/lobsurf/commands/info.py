@@ -7,7 +7,7 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store", help="store folder")
+    p.add_argument("store", help="store folder (made by lobsurf ingest or synth)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -15,8 +15,9 @@ def print_summary(s: dict) -> None:
     print(f"snapshots    {s['snapshots']:,}")
     print(f"segments     {s['segments']}")
     for i in s["instruments"]:
+        given = "" if i.get("multiplier_known", True) else " (not given)"
         print(f"instrument   {i['symbol']} (id {i['instrument_id']}), tick {i['tick_size']:g} "
-              f"{i['currency']}, multiplier {i['multiplier']:g}")
+              f"{i['currency']}, multiplier {i['multiplier']:g}{given}")
     print(f"time range   {s['start']} .. {s['end']}")
     print(f"price range  {s['price_min']} .. {s['price_max']}")
     skipped = ", ".join(f"{k} {v:,}" for k, v in s["skipped"].items() if v) or "none"

@@ -19,10 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {cfg.gap_threshold_s:g})")
     p.add_argument("--tick-size", type=float, default=None,
                    help="instrument tick in currency units (default: inferred from the prices)")
-    p.add_argument("--multiplier", type=float, default=cfg.multiplier,
-                   help=f"contract multiplier, currency per price unit per lot "
-                        f"(default {cfg.multiplier:g})")
-    p.add_argument("--currency", default=cfg.currency, help=f"price currency (default {cfg.currency})")
+    p.add_argument("--multiplier", type=float, default=None,
+                   help="contract multiplier, currency per price unit per lot, e.g. 50 for ES "
+                        "(default: from --definitions, else 1 marked unknown, with a warning)")
+    p.add_argument("--currency", default=None,
+                   help="price currency (default: from --definitions, else unknown)")
+    p.add_argument("--definitions", default=None, metavar="FILE",
+                   help="Databento instrument-definition DBN file: multiplier, currency, tick")
     p.add_argument("--instrument-id", type=int, default=None,
                    help="keep only this instrument id (default: the first seen in each file)")
     p.add_argument("--chunk-records", type=int, default=cfg.chunk_records,
@@ -33,19 +36,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
     import time
 
-    from lobsurf.data.store.ingest import IngestConfig, ingest, summarize
+    from lobsurf.data.store.ingest import IngestConfig, ingest, money_warnings, summarize
     from lobsurf.commands.info import print_summary
     from lobsurf.progress import byte_progress
 
     cfg = IngestConfig(chunk_records=args.chunk_records, gap_threshold_s=args.gap_seconds,
                        tick_size=args.tick_size, multiplier=args.multiplier,
-                       currency=args.currency, instrument_id=args.instrument_id)
+                       currency=args.currency, definitions=args.definitions,
+                       instrument_id=args.instrument_id)
     began = time.perf_counter()
     with byte_progress(not args.no_progress) as update:
         manifest = ingest(args.paths, args.out, cfg, fmt=args.format, overwrite=args.overwrite,
                           progress=update)
+    for line in money_warnings(manifest):
+        print(f"lobsurf ingest: warning: {line}", file=sys.stderr)
     summary = summarize(manifest)
     if args.json:
         print(json.dumps(summary))

@@ -13,8 +13,21 @@ keep it under ~100 MB (``benchmarks/bench_ingest.py`` measures it).
 MBO anomalies the book builder met (cancels of unknown orders and the like) are counted in
 the manifest's ``skipped`` as ``mbo_<kind>``.
 
-One instrument per file: the first instrument id seen (or ``instrument_id`` if given); rows
-of other instruments are counted as ``other_instrument`` and skipped.
+One book per file: the first instrument id seen (or ``instrument_id`` if given) and, for
+DBN, the first publisher seen with it; rows of other instruments are counted as
+``other_instrument``, rows of the same instrument from another publisher (another venue's
+book: interleaving both would make one series jump between two books) as
+``other_publisher``, and skipped.
+
+Segment breaks beyond time gaps and file starts: a DBN record flagged ``F_MAYBE_BAD_BOOK``
+(an unrecoverable gap at Databento) starts a new segment at the snapshot it carries (MBP-10)
+or the next snapshot of its book (MBO); flagged records are counted as
+``maybe_bad_book``.
+
+Money: DBN and LOBSTER files carry no contract multiplier and no currency. They come from
+``multiplier`` / ``currency``, or from a Databento instrument-definition file
+(``definitions``); otherwise the multiplier is 1 and marked unknown (``lobsurf ingest``
+warns, ``lobsurf info`` says so) and the currency is ``"unknown"``.
 """
 
 from __future__ import annotations
@@ -30,8 +43,11 @@ from typing import Literal
 import numpy as np
 
 from lobsurf.data.readers.dbn_read import DBN_MAGIC, ZSTD_MAGIC, DbnReader
+from lobsurf.data.readers.definitions import Definition, read_definitions
+from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Manifest, StoreWriter
+from lobsurf.data.store.store import UNKNOWN_CURRENCY
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
 
@@ -48,10 +64,14 @@ class IngestConfig:
     """a capture-time gap longer than this (seconds) starts a new segment"""
     tick_size: float | None = None
     """the instrument's tick in currency units; None infers it (gcd of all prices)"""
-    multiplier: float = 1.0
-    """contract multiplier: currency per price unit per lot"""
-    currency: str = "USD"
-    """currency of prices"""
+    multiplier: float | None = None
+    """contract multiplier: currency per price unit per lot; None: from ``definitions``, else
+    1 marked unknown"""
+    currency: str | None = None
+    """currency of prices; None: from ``definitions``, else ``"unknown"``"""
+    definitions: str | os.PathLike | None = None
+    """a Databento instrument-definition DBN file: multiplier, currency and tick per
+    instrument id (given values win)"""
     instrument_id: int | None = None
     """keep only this instrument id (default: the first one seen in each file)"""
 
@@ -64,7 +84,7 @@ class IngestConfig:
                             f"{self.gap_threshold_s}")
         if self.tick_size is not None and not (0 < self.tick_size < math.inf):
             raise UserError(f"tick size must be finite and > 0, got {self.tick_size}")
-        if not (0 < self.multiplier < math.inf):
+        if self.multiplier is not None and not (0 < self.multiplier < math.inf):
             raise UserError(f"multiplier must be finite and > 0, got {self.multiplier}")
 
     @property
@@ -126,14 +146,30 @@ def detect_format(path: Path) -> Literal["dbn", "lobster"]:
 
 
 @dataclass
+class SourceChunk:
+    """Snapshots from one source chunk, with what the store needs beyond the columns."""
+
+    chunk: SnapshotChunk
+    #: [N] publisher id of each row's book (DBN); None where the format has none
+    publisher: np.ndarray | None = None
+    #: [N] bool: the row starts a new segment (after an F_MAYBE_BAD_BOOK); None: no breaks
+    breaks: np.ndarray | None = None
+
+
+@dataclass
 class _Source:
-    chunks: Iterator[SnapshotChunk]
+    chunks: Iterator[SourceChunk]
     symbol: str
     position: Callable[[], int]
     size: int
     default_tick_fixed: int | None = None
+    #: multiplier and currency the format itself implies (LOBSTER: Nasdaq shares in USD)
+    default_multiplier: float | None = None
+    default_currency: str | None = None
     #: counts of records the source itself skipped or repaired, read after the last chunk
     source_counts: Callable[[], dict[str, int]] = dict
+    #: why the source produced no snapshot at all (read only when it produced none)
+    why_empty: Callable[[], str] = lambda: "no records"
 
 
 def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
@@ -143,31 +179,53 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
     symbol = reader.header.symbols[0] if len(reader.header.symbols) == 1 else ""
     builder = MboBookBuilder()
 
-    def chunks() -> Iterator[SnapshotChunk]:
+    mbp10_bad_book = {"records": 0}
+
+    def chunks() -> Iterator[SourceChunk]:
         with reader:
             for records in reader.chunks(cfg.chunk_records):
                 if reader.header.schema == "mbp-10":
-                    yield SnapshotChunk.from_mbp10(records)
+                    # Each snapshot carries its own book: a flagged one starts the new series.
+                    breaks = (records["flags"] & F_MAYBE_BAD_BOOK) != 0
+                    mbp10_bad_book["records"] += int(breaks.sum())
+                    yield SourceChunk(SnapshotChunk.from_mbp10(records),
+                                      records["publisher_id"], breaks)
                     continue
                 first = reader.records_read - len(records)
-                chunk = builder.feed(records)
+                fed = builder.feed_detailed(records)
                 if builder.stats.top_of_book_records:
                     raise UserError(
                         f"{path}: record {first}: top-of-book (F_TOB) MBO feeds are not supported; "
                         "use an MBP-10 file for this venue"
                     )
-                yield chunk
+                yield SourceChunk(fed.chunk, fed.publisher, fed.breaks)
 
-    def mbo_counts() -> dict[str, int]:
+    def counts() -> dict[str, int]:
         if reader.header.schema != "mbo":
-            return {}
-        anomalies = ("cancel_unknown", "cancel_oversize", "modify_unknown", "add_duplicate",
-                     "bad_side", "unknown_action")
+            return {"maybe_bad_book": mbp10_bad_book["records"]}
         stats = builder.stats.as_dict()
-        return {f"mbo_{name}": stats[name] for name in anomalies}
+        return {"maybe_bad_book": stats["maybe_bad_book"],
+                **{f"mbo_{name}": stats[name] for name in MBO_ANOMALIES}}
+
+    def why_empty() -> str:
+        stats = builder.stats
+        if reader.records_read == 0:
+            return "no records after the DBN header"
+        if reader.header.schema == "mbo" and stats.snapshot_records == stats.records:
+            return (f"all {stats.records:,} records are the initial book replay (F_SNAPSHOT), "
+                    "which builds the book but emits no snapshot; the file has no live records")
+        if reader.header.schema == "mbo":
+            return (f"none of its {stats.records:,} records ends an event packet (F_LAST) "
+                    "outside the initial replay, so no snapshot was emitted")
+        return f"{reader.records_read:,} records, no snapshot"
 
     return _Source(chunks(), symbol, lambda: reader.compressed_bytes_read, reader.file_size,
-                   source_counts=mbo_counts)
+                   source_counts=counts, why_empty=why_empty)
+
+
+#: MboStats counters that go into the manifest's skipped counts as ``mbo_<name>``
+MBO_ANOMALIES = ("cancel_unknown", "cancel_oversize", "modify_unknown", "modify_to_zero",
+                 "add_zero_size", "add_duplicate", "bad_side", "unknown_action")
 
 
 def _lobster_source(path: Path, cfg: IngestConfig) -> _Source:
@@ -177,13 +235,14 @@ def _lobster_source(path: Path, cfg: IngestConfig) -> _Source:
     handle = {"rows": 0}
     total_rows = max(1, sum(1 for _ in open(path, "rb")))
 
-    def chunks() -> Iterator[SnapshotChunk]:
+    def chunks() -> Iterator[SourceChunk]:
         for chunk in iter_lobster(path, chunk_rows=cfg.chunk_records):
             handle["rows"] += len(chunk)
-            yield chunk
+            yield SourceChunk(chunk)
 
     return _Source(chunks(), info.symbol, lambda: handle["rows"], total_rows,
-                   default_tick_fixed=info.tick_size_fixed)
+                   default_tick_fixed=info.tick_size_fixed,
+                   default_multiplier=info.multiplier, default_currency=info.currency)
 
 
 def ingest(
@@ -196,52 +255,144 @@ def ingest(
 ) -> Manifest:
     """Build a store at ``out`` from ``paths`` (in the order given; sort them by time)."""
     sources = input_files(paths)
+    definitions = read_definitions(cfg.definitions) if cfg.definitions is not None else {}
     gap_ns = int(cfg.gap_threshold_s * 1e9)
     with StoreWriter(out, gap_threshold_ns=gap_ns, overwrite=overwrite) as writer:
+        empty = []
         for path in sources:
             kind = detect_format(path) if fmt == "auto" else fmt
             source = _dbn_source(path, cfg) if kind == "dbn" else _lobster_source(path, cfg)
-            _ingest_source(path, source, cfg, writer, progress)
+            why = _ingest_source(path, source, cfg, definitions, writer, progress)
+            if why:
+                empty.append(f"{path}: {why}")
         if writer.rows_written == 0:
-            raise UserError(
-                "no valid snapshots in the input; skipped: "
-                + ", ".join(f"{k}={v}" for k, v in sorted(writer.skipped.items()) if v)
-            )
+            raise UserError("no valid snapshots in the input: " + "; ".join(empty))
         return writer.close()
 
 
-def _ingest_source(path: Path, source: _Source, cfg: IngestConfig, writer: StoreWriter,
-                   progress: Progress | None) -> None:
+def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
+                   definitions: dict[int, Definition], writer: StoreWriter,
+                   progress: Progress | None) -> str:
+    """Append one file's valid snapshots; return why it gave none ("" if it gave some)."""
     writer.begin_source(path.name)
     state = ValidationState()
     given_tick = cfg.tick_size_fixed
     tick = 0
     chosen = cfg.instrument_id
-    for chunk in source.chunks:
+    publisher = None
+    produced, written = 0, 0
+    skipped: dict[str, int] = {}
+    pending_break = False
+    for part in source.chunks:
+        chunk = part.chunk
+        produced += len(chunk)
         if len(chunk) and chosen is None:
             chosen = int(chunk.instrument_id[0])
-        other = chunk.instrument_id != chosen
-        writer.count_skipped({"other_instrument": int(other.sum())})
-        chunk = chunk.take(~other) if other.any() else chunk
-        keep, counts = validate_chunk(chunk, state, given_tick)
-        writer.count_skipped(counts)
-        valid = chunk if keep.all() else chunk.take(keep)
+        if given_tick is None and chosen in definitions:
+            given_tick = definitions[chosen].tick_size_fixed  # the venue's tick: exact
+        ours, counts, publisher = _select_book(part, chosen, publisher)
+        mine = chunk if ours.all() else chunk.take(ours)
+        keep, reasons = validate_chunk(mine, state, given_tick)
+        counts.update(reasons)
+        kept = np.flatnonzero(ours)[keep]
+        valid = mine if keep.all() else mine.take(keep)
+        starts = None
+        if part.breaks is not None:
+            starts, pending_break = carry_breaks(part.breaks, kept, pending_break)
         if given_tick is None:
             tick = infer_tick_fixed(valid, tick)
-        writer.append(valid)
+        writer.count_skipped(counts)
+        for reason, n in counts.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+        writer.append(valid, starts)
+        written += len(valid)
         if progress:
             progress(path.name, source.position(), source.size)
     writer.count_skipped(source.source_counts())
-    if chosen is None:
-        return
-    tick = given_tick or source.default_tick_fixed or tick
-    if tick <= 0:
-        # No valid row to infer from; the instrument has no rows, so no segment uses it.
-        tick = 1
-    writer.add_instrument(Instrument(
-        instrument_id=chosen, symbol=source.symbol or str(chosen), tick_size_fixed=int(tick),
-        multiplier=cfg.multiplier, currency=cfg.currency,
-    ))
+    if chosen is not None:
+        definition = definitions.get(chosen)
+        tick = given_tick or source.default_tick_fixed or tick
+        if tick <= 0:
+            # No valid row to infer from; the instrument has no rows, so no segment uses it.
+            tick = 1
+        writer.add_instrument(_instrument(chosen, source, int(tick), cfg, definition))
+    if written:
+        return ""
+    if produced == 0:
+        return source.why_empty()
+    reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items()) if v)
+    return f"all {produced:,} snapshots skipped ({reasons})"
+
+
+def _select_book(part: SourceChunk, instrument: int, publisher: int | None
+                 ) -> tuple[np.ndarray, dict[str, int], int | None]:
+    """Rows of the file's one book: its instrument and (DBN) its first publisher seen.
+
+    Returns the [N] keep mask, the skip counts and the publisher (chosen on first sight).
+    """
+    ours = part.chunk.instrument_id == instrument
+    counts = {"other_instrument": int((~ours).sum())}
+    if part.publisher is not None and ours.any():
+        if publisher is None:
+            publisher = int(part.publisher[np.argmax(ours)])
+        other = ours & (part.publisher != publisher)
+        counts["other_publisher"] = int(other.sum())
+        ours &= ~other
+    return ours, counts, publisher
+
+
+def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: IngestConfig,
+                definition: Definition | None) -> Instrument:
+    # Given values win over the definition file, which wins over what the format implies;
+    # without any of them nothing is claimed.
+    multiplier = (cfg.multiplier or (definition.multiplier if definition else None)
+                  or source.default_multiplier)
+    currency = (cfg.currency or (definition.currency if definition else None)
+                or source.default_currency)
+    return Instrument(
+        instrument_id=instrument_id,
+        symbol=source.symbol or (definition.symbol if definition else "") or str(instrument_id),
+        tick_size_fixed=tick_fixed,
+        multiplier=multiplier or 1.0,
+        currency=currency or UNKNOWN_CURRENCY,
+        multiplier_known=multiplier is not None,
+    )
+
+
+def carry_breaks(breaks: np.ndarray, kept: np.ndarray, pending: bool) -> tuple[np.ndarray, bool]:
+    """Move segment breaks onto the rows that survive filtering.
+
+    A break on a skipped row must not be lost: it moves to the next kept row, across chunks.
+
+    Args:
+        breaks: [N] bool, rows of the chunk that start a new segment.
+        kept: [M] int64 increasing positions of the rows that are written.
+        pending: a break from earlier chunks not yet placed on a written row.
+
+    Returns:
+        ([M] bool breaks of the written rows, the break still pending after this chunk).
+    """
+    # Rows share a "series number" until the next break; a kept row starts a segment when
+    # its number differs from the previous kept row's (or from the pending carry-in).
+    series = np.cumsum(breaks) + int(pending)
+    ours = series[kept]
+    previous = np.concatenate([[0], ours[:-1]])
+    starts = ours != previous
+    last_placed = int(ours[-1]) if len(ours) else 0
+    still_pending = int(series[-1]) != last_placed if len(series) else pending
+    return starts, still_pending
+
+
+def money_warnings(manifest: Manifest) -> list[str]:
+    """One line per instrument whose money figures would be wrong without being told so."""
+    lines = []
+    for i in manifest.instruments:
+        if not i.multiplier_known:
+            lines.append(
+                f"{i.symbol} (id {i.instrument_id}): no --multiplier and no --definitions: "
+                "multiplier 1 assumed, so PnL and fees are in price units x lots, not currency "
+                "(E-mini S&P 500 is 50); re-ingest with --multiplier or --definitions")
+    return lines
 
 
 def summarize(manifest: Manifest) -> dict:
@@ -254,7 +405,8 @@ def summarize(manifest: Manifest) -> dict:
     segs = manifest.segments
     instruments = [
         {"instrument_id": i.instrument_id, "symbol": i.symbol, "tick_size": i.tick_size,
-         "multiplier": i.multiplier, "currency": i.currency}
+         "multiplier": i.multiplier, "multiplier_known": i.multiplier_known,
+         "currency": i.currency}
         for i in manifest.instruments
     ]
     ticks = sorted({i.tick_size for i in manifest.instruments})

@@ -31,6 +31,10 @@ from lobsurf.data.schema import FIXED_PRICE_SCALE, STORE_COLUMNS, SnapshotChunk
 STORE_FORMAT = "lobsurf-store"
 STORE_VERSION = 1
 MANIFEST = "manifest.json"
+#: currency of an instrument whose currency nobody stated (DBN files carry none)
+UNKNOWN_CURRENCY = "unknown"
+#: manifest keys without a default: a manifest lacking one is refused, naming it
+REQUIRED_KEYS = ("format", "version", "snapshots", "instruments", "segments")
 
 
 class StoreError(Exception):
@@ -46,14 +50,17 @@ class Instrument:
         symbol: human-readable symbol ("" if unknown).
         tick_size_fixed: minimum price increment, fixed point (1e-9 units).
         multiplier: currency per price unit per lot (contract multiplier; 1 for shares).
-        currency: ISO code of the price currency, if known.
+        currency: ISO code of the price currency, or ``UNKNOWN_CURRENCY``.
+        multiplier_known: False when nobody gave the multiplier and 1 was assumed: money
+            figures are then in price units x lots, not currency.
     """
 
     instrument_id: int
     symbol: str
     tick_size_fixed: int
     multiplier: float = 1.0
-    currency: str = "USD"
+    currency: str = UNKNOWN_CURRENCY
+    multiplier_known: bool = True
 
     @property
     def tick_size(self) -> float:
@@ -94,20 +101,36 @@ class Manifest:
 
     @staticmethod
     def from_json(text: str) -> Manifest:
-        raw = json.loads(text)
-        if raw.get("format") != STORE_FORMAT:
-            raise StoreError(f"not a lobsurf store manifest (format={raw.get('format')!r})")
-        if raw.get("version") != STORE_VERSION:
+        """Parse a manifest; every defect is a one-line StoreError naming what is wrong."""
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise StoreError(f"not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise StoreError(f"not a lobsurf store manifest (a JSON {type(raw).__name__}, "
+                             "not an object)")
+        missing = [key for key in REQUIRED_KEYS if key not in raw]
+        if missing:
+            raise StoreError(f"not a lobsurf store manifest: no key {', '.join(missing)}")
+        if raw["format"] != STORE_FORMAT:
+            raise StoreError(f"not a lobsurf store manifest (format={raw['format']!r})")
+        if raw["version"] != STORE_VERSION:
             raise StoreError(
-                f"store version {raw.get('version')} is not supported (want {STORE_VERSION})")
-        return Manifest(
-            snapshots=raw["snapshots"],
-            instruments=[Instrument(**i) for i in raw["instruments"]],
-            segments=[Segment(**s) for s in raw["segments"]],
-            skipped=raw.get("skipped", {}),
-            sources=raw.get("sources", []),
-            gap_threshold_ns=raw.get("gap_threshold_ns", 0),
-        )
+                f"store version {raw['version']} is not supported (want {STORE_VERSION})")
+        try:
+            manifest = Manifest(
+                snapshots=int(raw["snapshots"]),
+                instruments=[Instrument(**i) for i in raw["instruments"]],
+                segments=[Segment(**s) for s in raw["segments"]],
+                skipped=dict(raw.get("skipped", {})),
+                sources=list(raw.get("sources", [])),
+                gap_threshold_ns=int(raw.get("gap_threshold_ns", 0)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"malformed manifest entry: {exc}") from None
+        if manifest.snapshots < 0:
+            raise StoreError(f"malformed manifest entry: snapshots {manifest.snapshots} < 0")
+        return manifest
 
     def instrument(self, instrument_id: int) -> Instrument:
         for inst in self.instruments:
@@ -127,12 +150,17 @@ class Store:
     @staticmethod
     def open(path: str | os.PathLike) -> Store:
         path = Path(path)
+        if path.is_file():
+            raise StoreError(_file_not_store(path))
         if not path.is_dir():
             raise StoreError(f"{path}: no such store folder")
         manifest_path = path / MANIFEST
         if not manifest_path.is_file():
             raise StoreError(f"{path}: not a finished store (no {MANIFEST}; interrupted ingest?)")
-        manifest = Manifest.from_json(manifest_path.read_text())
+        try:
+            manifest = Manifest.from_json(manifest_path.read_text(errors="replace"))
+        except StoreError as exc:
+            raise StoreError(f"{manifest_path}: {exc}") from None
         columns = {}
         for name, (dtype, row_shape) in STORE_COLUMNS.items():
             file = path / f"{name}.bin"
@@ -153,6 +181,21 @@ class Store:
         """Rows [start, stop) as an in-memory chunk."""
         return SnapshotChunk(**{name: np.asarray(col[start:stop])
                                 for name, col in self.columns.items()})
+
+
+#: file name endings of market-data inputs ``lobsurf ingest`` reads
+_INPUT_SUFFIXES = (".dbn", ".dbn.zst", ".csv", ".zst")
+
+
+def _file_not_store(path: Path) -> str:
+    # A store is a folder; a user who passes a data file most likely wants to ingest it.
+    if path.name == MANIFEST:
+        return f"{path}: is a store's manifest file; pass its folder {path.parent}"
+    hint = ""
+    if path.name.lower().endswith(_INPUT_SUFFIXES):
+        hint = (f" (it looks like a market-data file: build a store from it with "
+                f"`lobsurf ingest {path} --out STORE`)")
+    return f"{path}: is a file, not a store folder{hint}"
 
 
 def _column_for_disk(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
@@ -250,10 +293,15 @@ class StoreWriter:
             if n:
                 self.skipped[reason] = self.skipped.get(reason, 0) + int(n)
 
-    def append(self, chunk: SnapshotChunk) -> None:
+    def append(self, chunk: SnapshotChunk, breaks: np.ndarray | None = None) -> None:
         """Append validated rows (time-ordered within the current source).
 
-        The chunk's arrays are written in the background: do not modify them afterwards.
+        Args:
+            chunk: the rows. Its arrays are written in the background: do not modify them
+                afterwards.
+            breaks: optional [N] bool, rows that start a new segment whatever the time gap
+                (the source says the book before is not the same series, e.g. after a
+                Databento ``F_MAYBE_BAD_BOOK``).
         """
         n = len(chunk)
         if n == 0:
@@ -262,9 +310,12 @@ class StoreWriter:
         inst = chunk.instrument_id
         starts = np.zeros(n, bool)
         starts[1:] = (np.diff(ts) > self.gap_threshold_ns) | (inst[1:] != inst[:-1])
+        if breaks is not None:
+            starts |= breaks
         last = self.segments[-1] if self.segments else None
         starts[0] = (
-            self._new_source
+            starts[0]
+            or self._new_source
             or last is None
             or last.instrument_id != int(inst[0])
             or int(ts[0]) - last.ts_end_ns > self.gap_threshold_ns

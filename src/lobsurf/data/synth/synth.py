@@ -258,7 +258,9 @@ def write_synth(out_dir: str | os.PathLike, cfg: SynthConfig, progress: bool = F
 
 
 def synth_instrument(cfg: SynthConfig) -> Instrument:
-    return Instrument(cfg.instrument_id, cfg.symbol, cfg.tick_size_fixed, multiplier=cfg.multiplier)
+    # The synthetic market is modelled on a US dollar future (E-mini-like multiplier).
+    return Instrument(cfg.instrument_id, cfg.symbol, cfg.tick_size_fixed, multiplier=cfg.multiplier,
+                      currency="USD")
 
 
 def write_synth_store(path: str | os.PathLike, cfg: SynthConfig,
