@@ -48,3 +48,75 @@ def test_output_cut_short_by_a_pipe_is_not_an_error(tmp_path):
         "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.startswith('{"snapshots": 1800')
+
+
+def test_no_arguments_lists_the_commands_and_version(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lobsurf") and all(name in out for name in COMMANDS)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("lobsurf ")
+
+
+def test_debug_keeps_the_exit_code_and_adds_the_traceback(tmp_path, capsys):
+    missing = ["info", str(tmp_path / "nope")]
+    assert main(missing) == 2
+    plain = capsys.readouterr().err
+    assert main(["--debug", *missing]) == 2 and main([missing[0], "--debug", missing[1]]) == 2
+    debug = capsys.readouterr().err
+    assert "Traceback" not in plain and "Traceback" in debug
+    assert plain.strip().splitlines()[-1] in debug  # the same one-line message, last
+
+
+@pytest.mark.parametrize("name", ["ingest", "synth", "pretrain", "eval"])
+def test_progress_flag_is_the_same_everywhere(name, capsys):
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    assert "--progress, --no-progress" in capsys.readouterr().out
+
+
+def test_pretrain_out_refuses_folders_that_are_not_its_runs(tmp_path, capsys):
+    from lobsurf.commands.pretrain import check_run_folder
+    from lobsurf.errors import UserError
+    from lobsurf.pretrain.checkpoint import CHECKPOINT_NAME
+
+    store = write_store(tmp_path / "store", [random_walk_books(300, seed=1)])
+    base = ["pretrain", "--store", str(store.path), "--steps", "1", "--device", "cpu"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CHECKPOINT_NAME).write_bytes(b"earlier run")
+    for out, extra, says in [
+        (store.path, ["--overwrite"], "is a folder but not a pretrain run"),
+        (run, [], "holds an earlier pretrain run; pass --overwrite"),
+    ]:
+        assert main([*base, "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0]
+    assert (store.path / "manifest.json").exists() and (run / CHECKPOINT_NAME).read_bytes() == b"earlier run"
+    check_run_folder(run, overwrite=True)  # an earlier run with --overwrite: accepted
+    check_run_folder(tmp_path / "new", overwrite=False)
+    (tmp_path / "empty").mkdir()
+    check_run_folder(tmp_path / "empty", overwrite=False)
+    with pytest.raises(UserError, match="not a pretrain run"):
+        check_run_folder(store.path, overwrite=False)
+
+
+def test_pretrain_flag_errors_name_the_flag(tmp_path, capsys):
+    store = write_store(tmp_path / "store", [random_walk_books(300, seed=1)])
+    base = ["pretrain", "--store", str(store.path), "--device", "cpu", "--out", str(tmp_path / "r")]
+    for extra, says in [(["--horizons", "10,abc"], "--horizons must be comma-separated whole"),
+                        (["--batch", "0"], "--batch must be >= 1"),
+                        (["--layers", "0"], "--layers must be >= 1")]:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+
+
+def test_synth_preset_with_overrides(tmp_path, capsys):
+    out = tmp_path / "dbn"
+    assert main(["synth", "--preset", "tradeable", "--out", str(out), "--snapshots", "500",
+                 "--days", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "500 snapshots" in text and "edge 1.0, move_prob 0.15" in text
+    assert "(preset tradeable)" in text and len(list(out.glob("*.dbn.zst"))) == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from lobsurf.progress import add_progress_flag
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from lobsurf.data.store.ingest import IngestConfig
@@ -32,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"records processed at a time; bounds memory (default {cfg.chunk_records})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
     p.add_argument("--json", action="store_true", help="print the store summary as JSON")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_progress_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                        currency=args.currency, definitions=args.definitions,
                        instrument_id=args.instrument_id)
     began = time.perf_counter()
-    with byte_progress(not args.no_progress) as update:
+    with byte_progress(args.progress) as update:
         manifest = ingest(args.paths, args.out, cfg, fmt=args.format, overwrite=args.overwrite,
                           progress=update)
     for line in money_warnings(manifest):

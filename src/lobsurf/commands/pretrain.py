@@ -11,7 +11,9 @@ logistic regression on the last snapshot's features. ``--json`` prints one objec
      "checkpoint", "wall_s"}
 
 (docs/pretrain.md defines every key). The run folder gets pretrain.pt (load it with
-``lobsurf.pretrain.checkpoint.load_checkpoint``), config.json and result.json.
+``lobsurf.pretrain.checkpoint.load_checkpoint``), config.json and result.json. ``--out``
+must be a new or empty folder, or an earlier pretrain run (its pretrain.pt marks it) with
+``--overwrite``; anything else (a store, a data folder) is refused before training starts.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from lobsurf.commands.args import config_error, int_list
 from lobsurf.errors import UserError
+from lobsurf.progress import add_progress_flag
+
+#: config field → the flag a user types (config errors name the flag).
+FLAGS = {"window": "--window", "batch_size": "--batch", "steps": "--steps",
+         "seed": "--seed", "d_model": "--d-model", "n_layers": "--layers", "kind": "--encoder",
+         "horizons_snapshots": "--horizons"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=cfg.steps,
                    help=f"optimisation steps (default {cfg.steps})")
     p.add_argument("--out", default=None,
-                   help="run folder for the checkpoint (default runs/pretrain-<UTC time>)")
+                   help="run folder for the checkpoint, new or empty (default "
+                        "runs/pretrain-<UTC time>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the earlier pretrain run in --out")
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
     p.add_argument("--batch", type=int, default=cfg.batch_size,
                    help=f"windows per step (default {cfg.batch_size})")
@@ -53,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="torch device (default: cuda if available)")
     p.add_argument("--instrument-id", type=int, default=None,
                    help="instrument to train on when the store holds several (lobsurf info)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_progress_flag(p)
 
 
 def _config(args: argparse.Namespace, device: str):
@@ -61,8 +73,8 @@ def _config(args: argparse.Namespace, device: str):
     from lobsurf.models.config import EncoderConfig
     from lobsurf.pretrain.config import PretrainConfig
 
+    horizons = int_list(args.horizons, "--horizons", "whole numbers of snapshots")
     try:
-        horizons = tuple(int(h) for h in args.horizons.split(","))
         # Heads of 32 channels when the model is narrow, so d_model 32..64 stays valid.
         headdim = min(64, args.d_model)
         encoder = EncoderConfig(kind=args.encoder, d_model=args.d_model, n_layers=args.layers,
@@ -71,7 +83,27 @@ def _config(args: argparse.Namespace, device: str):
                               lr=args.lr, seed=args.seed, device=device,
                               labels=LabelConfig(horizons_snapshots=horizons), encoder=encoder)
     except ValueError as exc:
-        raise UserError(f"bad pretraining settings: {exc}") from exc
+        raise config_error(exc, FLAGS, "bad pretraining settings: ") from exc
+
+
+def check_run_folder(out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` that is not ours to write (checked before training starts).
+
+    A new or empty folder is fine; an earlier pretrain run (it holds the checkpoint) only
+    with ``--overwrite``; any other folder (a store, a data folder) or a file never.
+    """
+    from lobsurf.pretrain.checkpoint import CHECKPOINT_NAME
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; pass a run folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not (out / CHECKPOINT_NAME).is_file():
+        raise UserError(f"--out {out} is a folder but not a pretrain run (no {CHECKPOINT_NAME}); "
+                        "choose a new or empty folder")
+    if not overwrite:
+        raise UserError(f"--out {out} holds an earlier pretrain run; pass --overwrite to replace "
+                        "it or choose another --out")
 
 
 def _print_table(result: dict) -> None:
@@ -98,12 +130,10 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     cfg = _config(args, device)
     out = args.out or f"runs/pretrain-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"
-    if Path(out).exists() and not Path(out).is_dir():
-        # checked before training: the run folder is only written at the end
-        raise UserError(f"--out {out} is a file; pass a run folder")
+    check_run_folder(Path(out), args.overwrite)  # before training: files come at the end
     book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
     torch.manual_seed(cfg.seed)  # global RNGs are seeded here, at the CLI entry, only
-    result = pretrain(cfg, book, out_dir=out, progress=not args.no_progress)
+    result = pretrain(cfg, book, out_dir=out, progress=args.progress)
     if args.json:
         print(json.dumps(result))
     else:
