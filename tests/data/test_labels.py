@@ -97,3 +97,15 @@ def test_config_validation() -> None:
         LabelConfig(horizons_snapshots=(50, 10))
     with pytest.raises(ValueError):
         LabelConfig(bucket_edges_ticks=(1.0, -1.0))
+
+
+def test_a_return_exactly_on_a_bucket_edge_goes_to_the_bucket_above():
+    # Edges on the half-tick grid: returns of exactly -1, 0 and +1 tick sit on an edge and
+    # belong to the bucket that starts there ([edge, next edge)), as the docstring says.
+    cfg = LabelConfig(horizons_snapshots=(1,), bucket_edges_ticks=(-1.0, 0.0, 1.0))
+    mid = torch.tensor([0.0, -1.0, -1.0, 0.0, 1.0, -0.5, 0.0], dtype=torch.float64)
+    labels = labels_from_mid(mid, torch.full((7,), 7, dtype=torch.int64), cfg)
+    returns = labels.return_ticks[:6, 0].tolist()
+    assert returns == [-1.0, 0.0, 1.0, 1.0, -1.5, 0.5]
+    assert labels.bucket[:6, 0].tolist() == [1, 2, 3, 3, 0, 2]
+    assert labels.bucket_valid[:6, 0].all() and not labels.bucket_valid[6, 0]

@@ -15,6 +15,7 @@ from lobsurf.data.synth import (
     SynthConfig,
     generate_day,
     mid_ticks,
+    session_date,
     session_open_ns,
     top_imbalance,
     write_synth,
@@ -143,6 +144,21 @@ def edge_pair() -> dict[float, SnapshotChunk]:
 def _excess_kurtosis(x: np.ndarray) -> float:
     d = x.astype(np.float64) - x.mean()
     return float((d**4).mean() / (d**2).mean() ** 2 - 3)
+
+
+@pytest.mark.parametrize("snapshots", [1, 2, 5, 40])
+def test_few_snapshots_a_day_stay_on_the_session_date(snapshots: int) -> None:
+    # Few events mean long random gaps: their sum used to run past midnight (21 of 30 seeds
+    # at 5 a day), putting a day's data on the next date.
+    for seed in range(12):
+        cfg = SynthConfig(snapshots_per_day=snapshots, days=1, seed=seed, chunk_rows=3)
+        books = day_books(cfg)
+        times = np.concatenate([books.ts_event_ns, books.ts_recv_ns])
+        dates = {dt.datetime.fromtimestamp(int(t) // 10**9, tz=dt.UTC).date() for t in times}
+        assert dates == {session_date(cfg, 0)}, (seed, dates)
+        assert (np.diff(books.ts_recv_ns) > 0).all() and (np.diff(books.ts_event_ns) > 0).all()
+        assert (books.ts_recv_ns >= books.ts_event_ns).all()
+        assert books.ts_event_ns[0] > session_open_ns(cfg, 0)
 
 
 def test_realistic_statistics(edge_pair: dict[float, SnapshotChunk]) -> None:

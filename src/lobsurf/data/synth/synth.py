@@ -48,6 +48,10 @@ CALM, BUSY = 0, 1
 #: Session-gap threshold of ``write_synth_store``, ns: far above any intra-session gap at
 #: sensible densities, far below the overnight gap.
 DEFAULT_STORE_GAP_NS = 30 * 60 * 10**9
+#: Event times end at least this long before the next UTC midnight, so a day's file never
+#: holds timestamps of the next date (receive latency is microseconds: far inside it).
+DAY_END_MARGIN_NS = 10**9
+DAY_NS = 86_400 * 10**9
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,13 @@ def _chunk_sizes(cfg: SynthConfig) -> Iterator[int]:
 
 
 def clock_chunks(cfg: SynthConfig, day: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(ts_event_ns [n], ts_recv_ns [n]) per chunk: strictly increasing, recv >= event."""
+    """(ts_event_ns [n], ts_recv_ns [n]) per chunk: strictly increasing, recv >= event, all
+    on the session's date.
+
+    With few snapshots a day the random gaps can add up past midnight; times that would are
+    held just before the day's end instead (1 ns apart), so the file's date is the data's.
+    A day of sensible density (the default 200,000 snapshots) never comes near it.
+    """
     # One generator per process (regime, gaps, latency): chunking does not change the draws.
     seeds = np.random.SeedSequence([cfg.seed, day, CLOCK_STREAM]).spawn(3)
     regime_rng, gap_rng, latency_rng = (np.random.default_rng(s) for s in seeds)
@@ -179,6 +189,9 @@ def clock_chunks(cfg: SynthConfig, day: int) -> Iterator[tuple[np.ndarray, np.nd
     # strictly increasing even when a later event has a shorter latency.
     recv_base = np.iinfo(np.int64).min
     row = 0
+    # Latest allowed time of row i: day end minus the rows still to come (1 ns each), so
+    # clamped rows stay strictly increasing; events keep the margin below receive times.
+    day_end = session_open_ns(cfg, day) - cfg.session_open_s * 10**9 + DAY_NS - 1
     for n in _chunk_sizes(cfg):
         regime, _, state = alternating_runs(regime_rng, n, state, runs, lambda r, p: p.astype(np.int64))
         gaps = 1 + np.floor(gap_rng.exponential(size=n) * mean_gap[regime]).astype(np.int64)
@@ -186,8 +199,10 @@ def clock_chunks(cfg: SynthConfig, day: int) -> Iterator[tuple[np.ndarray, np.nd
         latency = cfg.recv_latency_min_ns + np.floor(
             latency_rng.exponential(cfg.recv_latency_mean_ns, n)).astype(np.int64)
         index = row + np.arange(n, dtype=np.int64)
+        recv_limit = day_end - (cfg.snapshots_per_day - 1 - index)
+        ts_event = np.minimum(ts_event, recv_limit - DAY_END_MARGIN_NS)
         base = np.maximum(np.maximum.accumulate(ts_event + latency - index), recv_base)
-        yield ts_event, base + index
+        yield ts_event, np.minimum(base + index, recv_limit)
         last_event, recv_base, row = int(ts_event[-1]), int(base[-1]), row + n
 
 
