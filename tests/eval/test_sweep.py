@@ -84,3 +84,19 @@ def test_tile_rows_refuses_what_it_cannot_sweep() -> None:
         tile_rows(BOOK, ROWS.flip(0), SIM, 4)
     with pytest.raises(ValueError, match="rows of their segment before them"):
         tile_rows(BOOK, torch.arange(1500, 1600), SIM, 4)
+
+
+def test_baselines_and_an_agent_share_one_sweep() -> None:
+    from lobsurf.baselines.policies import make_baselines
+    from lobsurf.eval.evaluate import eval_split
+
+    split = eval_split(BOOK, SIM.window, "heldout", (10, 200), 0.8)
+    assert split.info["cut_row"] == 1500 and len(split.train_rows) > 0
+    env = BatchedLobEnv(BOOK, 1, SIM)
+    policies = {**make_baselines(("hold", "imbalance"), env, BaselineConfig(), split.train_rows),
+                "agent": Recorder()}
+    out = evaluate_policies(BOOK, split.rows, policies, SIM, SweepConfig(num_envs=4))
+    assert list(out["policies"]) == ["hold", "imbalance", "agent"]
+    assert out["policies"]["agent"] == out["policies"]["hold"]  # the recorder only holds
+    every = eval_split(BOOK, SIM.window, "all")
+    assert len(every.rows) == 3000 - 2 * (SIM.window - 1) and every.info["fitted_in_sample"]

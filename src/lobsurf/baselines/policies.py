@@ -165,6 +165,8 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
         train_rows: [n] int64 training end rows of ``env.book``, for FITTED_BASELINES
             (unless their setting is given in ``cfg``).
     """
+    if name not in BASELINES:
+        raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
     if name == "imbalance":
         # imported here: lobsurf.baselines.imbalance builds on this module's helpers.
         from lobsurf.baselines.imbalance import make_imbalance
@@ -179,3 +181,10 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
     if name == "oracle":
         return OraclePolicy(cfg, env)
     raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
+
+
+def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: BaselineConfig,
+                   train_rows: torch.Tensor | None = None) -> dict:
+    """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
+    to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``."""
+    return {name: make_baseline(name, env, cfg, train_rows) for name in names}

@@ -20,7 +20,7 @@ from dataclasses import asdict
 
 from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
 from lobsurf.errors import UserError
-from lobsurf.progress import add_progress_flag
+from lobsurf.progress import add_progress_flag, status
 
 POLICY_HELP = ("what to evaluate, one or more of baseline:hold | baseline:random | "
                "baseline:momentum | baseline:imbalance | baseline:oracle, or baseline:all")
@@ -47,6 +47,7 @@ FLAGS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lobsurf.baselines.policies import BaselineConfig
+    from lobsurf.eval.evaluate import DEFAULT_TRAIN_FRACTION
     from lobsurf.data.labels import LabelConfig
     from lobsurf.eval.backtest import BacktestConfig
     from lobsurf.sim.config import SimConfig
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", choices=SPLITS, default="heldout",
                         help="heldout: every row after the purged time split, once; all: every "
                              "row once; random: random cursors, --envs x --steps")
-    parser.add_argument("--train-fraction", type=float, default=0.8,
+    parser.add_argument("--train-fraction", type=float, default=DEFAULT_TRAIN_FRACTION,
                         help="heldout: share of rows before the cut (as pretraining)")
     parser.add_argument("--horizons", default=horizons,
                         help="heldout: label horizons (snapshots) purged around the cut")
@@ -165,20 +166,13 @@ def check_fees(sim, tick_value: float) -> None:
 
 
 def split_rows(book, args, sim, horizons):
-    """(decision rows, training rows for fitted baselines, split info) of ``--split``."""
-    import torch
+    """(decision rows, training rows for fitted baselines, split info) of ``--split``
+    (``random`` fits on every row, like ``all``)."""
+    from lobsurf.eval.evaluate import eval_split
 
-    from lobsurf.pretrain.split import time_split
-
-    if args.split == "heldout":
-        split = time_split(book, sim.window, min(horizons), max(horizons), args.train_fraction)
-        info = {"mode": "heldout", "cut_row": split.cut_row, "train_fraction": args.train_fraction,
-                "purge_horizons": list(horizons), "train_rows": len(split.train_rows)}
-        return split.test_rows, split.train_rows, info
-    t = torch.arange(len(book), device=book.device)
-    rows = t[t - (sim.window - 1) >= book.segment_start[book.segment_of_row]]
-    # no held-out side: fitted baselines fit on the same rows (in-sample)
-    return rows, rows, {"mode": args.split, "fitted_in_sample": True}
+    mode = "heldout" if args.split == "heldout" else "all"
+    split = eval_split(book, sim.window, mode, horizons, args.train_fraction)
+    return split.rows, split.train_rows, split.info
 
 
 def build_policies(names: list[str], env, base, train_rows, progress: bool) -> dict:
@@ -285,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
     names = parse_policies(args.policy)
     sim, run_cfg, sweep_cfg, base, horizons = configs(args)
     device = resolve_device(args.device)
-    book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
+    with status(f"eval: loading {args.store}", args.progress):
+        book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
     check_fees(sim, book.tick_size * book.multiplier)
     if args.split == "random":
         result = run_random(book, names, args, sim, run_cfg, base, horizons)

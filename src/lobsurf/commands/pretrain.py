@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lobsurf.commands.args import config_error, int_list
 from lobsurf.errors import UserError
-from lobsurf.progress import add_progress_flag
+from lobsurf.progress import add_progress_flag, status
 
 #: config field → the flag a user types (config errors name the flag).
 FLAGS = {"window": "--window", "batch_size": "--batch", "steps": "--steps",
@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = _config(args, device)
     out = args.out or f"runs/pretrain-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"
     check_run_folder(Path(out), args.overwrite)  # before training: files come at the end
-    book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
+    with status(f"pretrain: loading {args.store}", args.progress):
+        book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
     torch.manual_seed(cfg.seed)  # global RNGs are seeded here, at the CLI entry, only
     result = pretrain(cfg, book, out_dir=out, progress=args.progress)
     if args.json:

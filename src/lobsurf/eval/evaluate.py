@@ -16,17 +16,69 @@ Metrics are defined in docs/metrics.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
 from lobsurf.data.dataset import BookTensors
+from lobsurf.data.labels import LabelConfig
 from lobsurf.eval.metrics import MetricsConfig, compute_metrics
 from lobsurf.eval.policy import Policy
 from lobsurf.eval.sweep import SweepConfig, sweep, tile_rows
 from lobsurf.sim.config import SimConfig
+
+
+#: the split modes of ``eval_split``.
+SPLIT_MODES = ("heldout", "all")
+#: share of rows before the cut of the held-out split (as pretraining's default).
+DEFAULT_TRAIN_FRACTION = 0.8
+
+
+@dataclass
+class EvalSplit:
+    """Attributes:
+    rows: [R] int64 sorted decision rows to sweep.
+    train_rows: [n] int64 rows that fitted baselines (and a trained agent) may learn from;
+        with mode "all" the same rows as ``rows`` (in-sample).
+    info: JSON-ready description, the ``"split"`` part of the result.
+    """
+
+    rows: torch.Tensor
+    train_rows: torch.Tensor
+    info: dict[str, Any]
+
+
+def eval_split(book: BookTensors, window: int, mode: str = "heldout",
+               horizons: Sequence[int] = LabelConfig().horizons_snapshots,
+               train_fraction: float = DEFAULT_TRAIN_FRACTION) -> EvalSplit:
+    """The rows an evaluation sweeps, and the rows fitting may use.
+
+    Args:
+        book: the device dataset.
+        window: K, snapshots per observation window.
+        mode: "heldout": the end rows after the purged time split of pretraining
+            (``lobsurf.pretrain.split.time_split``: purged by the window and the longest
+            label horizon); "all": every row with a full window (fitting is in-sample).
+        horizons: label horizons (snapshots) the split is purged by.
+        train_fraction: target share of rows before the cut.
+
+    Raises:
+        lobsurf.errors.UserError: the book is too small to split.
+    """
+    from lobsurf.pretrain.split import time_split
+
+    if mode == "heldout":
+        split = time_split(book, window, min(horizons), max(horizons), train_fraction)
+        info = {"mode": mode, "cut_row": split.cut_row, "train_fraction": train_fraction,
+                "purge_horizons": list(horizons), "train_rows": len(split.train_rows)}
+        return EvalSplit(split.test_rows, split.train_rows, info)
+    if mode != "all":
+        raise ValueError(f"unknown split mode {mode!r}; choose one of {', '.join(SPLIT_MODES)}")
+    t = torch.arange(len(book), device=book.device)
+    rows = t[t - (window - 1) >= book.segment_start[book.segment_of_row]]
+    return EvalSplit(rows, rows, {"mode": mode, "fitted_in_sample": True})
 
 
 def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dict[str, Policy],
