@@ -1,0 +1,37 @@
+"""Action choice from Q's return distributions.
+
+* ``thompson``: one sample of the return per action from its categorical distribution
+  (inverse CDF of one uniform draw per (env, action)), then argmax over actions. Draws come
+  from an explicit generator, and the sampling is tensor arithmetic: no ``multinomial``, no
+  host sync, the same eagerly and in a captured graph.
+* ``greedy``: argmax over actions of E[Q] (evaluation).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lobsurf.agent.distributional import expected_value
+
+
+def thompson_actions(probs: torch.Tensor, z: torch.Tensor, generator: torch.Generator
+                     ) -> torch.Tensor:
+    """One Thompson sample per action, argmax.
+
+    Args:
+        probs: [B, A, N] return distributions over the support z [N].
+        generator: the acting generator.
+
+    Returns:
+        [B] int64 actions.
+    """
+    u = torch.rand(probs.shape[:-1], generator=generator, device=probs.device,
+                   dtype=probs.dtype)  # [B, A]
+    # sampled atom = number of atoms whose cumulative probability is below u
+    atom = (probs.cumsum(-1) < u[..., None]).sum(-1).clamp_(max=probs.shape[-1] - 1)
+    return z[atom].argmax(-1)
+
+
+def greedy_actions(probs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """[B, A, N] distributions -> [B] int64 argmax_a E[Q(s, a)]."""
+    return expected_value(probs, z).argmax(-1)

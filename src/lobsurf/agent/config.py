@@ -1,0 +1,131 @@
+"""Configuration of the learner: the network, the replay buffer, the losses and the rewards.
+
+Frozen dataclasses, one per part, each field with its meaning and unit; validation in
+``__post_init__`` names the field. ``lobsurf.train.config.RunConfig`` composes them with the
+data, simulator and run settings. Adaptive scalars (reward scale, atom span, PER beta ...)
+are not here: they are controllers, declared once in ``lobsurf.agent.controllers``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+
+def _check_positive(obj: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not value > 0:  # NaN fails too
+            raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def _check_unit_interval(obj: object, names: tuple[str, ...], closed_low: bool = True) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        ok = (0 <= value <= 1) if closed_low else (0 < value <= 1)
+        if not ok:
+            raise ValueError(f"{name} must be in {'[' if closed_low else '('}0, 1], got {value}")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Shape of the heads on the encoder embedding (the encoder has its own EncoderConfig)."""
+
+    num_atoms: int = 21
+    """C51 atoms per action (support spread evenly over the controllers' [v_min, v_max])."""
+    q_hidden: int = 256
+    """Width of the C51 head's hidden noisy layer."""
+    noisy_sigma0: float = 0.5
+    """Factorised-Gaussian noisy layers: initial sigma = noisy_sigma0 / sqrt(fan_in)
+    (Fortunato et al. 2018, sec. 3.2)."""
+    state_time_scale_steps: float = 100.0
+    """Time in trade enters the network as log1p(steps / this)."""
+    state_pnl_clip: float = 5.0
+    """Unrealized PnL enters in reward units (x reward_scale), clipped to +-this."""
+
+    def __post_init__(self) -> None:
+        if self.num_atoms < 2:
+            raise ValueError(f"num_atoms must be >= 2, got {self.num_atoms}")
+        if self.q_hidden < 1:
+            raise ValueError(f"q_hidden must be >= 1, got {self.q_hidden}")
+        _check_positive(self, ("noisy_sigma0", "state_time_scale_steps", "state_pnl_clip"))
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Prioritized replay on the device (Schaul et al. 2016, proportional variant)."""
+
+    capacity: int = 1 << 17
+    """Transitions kept (a ring: the oldest is overwritten)."""
+    alpha: float = 0.6
+    """Sampling probability proportional to priority ** alpha (0 = uniform)."""
+    beta_start: float = 0.4
+    """Importance-weight exponent at step 0 (the per_beta controller's bootstrap)."""
+    beta_anneal_steps: int = 20_000
+    """Steps over which per_beta rises linearly from its bootstrap to 1."""
+    priority_eps: float = 1e-3
+    """Added to |per-sample loss| so that no stored transition has zero probability."""
+
+    def __post_init__(self) -> None:
+        if self.capacity < 2:
+            raise ValueError(f"capacity must be >= 2, got {self.capacity}")
+        _check_unit_interval(self, ("alpha", "beta_start"))
+        _check_positive(self, ("beta_anneal_steps", "priority_eps"))
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """The reward pipeline: scale raw net PnL into the atom span, clamp, move the span."""
+
+    win: float = 1.0
+    """Upper clamp of a scaled reward (WIN): the positive reward ceiling."""
+    loss: float = 3.0
+    """Lower clamp is -LOSS: losses may be 3x larger than wins (loss aversion)."""
+    scaled_magnitude: float = 0.5
+    """reward_scale maps the running mean |net PnL| of closed trades to this many reward units."""
+    magnitude_ema_rate: float = 0.01
+    """EMA rate of the running |net PnL| per closed trade (per step with a closed trade)."""
+    span_ema_rate: float = 0.001
+    """EWMA rate at which [v_min, v_max] follows [-loss, +win] (half-life ~700 steps)."""
+    span_floor: float = 1.0
+    """The span never shrinks inside [-span_floor, +span_floor]."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("win", "loss", "scaled_magnitude", "span_floor"))
+        _check_unit_interval(self, ("magnitude_ema_rate", "span_ema_rate"), closed_low=False)
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Losses, optimiser and target network."""
+
+    batch_size: int = 0
+    """Transitions sampled per learning step; 0 = the number of environments B."""
+    gamma: float = 0.99
+    """Per-step discount of the C51 Bellman target."""
+    lr: float = 1e-3
+    """Adam learning rate (every loss is a batch mean, so it does not depend on B)."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    grad_clip_norm: float = 10.0
+    """Global gradient-norm clip (0 disables)."""
+    polyak_tau: float = 0.005
+    """Target network <- (1 - tau) target + tau online, every learning step."""
+    learning_starts: int = 100
+    """Steps that only collect (fill the replay) before the first learning step."""
+    acting: Literal["thompson", "greedy"] = "thompson"
+    """Training-time action choice: one Thompson sample of Q per action, or argmax E[Q]."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {self.batch_size}")
+        _check_unit_interval(self, ("gamma", "polyak_tau"))
+        if not 0 < self.lr < math.inf or not self.adam_eps > 0:
+            raise ValueError(f"lr and adam_eps must be > 0, got {self.lr}, {self.adam_eps}")
+        if not self.grad_clip_norm >= 0:
+            raise ValueError(f"grad_clip_norm must be >= 0, got {self.grad_clip_norm}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if self.acting not in ("thompson", "greedy"):
+            raise ValueError(f"acting must be thompson or greedy, got {self.acting!r}")

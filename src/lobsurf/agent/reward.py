@@ -1,0 +1,65 @@
+"""The reward pipeline, run on every collected step in this order:
+
+1. **scale**: raw net PnL (currency) x reward_scale, where reward_scale maps the running mean
+   |net PnL| of closed trades (the pnl_magnitude controller) to ``scaled_magnitude`` reward
+   units, so rewards land inside the atom span whatever the instrument's money scale;
+2. **clamp** to [-LOSS, +WIN] (RewardConfig.loss, .win; asymmetric: loss aversion);
+3. **atom span**: v_min / v_max follow the clamp bounds by EWMA (rate span_ema_rate), never
+   inside +-span_floor, so Q's support covers exactly what the clamp lets through.
+
+The original system wrote these three kernels, then shipped with the entry point never
+called (raw PnL of $100-1000 went into a +-0.5 support: binary Q), and later with the clamp
+and span updates wired into one step path but not the other (change log). Here one pure
+function does all three and ``lobsurf.agent.step.collect`` is the only caller, used by every
+path that trains (prefill included).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lobsurf.agent.config import RewardConfig
+from lobsurf.agent.controllers import ControllerState
+
+
+def update_pnl_magnitude(state: ControllerState, raw_pnl: torch.Tensor, closed: torch.Tensor,
+                         cfg: RewardConfig) -> None:
+    """EMA of mean |net PnL| per closed trade; the first observation replaces the bootstrap 0.
+
+    Args:
+        raw_pnl: [B] float64 realized net PnL (currency), 0 where nothing closed.
+        closed: [B] bool, a trade closed this step.
+    """
+    count = closed.sum().to(torch.float64)
+    batch_mean = torch.where(closed, raw_pnl.abs(), 0.0).sum() / count.clamp(min=1.0)
+    unset = state.pnl_magnitude <= 0
+    updated = torch.where(unset, batch_mean,
+                          torch.lerp(state.pnl_magnitude, batch_mean, cfg.magnitude_ema_rate))
+    state.pnl_magnitude.copy_(torch.where(count > 0, updated, state.pnl_magnitude))
+    new_scale = cfg.scaled_magnitude / state.pnl_magnitude.clamp(min=1e-12)
+    state.reward_scale.copy_(torch.where(state.pnl_magnitude > 0, new_scale, state.reward_scale))
+
+
+def scale_and_clamp(raw_pnl: torch.Tensor, state: ControllerState, cfg: RewardConfig
+                    ) -> torch.Tensor:
+    """[B] raw net PnL (currency) -> [B] float32 reward units in [-loss, +win]."""
+    return (raw_pnl * state.reward_scale).clamp(-cfg.loss, cfg.win).to(torch.float32)
+
+
+def update_atom_span(state: ControllerState, cfg: RewardConfig) -> None:
+    """One EWMA step of [v_min, v_max] toward [-loss, +win], floored at +-span_floor."""
+    target_min = -max(cfg.loss, cfg.span_floor)
+    target_max = max(cfg.win, cfg.span_floor)
+    state.v_min.copy_(torch.lerp(state.v_min, torch.full_like(state.v_min, target_min),
+                                 cfg.span_ema_rate).clamp(max=-cfg.span_floor))
+    state.v_max.copy_(torch.lerp(state.v_max, torch.full_like(state.v_max, target_max),
+                                 cfg.span_ema_rate).clamp(min=cfg.span_floor))
+
+
+def reward_pipeline(raw_pnl: torch.Tensor, closed: torch.Tensor, state: ControllerState,
+                    cfg: RewardConfig) -> torch.Tensor:
+    """Scale -> clamp -> atom span update (module docstring); returns [B] float32 rewards."""
+    update_pnl_magnitude(state, raw_pnl, closed, cfg)
+    reward = scale_and_clamp(raw_pnl, state, cfg)
+    update_atom_span(state, cfg)
+    return reward

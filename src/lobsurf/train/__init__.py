@@ -1,0 +1,1 @@
+"""Training runs: config, data and split, the loop, checkpoints and the run folder."""

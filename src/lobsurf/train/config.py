@@ -1,0 +1,240 @@
+"""The run's configuration: frozen dataclasses per part, composed into ``RunConfig``.
+
+A run is configured by defaults, then a TOML file (``--config``), then ``--set
+section.key=value`` overrides, in that order. ``run_config_from_dict`` checks every key and
+type against the dataclass fields and names the key in its error (``unknown key
+learner.lrr``, ``learner.lr: expected a float, got 'fast'``); range checks are the parts'
+own ``__post_init__``. ``run_config_to_toml`` writes the resolved config into the run folder,
+and reading it back gives an equal config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import tomli_w
+
+from lobsurf.agent.config import LearnerConfig, NetworkConfig, ReplayConfig, RewardConfig
+from lobsurf.data.labels import LabelConfig
+from lobsurf.errors import UserError
+from lobsurf.models.config import EncoderConfig
+from lobsurf.models.features import FeatureConfig
+from lobsurf.sim.config import SimConfig
+
+
+#: Training's default fee per lot (currency): an ES-like exchange-and-broker fee, so a
+#: default run learns net of a realistic cost (SimConfig alone defaults to no fee).
+DEFAULT_FEE_PER_LOT = 1.0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which data a run trains on, and its time split."""
+
+    store: str = ""
+    """Snapshot store folder (lobsurf ingest); empty = the bundled default data set."""
+    instrument_id: int = 0
+    """Instrument to trade when the store holds several; 0 = the store's only instrument."""
+    train_fraction: float = 0.8
+    """Target share of rows before the train/held-out cut (the rest is for lobsurf eval RUN)."""
+    split_at_segment: bool = True
+    """Cut at the segment (session) boundary nearest the target share when there are several."""
+    normalizer_rows: int = 100_000
+    """Training rows sampled (at most) to fit the feature normaliser."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.train_fraction < 1.0:
+            raise ValueError(f"train_fraction must be in (0, 1), got {self.train_fraction}")
+        if self.normalizer_rows < 1:
+            raise ValueError(f"normalizer_rows must be >= 1, got {self.normalizer_rows}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Budget, seeds, device and bookkeeping of a run."""
+
+    steps: int = 3000
+    """Total training steps of the run (a resumed run continues up to this)."""
+    envs: int = 64
+    """B: environments stepped in lock-step (also the learner's batch unless set)."""
+    seed: int = 0
+    """Seeds parameter init, noise, acting and replay sampling (the simulator has sim.seed)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Torch device; auto = cuda when available, else cpu."""
+    log_every: int = 100
+    """Steps between metric records (each is one deliberate device-to-host copy)."""
+    checkpoint_every: int = 1000
+    """Steps between checkpoints (a final one is always written)."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept in RUN/checkpoints."""
+    controller_ema_rate: float = 0.01
+    """EMA rate of the action-histogram controllers (action entropy, hold fraction)."""
+    init_from: str = ""
+    """A lobsurf pretrain run (or checkpoint file) whose normaliser and encoder start the run."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "envs", "log_every", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if not 0 < self.controller_ema_rate <= 1:
+            raise ValueError(f"controller_ema_rate must be in (0, 1], got {self.controller_ema_rate}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one training run needs."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    sim: SimConfig = field(default_factory=lambda: SimConfig(fee_per_lot=DEFAULT_FEE_PER_LOT))
+    labels: LabelConfig = field(default_factory=LabelConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.learner.batch_size > self.replay.capacity:
+            raise ValueError("learner.batch_size exceeds replay.capacity")
+        if self.train.envs > self.replay.capacity:
+            raise ValueError(f"train.envs ({self.train.envs}) exceeds replay.capacity "
+                             f"({self.replay.capacity})")
+
+    @property
+    def learner_batch(self) -> int:
+        """Transitions per learning step (0 in the config = B)."""
+        return self.learner.batch_size or self.train.envs
+
+
+def _convert(value: Any, hint: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise UserError(f"{key}: expected one of {list(typing.get_args(hint))}, got {value!r}")
+        return value
+    if origin in (types.UnionType, typing.Union):
+        raise UserError(f"{key}: optional settings are not configurable")  # none exist today
+    if origin is tuple:
+        (item, _ellipsis) = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{key}: expected a list, got {value!r}")
+        return tuple(_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise UserError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise UserError(f"{key}: unsupported setting type {hint}")
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            raise UserError(f"unknown key {dotted} (known: {', '.join(sorted(names))})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise UserError(f"{dotted}: expected a table of settings, got {value!r}")
+            kwargs[key] = _build(hint, value, f"{dotted}.")
+        else:
+            kwargs[key] = _convert(value, hint, dotted)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        where = prefix.rstrip(".") or "config"
+        raise UserError(f"invalid setting in [{where}]: {exc}") from exc
+
+
+def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
+    """Checked RunConfig from nested plain values (a parsed TOML file)."""
+    return _build(RunConfig, values, "")
+
+
+def run_config_to_dict(cfg: RunConfig) -> dict[str, Any]:
+    return asdict(cfg)
+
+
+def run_config_to_toml(cfg: RunConfig) -> str:
+    return tomli_w.dumps(run_config_to_dict(cfg))
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``section.key=value`` -> (["section", "key"], value); the value is read as a TOML
+    value (``3e-4``, ``true``, ``[1, 2]``, ``"x"``) and taken as a bare string otherwise."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--set {text!r}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.strip().split("."), value
+
+
+def merge_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``values`` with each ``--set`` override applied."""
+    merged = _deep_copy(values)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = merged
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"--set {text!r}: {part} is a setting, not a section")
+        node[path[-1]] = value
+    return merged
+
+
+def _deep_copy(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    """Parse a TOML config file; one clear error for a missing or malformed file."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+
+
+def resolve_run_config(config_file: str | None, overrides: list[str],
+                       base: dict[str, Any] | None = None) -> RunConfig:
+    """Defaults (or ``base``, e.g. a resumed run's config) <- TOML file <- --set overrides."""
+    values = _deep_copy(base or {})
+    if config_file:
+        values = _merge(values, load_toml(config_file))
+    return run_config_from_dict(merge_overrides(values, overrides))
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = _deep_copy(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

@@ -1,0 +1,86 @@
+"""Prioritized replay: sampling frequencies against p^alpha, importance weights against
+the formula in numpy float64, duplicate-safe priority updates, the ring, and what is stored."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import torch
+
+from lobsurf.agent.config import ReplayConfig
+from lobsurf.agent.replay import PrioritizedReplay, Transitions
+
+
+def batch(n: int, start: int = 0) -> Transitions:
+    rows = torch.arange(start, start + n)
+    return Transitions(row=rows, position=rows % 3, time_in_trade=rows % 5,
+                       unrealized_pnl=rows.double(), action=rows % 11,
+                       reward=rows.float() / 10, done=rows % 2 == 0, next_row=rows + 1,
+                       next_position=rows % 3, next_time_in_trade=rows % 5,
+                       next_unrealized_pnl=rows.double())
+
+
+def test_sampling_frequencies_follow_priority_to_the_alpha():
+    cfg = ReplayConfig(capacity=8, alpha=0.6, priority_eps=1e-12)
+    rb = PrioritizedReplay(cfg, "cpu", seed=0)
+    rb.add(batch(8))
+    priorities = np.array([0.1, 0.5, 1.0, 2.0, 4.0, 0.2, 3.0, 0.05])
+    rb.update_priorities(torch.arange(8), torch.tensor(priorities))
+    draws = 200_000
+    s = rb.sample(draws, torch.tensor(0.4, dtype=torch.float64))
+    freq = np.bincount(s.index.numpy(), minlength=8) / draws
+    want = priorities ** 0.6 / (priorities ** 0.6).sum()
+    print("freq", freq.round(4), "want", want.round(4))
+    np.testing.assert_allclose(freq, want, atol=4 * np.sqrt(want.max() / draws))
+    # importance weights (N P(i))^-beta / max, per drawn index
+    w = (8 * want[s.index.numpy()]) ** -0.4
+    np.testing.assert_allclose(s.weight.numpy(), w / w.max(), rtol=1e-5)
+    # the sampled transitions are the stored ones
+    assert torch.equal(s.transitions.row, s.index)
+
+
+def test_unfilled_slots_are_never_sampled():
+    rb = PrioritizedReplay(ReplayConfig(capacity=64), "cpu", seed=1)
+    rb.add(batch(5))
+    s = rb.sample(10_000, torch.tensor(1.0, dtype=torch.float64))
+    assert int(s.index.max()) < 5 and int(rb.size) == 5
+
+
+def test_duplicate_indices_keep_the_largest_priority():
+    cfg = ReplayConfig(capacity=4, alpha=1.0, priority_eps=1e-12)
+    rb = PrioritizedReplay(cfg, "cpu", seed=0)
+    rb.add(batch(4))
+    rb.update_priorities(torch.tensor([1, 1, 1, 2]), torch.tensor([0.3, 2.0, 0.7, 0.5]))
+    np.testing.assert_allclose(rb.weight.numpy(), [1.0, 2.0, 0.5, 1.0])
+    assert abs(float(rb.max_priority) - 2.0) < 1e-9
+
+
+def test_ring_overwrites_the_oldest_and_new_entries_get_the_max_priority():
+    cfg = ReplayConfig(capacity=6, alpha=1.0, priority_eps=1e-12)
+    rb = PrioritizedReplay(cfg, "cpu", seed=0)
+    rb.add(batch(4, start=0))
+    rb.update_priorities(torch.tensor([0]), torch.tensor([5.0]))
+    rb.add(batch(4, start=100))
+    assert rb.storage.row.tolist() == [102, 103, 2, 3, 100, 101]
+    assert int(rb.pointer) == 2 and int(rb.size) == 6
+    # the slots just written carry the max priority seen (5), the survivors keep theirs
+    np.testing.assert_allclose(rb.weight.numpy(), [5.0, 5.0, 1.0, 1.0, 5.0, 5.0])
+
+
+def test_storage_holds_indices_and_agent_state_not_windows():
+    rb = PrioritizedReplay(ReplayConfig(capacity=16), "cpu", seed=0)
+    for f in fields(Transitions):
+        assert getattr(rb.storage, f.name).shape == (16,), f.name
+
+
+def test_state_dict_round_trip_continues_identically():
+    cfg = ReplayConfig(capacity=32)
+    a = PrioritizedReplay(cfg, "cpu", seed=3)
+    a.add(batch(20))
+    a.update_priorities(torch.arange(0, 20, 2), torch.rand(10))
+    b = PrioritizedReplay(cfg, "cpu", seed=99)
+    b.load_state_dict(a.state_dict())
+    beta = torch.tensor(0.5, dtype=torch.float64)
+    sa, sb = a.sample(50, beta), b.sample(50, beta)
+    assert torch.equal(sa.index, sb.index) and torch.equal(sa.weight, sb.weight)

@@ -1,0 +1,96 @@
+"""The training step: no host sync, batch-size-invariant gradients, training rows only,
+and the tensor Adam against torch.optim.Adam."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import fields
+
+import pytest
+import torch
+
+from lobsurf.agent.optim import TensorAdam
+from lobsurf.agent.replay import Sample, Transitions
+from lobsurf.agent.step import q_loss, train_step
+
+
+@contextlib.contextmanager
+def no_host_sync():
+    """Make every host read of a tensor raise: .item, .tolist, .cpu, .numpy, bool()."""
+    names = ("item", "tolist", "cpu", "numpy", "__bool__")
+    saved = {n: getattr(torch.Tensor, n) for n in names}
+
+    def refuse(name):
+        def raiser(self, *args, **kwargs):
+            raise AssertionError(f"host sync inside the training step: Tensor.{name}")
+        return raiser
+
+    try:
+        for n in names:
+            setattr(torch.Tensor, n, refuse(n))
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.Tensor, n, f)
+
+
+def test_guard_catches_a_planted_sync():
+    with pytest.raises(AssertionError, match="host sync"):
+        with no_host_sync():
+            if torch.tensor(1.0) > 0:  # a Python branch on a device value
+                pass
+
+
+def test_steps_make_no_host_sync(tiny_setup):
+    cfg, data, state, scfg = tiny_setup
+    with no_host_sync():
+        for step in range(10):  # collect-only steps, then learning steps
+            train_step(state, data.train_book, scfg, learning=step >= 4)
+    assert float(state.metrics.learn_steps) == 6
+
+
+def test_same_batch_twice_gives_the_same_gradients(tiny_setup):
+    cfg, data, state, scfg = tiny_setup
+    for step in range(8):
+        train_step(state, data.train_book, scfg, learning=False)
+    sample = state.replay.sample(16, state.controllers.per_beta)
+
+    def grads(s: Sample):
+        state.online.zero_grad(set_to_none=True)
+        q_loss(state, data.train_book, s, scfg).loss.backward()
+        return [p.grad.clone() for p in state.online.parameters() if p.grad is not None]
+
+    doubled = Sample(
+        transitions=Transitions(**{f.name: getattr(sample.transitions, f.name).repeat(2)
+                                   for f in fields(Transitions)}),
+        index=sample.index.repeat(2), weight=sample.weight.repeat(2))
+    for a, b in zip(grads(sample), grads(doubled)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_simulator_and_replay_see_training_rows_only(tiny_setup):
+    cfg, data, state, scfg = tiny_setup
+    assert data.train_stop == data.split.cut_row - cfg.labels.max_horizon
+    assert len(data.train_book) == data.train_stop < len(data.book)
+    for step in range(40):
+        train_step(state, data.train_book, scfg, learning=step >= 4)
+    filled = int(state.replay.size)
+    rows = torch.cat([state.replay.storage.row[:filled], state.replay.storage.next_row[:filled]])
+    # every fill row (cursor + latency) lies before the purge gap ahead of the held-out cut
+    assert int(rows.max()) + cfg.sim.latency_rows < data.train_stop
+
+
+def test_tensor_adam_matches_torch_adam():
+    torch.manual_seed(0)
+    a = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(3))]
+    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    ours = TensorAdam(a, lr=1e-2, eps=1e-6)
+    ref = torch.optim.Adam(b, lr=1e-2, eps=1e-6)
+    for _ in range(25):
+        g = [torch.randn_like(p) for p in a]
+        for p, q, gi in zip(a, b, g):
+            p.grad, q.grad = gi.clone(), gi.clone()
+        ours.step()
+        ref.step()
+    for p, q in zip(a, b):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,59 @@
+"""Run config: TOML file, --set overrides, and errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from lobsurf.errors import UserError
+from lobsurf.train.config import (RunConfig, parse_override, resolve_run_config,
+                                  run_config_from_dict, run_config_to_toml)
+
+
+def test_defaults_round_trip_through_toml(tmp_path):
+    cfg = RunConfig()
+    path = tmp_path / "c.toml"
+    path.write_text(run_config_to_toml(cfg))
+    assert resolve_run_config(str(path), []) == cfg
+
+
+def test_file_then_set_overrides(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[learner]\nlr = 1e-4\n[sim]\norder_sizes_lots = [1, 2]\n")
+    cfg = resolve_run_config(str(path), ["learner.lr=5e-4", "train.device=cpu", "sim.fee_bps=2"])
+    assert cfg.learner.lr == 5e-4 and cfg.sim.order_sizes_lots == (1, 2)
+    assert cfg.train.device == "cpu" and cfg.sim.fee_bps == 2.0
+    assert cfg.sim.num_actions == 5
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["learner.lrr=1"], "unknown key learner.lrr"),
+    (["nosuch.x=1"], "unknown key nosuch"),
+    (["learner.lr=fast"], "learner.lr: expected a number"),
+    (["train.steps=1.5"], "train.steps: expected an integer"),
+    (["train.steps=true"], "train.steps: expected an integer"),
+    (["learner.acting=random"], "learner.acting: expected one of"),
+    (["train.steps=0"], r"\[train\].*steps must be >= 1"),
+    (["learner.gamma=1.5"], r"\[learner\].*gamma"),
+    (["sim.order_sizes_lots=[1, 'a']"], r"sim.order_sizes_lots\[1\]"),
+    (["learner.lr"], "expected section.key=value"),
+    (["learner=1"], "learner: expected a table"),
+])
+def test_bad_settings_name_the_key(overrides, message):
+    with pytest.raises(UserError, match=message):
+        resolve_run_config(None, overrides)
+
+
+def test_bad_toml_file_is_one_clear_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[learner\nlr = ")
+    with pytest.raises(UserError, match="not valid TOML"):
+        resolve_run_config(str(bad), [])
+    with pytest.raises(UserError, match="no such config file"):
+        resolve_run_config(str(tmp_path / "missing.toml"), [])
+
+
+def test_override_values_parse_as_toml():
+    assert parse_override("a.b=3e-4") == (["a", "b"], 3e-4)
+    assert parse_override("a.b=true") == (["a", "b"], True)
+    assert parse_override("a.b=cuda") == (["a", "b"], "cuda")
+    assert run_config_from_dict({}) == RunConfig()
