@@ -82,6 +82,11 @@ def test_eval_warns_on_reused_rows_and_absurd_fees(tmp_path) -> None:
     assert code == 0 and "5% of notional" in err and "tradeable rows" not in err
     code, _, err = run_main("baseline:hold", "--store", str(small.path), "--fee-bps", "100000")
     assert code == 2 and "at most 10000" in err
+    code, _, err = run_main("baseline:hold", "--store", str(small.path), "--split", "all",
+                            "--window", "8")
+    assert code == 0 and "only 92 rows to sweep (all)" in err
+    code, _, err = run_main("baseline:hold", "--store", str(small.path))
+    assert code == 2 and "store too small to split" in err
 
 
 def test_eval_user_errors_are_one_line_and_name_flags(store_path: str, tmp_path) -> None:

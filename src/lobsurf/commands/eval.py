@@ -33,6 +33,8 @@ WARN_FEE_BPS = 100.0
 WARN_FEE_TICKS = 10.0
 #: random backtest: warn when the envs x steps visits exceed this many per tradeable row.
 WARN_VISITS_PER_ROW = 10.0
+#: sweeps: warn when fewer rows than this are swept (the metrics' intervals are wide).
+WARN_MIN_ROWS = 1000
 #: config field (or phrase of a config's message) → the flag a user types.
 FLAGS = {
     "num_envs": "--envs", "steps": "--steps", "window": "--window", "stride": "--stride",
@@ -199,15 +201,18 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
     rows, train_rows, info = split_rows(book, args, sim, horizons)
     try:
         env = BatchedLobEnv(book, 1, sim)
-        steps = tile_rows(book, rows, sim, sweep_cfg.num_envs).steps
+        tiling = tile_rows(book, rows, sim, sweep_cfg.num_envs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    if len(tiling.rows) < WARN_MIN_ROWS:
+        warn(f"only {len(tiling.rows):,} rows to sweep ({info['mode']}): every metric rests on few "
+             "trades; use a larger store")
     policies = build_policies(names, env, base, train_rows, args.progress)
     fitted = {f"{name}_threshold": p.threshold for name, p in policies.items()
               if hasattr(p, "threshold")}
     settings = {"store": str(args.store), "device": str(book.device),
                 "instrument_id": args.instrument_id, "baselines": {**asdict(base), **fitted}}
-    with step_progress(steps, "eval", args.progress) as advance:
+    with step_progress(tiling.steps, "eval", args.progress) as advance:
         return evaluate_policies(book, rows, policies, sim, sweep_cfg, split_info=info,
                                  settings=settings, progress=advance)
 

@@ -26,7 +26,7 @@ from lobsurf.data.dataset import BookTensors
 from lobsurf.data.labels import LabelConfig
 from lobsurf.eval.metrics import MetricsConfig, compute_metrics
 from lobsurf.eval.policy import Policy
-from lobsurf.eval.sweep import SweepConfig, sweep, tile_rows
+from lobsurf.eval.sweep import SweepConfig, sweep
 from lobsurf.sim.config import SimConfig
 
 
@@ -112,8 +112,3 @@ def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dic
                      "steps": len(tiling.rows), "steps_per_env": tiling.steps, "metrics": asdict(metrics_cfg)},
     }
 
-
-def sweep_steps(book: BookTensors, split_rows: torch.Tensor, sim_cfg: SimConfig,
-                sweep_cfg: SweepConfig = SweepConfig()) -> int:
-    """Steps ``evaluate_policies`` will take (for a progress bar's total)."""
-    return tile_rows(book, split_rows, sim_cfg, sweep_cfg.num_envs).steps

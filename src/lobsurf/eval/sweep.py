@@ -9,7 +9,8 @@ at market), so each env's cursor can jump to the next contiguous run. Envs whose
 shorter hold at a parked row for the remaining steps and are masked out of the records.
 
 Every policy runs in the same loop on its own ``BatchedLobEnv`` over identical pieces, so
-the policies see exactly the same rows; two sweeps give identical numbers.
+the policies see exactly the same rows; two sweeps give identical numbers. A policy with
+memory (a recurrent agent) sees the start of a new run as ``env.state.episode_steps == 0``.
 
 Recording stays on the device: each step writes [B] slices of preallocated [T, B] buffers
 (no host sync per step); ``sweep`` reads them back once at the end and returns one
