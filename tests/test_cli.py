@@ -93,7 +93,8 @@ def test_pretrain_out_refuses_folders_that_are_not_its_runs(tmp_path, capsys):
         assert main([*base, "--out", str(out), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0]
-    assert (store.path / "manifest.json").exists() and (run / CHECKPOINT_NAME).read_bytes() == b"earlier run"
+    assert (store.path / "manifest.json").exists()
+    assert (run / CHECKPOINT_NAME).read_bytes() == b"earlier run"
     check_run_folder(run, overwrite=True)  # an earlier run with --overwrite: accepted
     check_run_folder(tmp_path / "new", overwrite=False)
     (tmp_path / "empty").mkdir()

@@ -109,6 +109,7 @@ def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dic
         "split": {**(split_info or {}), "rows": len(tiling.rows), "ranges": tiling.ranges,
                   "dropped_rows": tiling.dropped},
         "settings": {**(settings or {}), "sim": asdict(sim_cfg), "num_envs": tiling.num_envs,
-                     "steps": len(tiling.rows), "steps_per_env": tiling.steps, "metrics": asdict(metrics_cfg)},
+                     "steps": len(tiling.rows), "steps_per_env": tiling.steps,
+                     "metrics": asdict(metrics_cfg)},
     }
 
