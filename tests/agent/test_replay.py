@@ -18,7 +18,8 @@ def batch(n: int, start: int = 0) -> Transitions:
                        unrealized_pnl=rows.double(), action=rows % 11,
                        reward=rows.float() / 10, done=rows % 2 == 0, next_row=rows + 1,
                        next_position=rows % 3, next_time_in_trade=rows % 5,
-                       next_unrealized_pnl=rows.double())
+                       next_unrealized_pnl=rows.double(), outcome_valid=rows < 0,
+                       outcome_win=rows < 0)
 
 
 def test_sampling_frequencies_follow_priority_to_the_alpha():

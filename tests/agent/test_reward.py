@@ -59,7 +59,8 @@ def test_every_training_path_runs_the_whole_pipeline(tiny_setup, learning):
         train_step(state, data.train_book, scfg, learning=False)
     span_before = float(ctl.v_min)
     scale_before = float(ctl.reward_scale)
-    # a step of this path: rewards in replay must be clamp(raw * scale), span must move
+    # a step of this path: rewards in replay must be clamp(raw * scale) + beta log pi_ref(a),
+    # and the span must move
     seen = []
     orig = state.env.step
 
@@ -73,7 +74,9 @@ def test_every_training_path_runs_the_whole_pipeline(tiny_setup, learning):
         ptr = int(state.replay.pointer)
         train_step(state, data.train_book, scfg, learning=learning)
         stored = state.replay.storage.reward[ptr:ptr + cfg.train.envs]
+        actions = state.replay.storage.action[ptr:ptr + cfg.train.envs]
         want = (seen[-1] * ctl.reward_scale).clamp(-cfg.reward.loss, cfg.reward.win).float()
+        want = want + ctl.kl_beta.float() * state.tables.log_pi_ref[actions]  # KL reference
         torch.testing.assert_close(stored, want)
     assert float(ctl.v_min) < span_before  # atom span update ran
     assert sum(int((r != 0).sum()) for r in seen) > 0, "no trade closed: pipeline untested"

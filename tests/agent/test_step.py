@@ -11,7 +11,7 @@ import torch
 
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
-from lobsurf.agent.step import q_loss, train_step
+from lobsurf.agent.step import losses, train_step
 
 
 @contextlib.contextmanager
@@ -57,7 +57,7 @@ def test_same_batch_twice_gives_the_same_gradients(tiny_setup):
 
     def grads(s: Sample):
         state.online.zero_grad(set_to_none=True)
-        q_loss(state, data.train_book, s, scfg).loss.backward()
+        losses(state, data.train_book, s, scfg).total.backward()  # every head's loss
         return [p.grad.clone() for p in state.online.parameters() if p.grad is not None]
 
     doubled = Sample(

@@ -15,7 +15,7 @@ import pytest
 
 import torch
 
-from lobsurf.agent.step import q_loss
+from lobsurf.agent.step import losses
 from lobsurf.cli import main
 from lobsurf.train.checkpoint import list_checkpoints, load_payload, restore_state_
 from lobsurf.train.config import resolve_run_config, load_toml
@@ -58,8 +58,8 @@ def test_default_data_and_q_loss_falls(cache_home, tmp_path):
     with torch.no_grad():
         sample = trained.replay.sample(4096, trained.controllers.per_beta)
         done = sample.transitions.done
-        after = q_loss(trained, data.train_book, sample, scfg).per_sample[done].mean()
-        before = q_loss(initial, data.train_book, sample, scfg).per_sample[done].mean()
+        after = losses(trained, data.train_book, sample, scfg).q_per_sample[done].mean()
+        before = losses(initial, data.train_book, sample, scfg).q_per_sample[done].mean()
     print(f"C51 loss on {int(done.sum())} terminal transitions: initial network "
           f"{float(before):.4f}, trained {float(after):.4f}")
     assert int(done.sum()) > 100

@@ -114,8 +114,9 @@ class LearnerConfig:
     """Target network <- (1 - tau) target + tau online, every learning step."""
     learning_starts: int = 100
     """Steps that only collect (fill the replay) before the first learning step."""
-    acting: Literal["thompson", "greedy"] = "thompson"
-    """Training-time action choice: one Thompson sample of Q per action, or argmax E[Q]."""
+    acting: Literal["thompson", "pi", "greedy"] = "thompson"
+    """Training-time action choice: one Thompson sample of Q per action then the gates,
+    a sample of pi, or argmax E[Q]."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 0:
@@ -127,5 +128,75 @@ class LearnerConfig:
             raise ValueError(f"grad_clip_norm must be >= 0, got {self.grad_clip_norm}")
         if self.learning_starts < 0:
             raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
-        if self.acting not in ("thompson", "greedy"):
-            raise ValueError(f"acting must be thompson or greedy, got {self.acting!r}")
+        if self.acting not in ("thompson", "pi", "greedy"):
+            raise ValueError(f"acting must be thompson, pi or greedy, got {self.acting!r}")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The pi head (distilled from target Q, with an auto-tuned entropy bonus), V, KL reference."""
+
+    distill_weight: float = 0.1
+    """lambda: weight of the distillation cross-entropy CE(softmax(E[Q_target] / tau), pi)."""
+    entropy_target_fraction: float = 0.7
+    """The entropy target of alpha's tuning is this fraction of ln(num_actions) nats."""
+    ramp_rate: float = 0.01
+    """alpha and tau grow by this factor-minus-one per step while entropy is below target."""
+    decay_rate: float = 0.0001
+    """... and shrink by this per step while it is above (slow: the original's entropy
+    collapsed faster than a symmetric controller could recover)."""
+    reference_hold_prob: float = 0.5
+    """pi_ref: Hold gets this probability, the other actions share the rest equally."""
+    value_weight: float = 0.5
+    """Weight of the V regression (done-gated: closed trades only)."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("distill_weight", "ramp_rate", "decay_rate", "value_weight"))
+        _check_unit_interval(self, ("entropy_target_fraction",), closed_low=False)
+        if not 0 < self.reference_hold_prob < 1:
+            raise ValueError(f"reference_hold_prob must be in (0, 1), got "
+                             f"{self.reference_hold_prob}")
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """The confidence gate and the FRD gate between Thompson sampling and the simulator."""
+
+    enabled: bool = True
+    """Apply both gates to Thompson actions (training's default acting)."""
+    warmup_steps: int = 100
+    """Steps before the gates may fire (a device-side comparison, so capture keeps it live)."""
+    max_hold_fraction: float = 0.85
+    """The first B x (1 - this) environments are exploration slots, never gated."""
+    adjust_rate: float = 1.1
+    """The threshold is multiplied (hold below target) or divided (above) by this per step."""
+    target_hold_fraction: float = 0.5
+    """The hold fraction (EMA of post-gate actions) the threshold steers toward."""
+    frd_horizon_index: int = 1
+    """Which label horizon the FRD gate reads (index into labels.horizons_snapshots)."""
+    frd_min_prob: float = 0.1
+    """A buy (sell) is held when P(move beyond costs in its direction) is below this."""
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0 or self.frd_horizon_index < 0:
+            raise ValueError("warmup_steps and frd_horizon_index must be >= 0")
+        _check_unit_interval(self, ("max_hold_fraction", "target_hold_fraction", "frd_min_prob"))
+        if not self.adjust_rate > 1:
+            raise ValueError(f"adjust_rate must be > 1, got {self.adjust_rate}")
+
+
+@dataclass(frozen=True)
+class AuxConfig:
+    """Weights of the auxiliary losses that keep shaping the shared encoder."""
+
+    frd_weight: float = 0.5
+    """Future-return-distribution cross-entropy (labels of the state's row)."""
+    direction_weight: float = 0.5
+    """Direction BCE (labels of the state's row)."""
+    outcome_weight: float = 0.5
+    """Outcome BCE on the opening states of trades that have closed."""
+
+    def __post_init__(self) -> None:
+        for name in ("frd_weight", "direction_weight", "outcome_weight"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

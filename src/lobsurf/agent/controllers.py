@@ -63,6 +63,18 @@ class ControllerState:
     hold_fraction: torch.Tensor = controller(
         1.0, 0.0, 1.0,
         "EMA of the share of Hold among the actions sent to the simulator")
+    sac_alpha: torch.Tensor = controller(
+        0.01, 1e-4, 2.0,
+        "entropy bonus weight of pi; ramps up fast below the entropy target, decays slowly")
+    distill_tau: torch.Tensor = controller(
+        5.0, 1.0, 50.0,
+        "temperature of pi's distillation target softmax(E[Q_target] / tau); co-tuned with alpha")
+    kl_beta: torch.Tensor = controller(
+        0.005, 0.0, 1.0,
+        "weight of the KL reference reward beta * log pi_ref(a), stored in replay")
+    gate_threshold: torch.Tensor = controller(
+        0.3, 0.01, 0.99,
+        "confidence gate: a non-Hold action is held when Q's P(return > 0) is below this")
 
     @staticmethod
     def bootstrap(device: torch.device | str, overrides: dict[str, float] | None = None
@@ -96,6 +108,14 @@ class ControllerState:
 #: The registry: one spec per ControllerState field, in declaration order.
 CONTROLLERS: tuple[ControllerSpec, ...] = tuple(
     ControllerSpec(name=f.name, **f.metadata) for f in fields(ControllerState))
+
+
+def controller_bounds(name: str) -> tuple[float, float]:
+    """(low, high) of the controller ``name``, from its declaration."""
+    spec = next((s for s in CONTROLLERS if s.name == name), None)
+    if spec is None:
+        raise KeyError(f"unknown controller {name!r}")
+    return spec.low, spec.high
 
 
 def controller_table() -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 The step adds into named 0-d float64 sums in place (no host sync); ``read_and_reset``
 stacks them into one tensor, copies it to the host in one transfer (the one deliberate sync
-of a log interval), turns sums into the logged means and zeroes the sums.
+of a log interval), turns sums into the logged means and zeroes the sums. Every key is
+defined in docs/training.md.
 """
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
+
+#: learner sums -> logged per-learning-step means
+_LEARN_MEANS = {"loss_q": "l_q", "loss_pi": "l_pi", "loss_value": "l_v", "loss_frd": "l_frd",
+                "loss_aux": "l_aux", "policy_entropy": "policy_entropy",
+                "agreement": "q_pi_agreement", "q_mean": "q_mean", "grad_norm": "grad_norm"}
 
 
 @dataclass
@@ -19,15 +25,22 @@ class MetricSums:
     collect_steps: torch.Tensor  # steps collected
     learn_steps: torch.Tensor  # steps that learned
     env_steps: torch.Tensor  # B per collected step
-    q_loss: torch.Tensor  # sum of the batch-mean C51 loss over learning steps
-    q_mean: torch.Tensor  # sum of the batch-mean E[Q] of the taken actions (reward units)
-    grad_norm: torch.Tensor  # sum of the global gradient norm before clipping
+    loss_q: torch.Tensor  # batch-mean C51 loss, summed over learning steps
+    loss_pi: torch.Tensor  # pi distillation - alpha * entropy
+    loss_value: torch.Tensor  # done-gated V regression
+    loss_frd: torch.Tensor  # FRD cross-entropy
+    loss_aux: torch.Tensor  # weighted direction + outcome BCE
+    policy_entropy: torch.Tensor  # mean entropy of pi (nats)
+    agreement: torch.Tensor  # mean corr(pi, E[Q]) across actions
+    q_mean: torch.Tensor  # batch-mean E[Q] of the taken actions (reward units)
+    grad_norm: torch.Tensor  # global gradient norm before clipping
     trades: torch.Tensor  # trades closed
     wins: torch.Tensor  # closed trades with net PnL > 0
     net_pnl: torch.Tensor  # realized net PnL, currency
     hold_actions: torch.Tensor  # Hold actions sent
+    gated: torch.Tensor  # actions a gate turned into Hold
     abs_position: torch.Tensor  # sum over steps of mean |position| (lots)
-    reward: torch.Tensor  # sum over steps of the mean scaled reward
+    reward: torch.Tensor  # sum over steps of the mean stored reward
 
     @staticmethod
     def zeros(device: torch.device | str) -> MetricSums:
@@ -47,20 +60,24 @@ class MetricSums:
         values = dict(zip(names, torch.stack([getattr(self, n) for n in names]).tolist()))
         for n in names:
             getattr(self, n).zero_()
+        nan = float("nan")
         steps = max(values["collect_steps"], 1.0)
-        learns = max(values["learn_steps"], 1.0)
+        learns = values["learn_steps"]
         trades = values["trades"]
-        return {
-            "l_q": values["q_loss"] / learns if values["learn_steps"] else float("nan"),
-            "q_mean": values["q_mean"] / learns if values["learn_steps"] else float("nan"),
-            "grad_norm": values["grad_norm"] / learns if values["learn_steps"] else float("nan"),
-            "win_rate": values["wins"] / trades if trades else float("nan"),
+        env_steps = max(values["env_steps"], 1.0)
+        out = {key: values[name] / learns if learns else nan
+               for name, key in _LEARN_MEANS.items()}
+        out.update({
+            "win_rate": values["wins"] / trades if trades else nan,
             "trades_closed": int(trades),
             "net_pnl": values["net_pnl"],
-            "pnl_per_trade": values["net_pnl"] / trades if trades else float("nan"),
-            "hold_fraction": values["hold_actions"] / max(values["env_steps"], 1.0),
+            "pnl_per_trade": values["net_pnl"] / trades if trades else nan,
+            "hold_fraction": values["hold_actions"] / env_steps,
+            "gated_count": values["gated"] / steps,
+            "gated_fraction": values["gated"] / env_steps,
             "mean_abs_position": values["abs_position"] / steps,
             "mean_reward": values["reward"] / steps,
             "env_steps": int(values["env_steps"]),
-            "learn_steps": int(values["learn_steps"]),
-        }
+            "learn_steps": int(learns),
+        })
+        return out

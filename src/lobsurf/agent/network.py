@@ -1,14 +1,20 @@
-"""The agent's network: book window + agent state -> C51 return distributions per action.
+"""The agent's network: book window + agent state -> every head the learner trains.
 
     window [B, K, 10] --features--> [B, K, F] --normaliser (training rows)--> encoder --> h [B, D]
     agent state (position, time in trade, unrealized PnL) --> s [B, 3]
-    [h, s] --noisy Linear--> ReLU --noisy Linear--> Q logits [B, A, N]
+    [h, s] --noisy Linear--> ReLU --noisy Linear--> Q logits [B, A, N]   (C51, acting)
+    [h, s] --Linear--> pi logits [B, A]   (distilled from target Q)
+    [h, s] --Linear--> V [B]              (closed-trade returns)
+    h --> FRD logits [B, H, C], direction logits [B, H], outcome logits [B, 2]   (auxiliary)
 
 The feature normaliser and encoder are the same classes pretraining uses, so a
-``lobsurf pretrain`` checkpoint can seed them (``load_pretrained_``).
+``lobsurf pretrain`` checkpoint can seed them (``load_pretrained_``), and so are the FRD and
+direction heads.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -16,12 +22,25 @@ from torch import nn
 from lobsurf.agent.config import NetworkConfig
 from lobsurf.agent.noisy import NoisyLinear, resample_noise_
 from lobsurf.data.dataset import Window
+from lobsurf.data.labels import LabelConfig
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.encoder import Encoder
 from lobsurf.models.features import FeatureConfig, FeatureNormalizer, snapshot_features
+from lobsurf.models.heads import DirectionHead, FRDHead, HeadConfig, OutcomeHead
 
 #: agent-state inputs next to the embedding: position, time in trade, unrealized PnL
 NUM_STATE_FEATURES = 3
+
+
+class AgentOutput(NamedTuple):
+    """Every head's output for B states (shapes in the module docstring)."""
+
+    q_logits: torch.Tensor
+    pi_logits: torch.Tensor
+    value: torch.Tensor
+    frd_logits: torch.Tensor
+    direction_logits: torch.Tensor
+    outcome_logits: torch.Tensor
 
 
 def agent_state_features(position: torch.Tensor, time_in_trade: torch.Tensor,
@@ -44,18 +63,25 @@ def agent_state_features(position: torch.Tensor, time_in_trade: torch.Tensor,
 
 
 class AgentNetwork(nn.Module):
-    """Perception (features, normaliser, encoder) and the noisy C51 head."""
+    """Perception (features, normaliser, encoder) and the heads."""
 
     def __init__(self, features: FeatureConfig, encoder: EncoderConfig, cfg: NetworkConfig,
-                 num_actions: int) -> None:
+                 labels: LabelConfig, num_actions: int) -> None:
         super().__init__()
         self.feature_cfg, self.cfg, self.num_actions = features, cfg, num_actions
         num_features = features.num_features
+        d = encoder.d_model
         self.normalizer = FeatureNormalizer(num_features, features)
         self.encoder = Encoder(encoder, in_features=num_features)
-        d_in = encoder.d_model + NUM_STATE_FEATURES
+        d_in = d + NUM_STATE_FEATURES
         self.q_hidden = NoisyLinear(d_in, cfg.q_hidden, cfg.noisy_sigma0)
         self.q_out = NoisyLinear(cfg.q_hidden, num_actions * cfg.num_atoms, cfg.noisy_sigma0)
+        self.pi = nn.Linear(d_in, num_actions)
+        self.value = nn.Linear(d_in, 1)
+        heads = HeadConfig()
+        self.frd = FRDHead(d, labels.num_horizons, labels.num_buckets, heads)
+        self.direction = DirectionHead(d, labels.num_horizons, heads)
+        self.outcome = OutcomeHead(d, heads)
 
     def embed(self, window: Window) -> torch.Tensor:
         """[B, K, 10] window -> [B, D] embedding of its last snapshot."""
@@ -67,21 +93,28 @@ class AgentNetwork(nn.Module):
         x = torch.relu(self.q_hidden(torch.cat((h, state), dim=-1)))
         return self.q_out(x).unflatten(-1, (self.num_actions, self.cfg.num_atoms))
 
-    def forward(self, window: Window, state: torch.Tensor) -> torch.Tensor:
-        return self.q_logits(self.embed(window), state)
+    def heads(self, h: torch.Tensor, state: torch.Tensor) -> AgentOutput:
+        hs = torch.cat((h, state), dim=-1)
+        return AgentOutput(q_logits=self.q_logits(h, state), pi_logits=self.pi(hs),
+                           value=self.value(hs)[:, 0], frd_logits=self.frd(h),
+                           direction_logits=self.direction(h), outcome_logits=self.outcome(h))
+
+    def forward(self, window: Window, state: torch.Tensor) -> AgentOutput:
+        return self.heads(self.embed(window), state)
 
     def resample_noise_(self, generator: torch.Generator) -> None:
         resample_noise_(self, generator)
 
     @torch.no_grad()
     def load_pretrained_(self, state_dict: dict[str, torch.Tensor]) -> list[str]:
-        """Copy a PretrainModel's normaliser and encoder weights; returns the keys copied."""
-        wanted = {k: v for k, v in state_dict.items()
-                  if k.startswith("normalizer.") or k.startswith("encoder.")}
+        """Copy a PretrainModel's normaliser, encoder, FRD and direction weights (the keys
+        share names); returns the keys copied."""
+        prefixes = ("normalizer.", "encoder.", "frd.", "direction.")
+        wanted = {k: v for k, v in state_dict.items() if k.startswith(prefixes)}
         own = self.state_dict()
         for key, value in wanted.items():
             if key not in own or own[key].shape != value.shape:
                 raise ValueError(f"pretrained tensor {key} {tuple(value.shape)} does not fit "
-                                 "this network (different encoder or feature settings)")
+                                 "this network (different encoder, feature or label settings)")
             own[key].copy_(value)
         return sorted(wanted)

@@ -40,10 +40,13 @@ class Transitions:
     next_position: torch.Tensor
     next_time_in_trade: torch.Tensor
     next_unrealized_pnl: torch.Tensor
+    outcome_valid: torch.Tensor  # bool: the trade this action opened has closed since
+    outcome_win: torch.Tensor  # bool: ... with net PnL > 0
 
 
 _DTYPES = {"unrealized_pnl": torch.float64, "next_unrealized_pnl": torch.float64,
-           "reward": torch.float32, "done": torch.bool}
+           "reward": torch.float32, "done": torch.bool, "outcome_valid": torch.bool,
+           "outcome_win": torch.bool}
 
 
 @dataclass
@@ -89,6 +92,29 @@ class PrioritizedReplay:
         self.weight.index_add_(0, slots, (self.max_priority ** self.cfg.alpha).expand(n))
         self.pointer.copy_((self.pointer + n) % self.capacity)
         self.size.copy_((self.size + n).clamp(max=self.capacity))
+
+    def record_outcomes(self, pointer_before: torch.Tensor, time_in_trade: torch.Tensor,
+                        closed: torch.Tensor, win: torch.Tensor) -> None:
+        """Label the transitions that opened the trades closing this step.
+
+        Each step writes B consecutive slots in env order, so env e's transition of
+        ``time_in_trade`` steps ago sits at (pointer_before - time_in_trade * B + e) mod C,
+        if not yet overwritten. Envs with nothing to label rewrite their own newest slot
+        with its unchanged (False) labels, so no two envs write one slot.
+
+        Args:
+            pointer_before: 0-d ring pointer before this step's ``add``.
+            time_in_trade: [B] int64 steps since the closing trade opened (at the state).
+            closed: [B] bool trade closed this step. win: [B] bool with net PnL > 0.
+        """
+        b = closed.shape[0]
+        env = self._arange(b)
+        reachable = (time_in_trade >= 1) & (time_in_trade * b <= self.capacity - b)
+        valid = closed & reachable
+        opened = (pointer_before - time_in_trade * b + env) % self.capacity
+        slots = torch.where(valid, opened, (pointer_before + env) % self.capacity)
+        self.storage.outcome_valid.index_copy_(0, slots, valid)
+        self.storage.outcome_win.index_copy_(0, slots, valid & win)
 
     def sample(self, n: int, beta: torch.Tensor) -> Sample:
         """Draw n indices with P(i) proportional to priority ** alpha (with replacement).

@@ -1,17 +1,22 @@
-"""One training step: ``collect`` (act in the simulator, reward pipeline, replay write) and
-``learn`` (replay sample, C51 loss, backward, Adam, Polyak, priorities), over named state.
+"""One training step: ``collect`` (act, gate, simulate, reward pipeline, replay write) and
+``learn`` (replay sample, every loss, backward, Adam, Polyak, priorities, controllers), over
+named state.
 
 Read top to bottom, a step is:
-    resample noise -> gather the K-windows at the envs' cursors -> features -> encoder -> Q
-    -> act (Thompson / greedy) -> simulator step -> reward pipeline -> replay write
-    -> controllers (action histogram) -> metrics
-    -> [learn] replay sample -> gather windows at s and s' -> target distribution of
-    argmax_a E[Q_target(s', a)] -> C51 projection -> online Q(s, a) -> cross-entropy x IS
-    weights (batch mean) -> backward -> clip -> Adam -> priorities -> Polyak -> per_beta
+    resample noise -> gather the K-windows at the envs' cursors -> features -> encoder -> heads
+    -> Thompson sample of Q -> confidence gate -> FRD gate -> simulator step
+    -> reward pipeline (scale -> clamp -> atom span) -> + beta log pi_ref(a) -> replay write
+    (+ outcome labels of the trades that closed) -> controllers (post-gate action histogram,
+    gate threshold) -> metrics
+    -> [learn] replay sample -> target net on s and s' -> C51 projection of the target's
+    greedy action at s' -> online heads at s -> C51 CE x IS weights + pi distillation/entropy
+    + V + FRD + direction + outcome (all batch means) -> backward -> clip -> Adam ->
+    priorities -> Polyak -> per_beta, alpha, tau
 
 Capture-ready: static shapes, buffers updated in place, no ``.item()``/``.cpu()``/
-``.tolist()`` and no Python branch on a device value (tests patch those to raise). The only
-Python branch is ``learn`` or not, on the host step counter.
+``.tolist()`` and no Python branch on a device value (tests patch those to raise): the gate
+warm-up compares a device step counter. The only Python branches are on static config and on
+``learning`` (a host flag of the loop).
 """
 
 from __future__ import annotations
@@ -21,16 +26,22 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.agent.acting import greedy_actions, thompson_actions
-from lobsurf.agent.config import LearnerConfig, NetworkConfig, ReplayConfig, RewardConfig
+from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkConfig,
+                                  PolicyConfig, ReplayConfig, RewardConfig)
 from lobsurf.agent.controllers import ControllerState, action_histogram_update, anneal_per_beta
 from lobsurf.agent.distributional import (categorical_cross_entropy, expected_value,
                                           project_categorical, support)
+from lobsurf.agent.gates import (apply_gates, exploration_slots, move_probabilities,
+                                 profit_confidence, update_gate_threshold)
 from lobsurf.agent.metrics import MetricSums
-from lobsurf.agent.network import AgentNetwork, agent_state_features
+from lobsurf.agent.network import AgentNetwork, AgentOutput, agent_state_features
 from lobsurf.agent.optim import TensorAdam
+from lobsurf.agent.policy import agreement, pi_loss, update_alpha_tau, value_loss
 from lobsurf.agent.replay import PrioritizedReplay, Sample, Transitions
 from lobsurf.agent.reward import reward_pipeline
 from lobsurf.data.dataset import BookTensors, gather_window
+from lobsurf.data.labels import Labels
+from lobsurf.models.heads import direction_loss, frd_loss, outcome_loss
 from lobsurf.sim.env import BatchedLobEnv
 
 
@@ -42,6 +53,9 @@ class StepConfig:
     replay: ReplayConfig
     learner: LearnerConfig
     reward: RewardConfig
+    policy: PolicyConfig
+    gates: GateConfig
+    aux: AuxConfig
     window: int
     position_limit: int
     batch_size: int
@@ -51,8 +65,26 @@ class StepConfig:
 
 
 @dataclass
+class StepTables:
+    """Device constants of the step, made once (not checkpointed: derived from the config).
+
+    order_lots [A] int64 signed lots per action; log_pi_ref [A]; bucket_lower/upper [C]
+    FRD bucket bounds in ticks; fee_per_lot, fee_per_value_tick, tick_value 0-d float64.
+    """
+
+    order_lots: torch.Tensor
+    log_pi_ref: torch.Tensor
+    bucket_lower: torch.Tensor
+    bucket_upper: torch.Tensor
+    fee_per_lot: torch.Tensor
+    fee_per_value_tick: torch.Tensor
+    tick_value: torch.Tensor
+
+
+@dataclass
 class TrainState:
-    """Everything a step reads and writes (checkpointed whole by lobsurf.train.checkpoint)."""
+    """Everything a step reads and writes (checkpointed by lobsurf.train.checkpoint, except
+    ``tables`` and ``labels``, which the config and data rebuild)."""
 
     online: AgentNetwork
     target: AgentNetwork
@@ -63,12 +95,54 @@ class TrainState:
     noise_generator: torch.Generator
     acting_generator: torch.Generator
     metrics: MetricSums
+    step_count: torch.Tensor
+    """0-d int64 device counter of collected steps (drives the gate warm-up)."""
+    tables: StepTables
+    labels: Labels
+    """Auxiliary labels of the training book's rows."""
 
 
 def _state_inputs(state: TrainState, position: torch.Tensor, time_in_trade: torch.Tensor,
                   unrealized_pnl: torch.Tensor, cfg: StepConfig) -> torch.Tensor:
     return agent_state_features(position, time_in_trade, unrealized_pnl,
                                 state.controllers.reward_scale, cfg.position_limit, cfg.network)
+
+
+def round_trip_cost_ticks(book: BookTensors, row: torch.Tensor, tables: StepTables
+                          ) -> torch.Tensor:
+    """[B] ticks a one-lot round trip at ``row`` must beat: the spread plus two fees."""
+    bid, ask = book.bid_px_ticks[row, 0], book.ask_px_ticks[row, 0]
+    mid = (bid + ask).to(torch.float64) / 2
+    fee = tables.fee_per_lot + mid * tables.fee_per_value_tick
+    return ((ask - bid).to(torch.float64) + 2 * fee / tables.tick_value).to(torch.float32)
+
+
+def choose_actions(out: AgentOutput, z: torch.Tensor, state: TrainState, book: BookTensors,
+                   row: torch.Tensor, cfg: StepConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training's acting policy: [B] actions and [B] gated flags (False when no gate ran)."""
+    probs = torch.softmax(out.q_logits, dim=-1)
+    acting = cfg.learner.acting
+    if acting == "greedy":
+        proposed = greedy_actions(probs, z)
+    elif acting == "pi":
+        u = torch.rand(row.shape, generator=state.acting_generator, device=row.device)
+        cdf = torch.softmax(out.pi_logits, -1).cumsum(-1)
+        proposed = (cdf < u[:, None]).sum(-1).clamp_(max=cdf.shape[-1] - 1)
+    else:
+        proposed = thompson_actions(probs, z, state.acting_generator)
+    if acting != "thompson" or not cfg.gates.enabled:
+        return proposed, torch.zeros_like(proposed, dtype=torch.bool)
+    # ---- gates: confidence of Q, then the FRD head's odds of a move beyond costs
+    frd_probs = torch.softmax(out.frd_logits[:, cfg.gates.frd_horizon_index], dim=-1)
+    p_up, p_down = move_probabilities(frd_probs, state.tables.bucket_lower,
+                                      state.tables.bucket_upper,
+                                      round_trip_cost_ticks(book, row, state.tables))
+    active = state.step_count >= cfg.gates.warmup_steps
+    result = apply_gates(proposed, profit_confidence(probs, z), p_up, p_down,
+                         state.tables.order_lots, state.controllers.gate_threshold, active,
+                         exploration_slots(row.shape[0], cfg.gates), cfg.gates)
+    update_gate_threshold(state.controllers, active, cfg.gates)
+    return result.actions, result.gated
 
 
 def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transitions:
@@ -80,25 +154,30 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
     unrealized = s.unrealized_pnl.clone()
     z = support(ctl.v_min, ctl.v_max, cfg.network.num_atoms)
     with torch.no_grad():
-        logits = state.online(gather_window(book, row, cfg.window),
-                              _state_inputs(state, position, time_in_trade, unrealized, cfg))
-        probs = torch.softmax(logits, dim=-1)
-    # ---- act
-    if cfg.learner.acting == "thompson":
-        action = thompson_actions(probs, z, state.acting_generator)
-    else:
-        action = greedy_actions(probs, z)
+        out = state.online(gather_window(book, row, cfg.window),
+                           _state_inputs(state, position, time_in_trade, unrealized, cfg))
+    # ---- act: Thompson sample -> confidence gate -> FRD gate
+    action, gated = choose_actions(out, z, state, book, row, cfg)
     result = env.step(action)
-    # ---- reward pipeline: scale -> clamp -> atom span (every training path comes here)
+    # ---- reward pipeline: scale -> clamp -> atom span (every training path comes here),
+    # then the KL reference term beta * log pi_ref(a), stored with the reward
     reward = reward_pipeline(result.reward, result.trade_closed, ctl, cfg.reward)
+    reward = reward + ctl.kl_beta.to(reward.dtype) * state.tables.log_pi_ref[action]
     done = result.trade_closed | result.episode_end
+    no = torch.zeros_like(done)
     batch = Transitions(row=row, position=position, time_in_trade=time_in_trade,
                         unrealized_pnl=unrealized, action=action, reward=reward, done=done,
                         next_row=s.cursor.clone(), next_position=s.position.clone(),
                         next_time_in_trade=s.time_in_trade.clone(),
-                        next_unrealized_pnl=s.unrealized_pnl.clone())
+                        next_unrealized_pnl=s.unrealized_pnl.clone(),
+                        outcome_valid=no, outcome_win=no)
+    pointer_before = state.replay.pointer.clone()
     state.replay.add(batch)
+    state.replay.record_outcomes(pointer_before, time_in_trade, result.trade_closed,
+                                 result.reward > 0)
+    # ---- controllers read the actions actually sent (post-gate)
     action_histogram_update(ctl, action, state.online.num_actions, cfg.controller_ema_rate)
+    state.step_count.add_(1)
     # ---- metrics (device sums)
     m = state.metrics
     m.collect_steps.add_(1.0)
@@ -107,70 +186,107 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
     m.wins.add_((result.trade_closed & (result.reward > 0)).sum())
     m.net_pnl.add_(result.reward.sum())
     m.hold_actions.add_((action == 0).sum())
+    m.gated.add_(gated.sum())
     m.abs_position.add_(s.position.abs().to(torch.float64).mean())
     m.reward.add_(reward.to(torch.float64).mean())
     return batch
 
 
 @dataclass
-class QLoss:
-    """The C51 loss of one sample: loss (0-d batch mean), per_sample [B], taken logits [B, N]."""
+class Losses:
+    """Every loss of one sample (0-d batch means) and what the updates need."""
 
-    loss: torch.Tensor
-    per_sample: torch.Tensor
-    taken: torch.Tensor
-    z: torch.Tensor
+    total: torch.Tensor
+    q: torch.Tensor
+    q_per_sample: torch.Tensor
+    pi: torch.Tensor
+    value: torch.Tensor
+    frd: torch.Tensor
+    aux: torch.Tensor
+    policy_entropy: torch.Tensor
+    agreement: torch.Tensor
+    q_taken_mean: torch.Tensor
 
 
-def q_loss(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig) -> QLoss:
-    """Importance-weighted C51 cross-entropy of a replay sample (a batch mean, so the same
-    batch repeated twice gives the same gradients)."""
+def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig) -> Losses:
+    """All losses of a replay sample; each a batch mean, so the same batch repeated twice
+    gives the same gradients (the original's encoder gradients grew with B)."""
     ctl, lc, t = state.controllers, cfg.learner, sample.transitions
+    b = t.row.shape[0]
     z = support(ctl.v_min, ctl.v_max, cfg.network.num_atoms)
-    # ---- target: distribution of the target net's greedy action at s', projected
+    # ---- target net at s (pi's distillation target) and s' (C51 target), one batched call
     with torch.no_grad():
-        next_logits = state.target(
-            gather_window(book, t.next_row, cfg.window),
+        rows = torch.cat((t.row, t.next_row))
+        inputs = torch.cat((
+            _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg),
             _state_inputs(state, t.next_position, t.next_time_in_trade, t.next_unrealized_pnl,
-                          cfg))
-        next_probs = torch.softmax(next_logits, dim=-1)  # [B, A, N]
+                          cfg)))
+        target_q = state.target.q_logits(state.target.embed(gather_window(book, rows,
+                                                                          cfg.window)), inputs)
+        target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
+        target_mean_s = expected_value(target_probs_all[:b], z)  # [B, A]
+        next_probs = target_probs_all[b:]
         best = expected_value(next_probs, z).argmax(-1)  # [B]
         chosen = next_probs.gather(1, best[:, None, None].expand(-1, 1, next_probs.shape[-1]))
-        target_probs = project_categorical(chosen[:, 0], t.reward, t.done, lc.gamma, z)
-    # ---- online: cross-entropy of Q(s, a), importance-weighted batch mean
-    logits = state.online(gather_window(book, t.row, cfg.window),
-                          _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg))
-    taken = logits.gather(1, t.action[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
-    per_sample = categorical_cross_entropy(taken, target_probs)  # [B]
-    return QLoss(loss=(sample.weight * per_sample).mean(), per_sample=per_sample, taken=taken, z=z)
+        target = project_categorical(chosen[:, 0], t.reward, t.done, lc.gamma, z)
+    # ---- online heads at s
+    out = state.online(gather_window(book, t.row, cfg.window),
+                       _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg))
+    taken = out.q_logits.gather(1, t.action[:, None, None].expand(-1, 1, z.shape[0]))[:, 0]
+    q_per_sample = categorical_cross_entropy(taken, target)  # [B]
+    l_q = (sample.weight * q_per_sample).mean()
+    l_pi, policy_entropy = pi_loss(out.pi_logits, target_mean_s, ctl, cfg.policy)
+    l_v, _advantage = value_loss(out.value, t.reward, t.done)
+    lab = state.labels.rows(t.row)
+    l_frd = frd_loss(out.frd_logits, lab.bucket, lab.bucket_valid)
+    long_side = state.tables.order_lots[t.action] > 0
+    side = torch.stack((long_side, ~long_side), dim=1)  # [B, 2]: (long, short)
+    outcome_mask = side & t.outcome_valid[:, None]
+    l_aux = (cfg.aux.direction_weight
+             * direction_loss(out.direction_logits, lab.direction, lab.direction_valid)
+             + cfg.aux.outcome_weight * outcome_loss(
+                 out.outcome_logits, t.outcome_win[:, None].expand(-1, 2).float(), outcome_mask))
+    total = l_q + l_pi + cfg.policy.value_weight * l_v + cfg.aux.frd_weight * l_frd + l_aux
+    q_mean = expected_value(torch.softmax(out.q_logits.detach(), -1), z)  # [B, A]
+    return Losses(total=total, q=l_q, q_per_sample=q_per_sample, pi=l_pi, value=l_v,
+                  frd=l_frd, aux=l_aux, policy_entropy=policy_entropy,
+                  agreement=agreement(out.pi_logits, q_mean),
+                  q_taken_mean=q_mean.gather(1, t.action[:, None]).mean())
 
 
-def learn(state: TrainState, book: BookTensors, cfg: StepConfig) -> torch.Tensor:
-    """One C51 update from a prioritized sample; returns the 0-d batch-mean loss."""
+def learn(state: TrainState, book: BookTensors, cfg: StepConfig) -> Losses:
+    """One update from a prioritized sample; returns the (detached) losses."""
     ctl, lc = state.controllers, cfg.learner
     sample = state.replay.sample(cfg.batch_size, ctl.per_beta)
-    q = q_loss(state, book, sample, cfg)
-    loss, per_sample, taken, z = q.loss, q.per_sample, q.taken, q.z
+    ls = losses(state, book, sample, cfg)
     state.optimizer.zero_grad()
-    loss.backward()
+    ls.total.backward()
     params = [p for p in state.online.parameters() if p.grad is not None]
     # max_norm inf: measure the norm without clipping (clip disabled)
     max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
     state.optimizer.step()
-    state.replay.update_priorities(sample.index, per_sample)
+    state.replay.update_priorities(sample.index, ls.q_per_sample)
     # ---- Polyak: target <- (1 - tau) target + tau online, in place
     with torch.no_grad():
-        online_p = list(state.online.parameters())
-        torch._foreach_lerp_(list(state.target.parameters()), online_p, lc.polyak_tau)
+        torch._foreach_lerp_(list(state.target.parameters()), list(state.online.parameters()),
+                             lc.polyak_tau)
+    # ---- controllers of the learner
     anneal_per_beta(ctl, cfg.replay.beta_start, cfg.replay.beta_anneal_steps)
+    update_alpha_tau(ctl, state.online.num_actions, cfg.policy)
     # ---- metrics
     m = state.metrics
     m.learn_steps.add_(1.0)
-    m.q_loss.add_(loss.detach())
+    m.loss_q.add_(ls.q.detach())
+    m.loss_pi.add_(ls.pi.detach())
+    m.loss_value.add_(ls.value.detach())
+    m.loss_frd.add_(ls.frd.detach())
+    m.loss_aux.add_(ls.aux.detach())
+    m.policy_entropy.add_(ls.policy_entropy)
+    m.agreement.add_(ls.agreement)
     m.grad_norm.add_(grad_norm.detach())
-    m.q_mean.add_(expected_value(torch.softmax(taken.detach(), -1), z).mean())
-    return loss.detach()
+    m.q_mean.add_(ls.q_taken_mean)
+    return ls
 
 
 def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: bool) -> None:

@@ -87,6 +87,7 @@ def checkpoint_payload(state: TrainState, step: int, config: dict, metrics_bytes
         "noise_generator": state.noise_generator.get_state(),
         "acting_generator": state.acting_generator.get_state(),
         "metric_sums": state.metrics.as_dict(),
+        "step_count": state.step_count,
         "metrics_bytes": metrics_bytes,
         "meta": meta,
     })
@@ -133,3 +134,4 @@ def restore_state_(state: TrainState, payload: dict[str, Any]) -> None:
     state.noise_generator.set_state(payload["noise_generator"])
     state.acting_generator.set_state(payload["acting_generator"])
     state.metrics.load_(payload["metric_sums"])
+    state.step_count.copy_(payload["step_count"])

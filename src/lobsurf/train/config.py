@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 import tomli_w
 
-from lobsurf.agent.config import LearnerConfig, NetworkConfig, ReplayConfig, RewardConfig
+from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkConfig,
+                                  PolicyConfig, ReplayConfig, RewardConfig)
 from lobsurf.data.labels import LabelConfig
 from lobsurf.errors import UserError
 from lobsurf.models.config import EncoderConfig
@@ -100,9 +101,15 @@ class RunConfig:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    gates: GateConfig = field(default_factory=GateConfig)
+    aux: AuxConfig = field(default_factory=AuxConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
+        if self.gates.frd_horizon_index >= self.labels.num_horizons:
+            raise ValueError(f"gates.frd_horizon_index {self.gates.frd_horizon_index} is not a "
+                             f"horizon index (labels has {self.labels.num_horizons})")
         if self.learner.batch_size > self.replay.capacity:
             raise ValueError("learner.batch_size exceeds replay.capacity")
         if self.train.envs > self.replay.capacity:

@@ -28,12 +28,15 @@ from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import PrioritizedReplay
-from lobsurf.agent.step import StepConfig, TrainState, train_step
+from lobsurf.agent.policy import reference_log_probs
+from lobsurf.agent.step import StepConfig, StepTables, TrainState, train_step
+from lobsurf.data.labels import compute_labels
 from lobsurf.errors import UserError
 from lobsurf.pretrain.loop import last_snapshot
 from lobsurf.pretrain.split import evenly_spaced
 from lobsurf.progress import step_progress
 from lobsurf.sim.env import BatchedLobEnv
+from lobsurf.sim.reward import money_scalar
 from lobsurf.train.checkpoint import (list_checkpoints, load_payload, restore_state_,
                                       save_checkpoint)
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
@@ -46,7 +49,8 @@ SEED_OFFSETS = {"init": 0, "noise": 1, "acting": 2, "replay": 3}
 
 def step_config(cfg: RunConfig) -> StepConfig:
     return StepConfig(network=cfg.network, replay=cfg.replay, learner=cfg.learner,
-                      reward=cfg.reward, window=cfg.sim.window,
+                      reward=cfg.reward, policy=cfg.policy, gates=cfg.gates, aux=cfg.aux,
+                      window=cfg.sim.window,
                       position_limit=cfg.sim.position_limit_lots, batch_size=cfg.learner_batch,
                       controller_ema_rate=cfg.train.controller_ema_rate)
 
@@ -62,7 +66,8 @@ def build_network(cfg: RunConfig, data: TrainingData, device: torch.device | str
     """Seeded network on ``device``; normaliser from training rows or the pretrain weights."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed + SEED_OFFSETS["init"])
-        net = AgentNetwork(cfg.features, cfg.encoder, cfg.network, cfg.sim.num_actions)
+        net = AgentNetwork(cfg.features, cfg.encoder, cfg.network, cfg.labels,
+                           cfg.sim.num_actions)
     net = net.to(device)
     if pretrained is not None:
         net.load_pretrained_(pretrained)
@@ -96,7 +101,23 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         env=env,
         noise_generator=_generator(device, seed + SEED_OFFSETS["noise"]),
         acting_generator=_generator(device, seed + SEED_OFFSETS["acting"]),
-        metrics=MetricSums.zeros(device))
+        metrics=MetricSums.zeros(device),
+        step_count=torch.zeros((), dtype=torch.int64, device=device),
+        tables=step_tables(cfg, env, device),
+        labels=compute_labels(data.train_book, cfg.labels))
+
+
+def step_tables(cfg: RunConfig, env: BatchedLobEnv, device: torch.device | str) -> StepTables:
+    """The step's device constants: order table, pi_ref, FRD bucket bounds, fee constants."""
+    edges = torch.tensor(cfg.labels.bucket_edges_ticks, dtype=torch.float32, device=device)
+    inf = torch.full((1,), float("inf"), device=device)
+    return StepTables(
+        order_lots=env.order_table,
+        log_pi_ref=reference_log_probs(cfg.sim.num_actions, cfg.policy, device),
+        bucket_lower=torch.cat((-inf, edges)), bucket_upper=torch.cat((edges, inf)),
+        fee_per_lot=money_scalar(env.fee_model.per_lot, device),
+        fee_per_value_tick=money_scalar(env.fee_model.per_value_tick, device),
+        tick_value=money_scalar(env.tick_value, device))
 
 
 def versions() -> dict[str, str]:
@@ -132,7 +153,8 @@ def _metrics_record(state: TrainState, step: int, wall_s: float, interval_s: flo
             "steps_per_s": steps_per_s, "env_steps_per_s": steps_per_s * envs, **means,
             "action_entropy": ctl["action_entropy"], "v_min": ctl["v_min"],
             "v_max": ctl["v_max"], "reward_scale": ctl["reward_scale"],
-            "controllers": ctl}
+            "alpha": ctl["sac_alpha"], "tau": ctl["distill_tau"], "beta": ctl["kl_beta"],
+            "gate_threshold": ctl["gate_threshold"], "controllers": ctl}
 
 
 def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.device | str,
