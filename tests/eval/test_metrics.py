@@ -103,3 +103,36 @@ def test_bootstrap_is_seeded_and_covers_the_mean() -> None:
     assert (lo, hi) == bootstrap_mean_ci(x, MetricsConfig(seed=3))  # chunking changes nothing
     assert lo < x.mean() < hi and hi - lo == pytest.approx(2 * 1.96 / 20, rel=0.2)
     assert bootstrap_mean_ci(np.array([]), cfg) is None
+
+
+def test_unfilled_lots_and_forced_close_by_hand() -> None:
+    # row 0 shows 2 lots at the best ask (101) and nothing deeper: a 5-lot buy fills 2
+    lv = np.arange(10)
+    best_bid = np.array([100, 100, 102])
+    bid, ask = best_bid[:, None] - lv, best_bid[:, None] + 1 + lv
+    bid_sz, ask_sz = np.full((3, 10), 100), np.full((3, 10), 100)
+    ask_sz[0] = 0
+    ask_sz[0, 0] = 2
+    book = book_from_arrays(bid, ask, bid_sz, ask_sz)
+    sim = SimConfig(window=1, latency_rows=0, fee_per_lot=FEE)
+    buy5 = 5
+    records, _ = sweep(book, torch.arange(3), {"s": Scripted([buy5, HOLD, HOLD])}, sim,
+                       SweepConfig(num_envs=1))
+    m = compute_metrics(records["s"])
+    # the last row's forced close sells the 2 lots at bid 102: +1 tick x 2 lots, 4 lots of fees
+    assert (m["trades"], m["unfilled_lots"], m["turnover_lots"]) == (1, 3, 4)
+    assert (m["gross_pnl"], m["fees"], m["net_pnl"]) == (2 * TICK_VALUE, 4.0, 2 * TICK_VALUE - 4.0)
+    assert m["avg_holding_steps"] == 2.0 and m["hold_fraction"] == pytest.approx(2 / 3)
+
+
+def test_random_cursor_backtest_summary_by_hand() -> None:
+    # the older backtest runner (lobsurf eval --split random) on the same book and script
+    from lobsurf.eval.backtest import BacktestConfig, make_env, run_backtest
+
+    run = BacktestConfig(num_envs=1, steps=len(BEST_BID))
+    env = make_env(hand_book(), SimConfig(window=1, latency_rows=0, fee_per_lot=FEE), run)
+    env.state.cursor.fill_(0)  # the episode starts at row 0 instead of a random row
+    s = run_backtest(env, Scripted(ACTIONS), run)
+    assert s == {"net_pnl": 8.5, "gross_pnl": 12.5, "fees": 4.0, "trades": 2, "wins": 1,
+                 "win_rate": 0.5, "hold_fraction": 0.5, "pnl_per_trade": 4.25, "steps": 8,
+                 "turnover_lots": 4, "unfilled_lots": 0, "envs": 1}
