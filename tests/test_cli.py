@@ -121,3 +121,28 @@ def test_synth_preset_with_overrides(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "500 snapshots" in text and "edge 1.0, move_prob 0.15" in text
     assert "(preset tradeable)" in text and len(list(out.glob("*.dbn.zst"))) == 1
+
+
+def test_pretrain_progress_never_shows_a_nan_loss(tiny_store, monkeypatch):
+    import contextlib
+
+    import lobsurf.pretrain.loop as loop
+    from lobsurf.data.labels import LabelConfig
+    from lobsurf.models.config import EncoderConfig
+    from lobsurf.pretrain.config import PretrainConfig
+
+    shown: list[dict] = []
+
+    @contextlib.contextmanager
+    def recording(total, description, enabled=True):
+        yield lambda n=1, **fields: shown.append(fields)
+
+    monkeypatch.setattr(loop, "step_progress", recording)
+    cfg = PretrainConfig(window=8, batch_size=8, steps=4, log_every=3, eval_max_windows=50,
+                         logistic_max_rows=200, labels=LabelConfig(horizons_snapshots=(5, 20)),
+                         encoder=EncoderConfig(kind="mamba2", d_model=32, n_layers=1, headdim=32,
+                                               d_state=16))
+    loop.pretrain(cfg, tiny_store, out_dir=None, progress=True)
+    # no loss before the first logging step (3), a finite one from then on
+    assert shown[:2] == [{}, {}] and all("nan" not in f["loss"] for f in shown[2:])
+    assert len(shown) == 4

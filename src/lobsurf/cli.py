@@ -23,9 +23,8 @@ COMMANDS = {
     "synth": "write synthetic MBP-10 data as genuine DBN files",
     "ingest": "build a snapshot store from DBN MBP-10/MBO or LOBSTER files",
     "info": "summarise a snapshot store",
-    "eval": "evaluate a policy (e.g. baseline:momentum) on a store",
+    "eval": "evaluate policies (e.g. baseline:all) on the held-out rows of a store",
     "pretrain": "supervised pretraining of the encoder and auxiliary heads",
-    "train": "train the RL agent (no arguments: the bundled default data set)",
 }
 
 
