@@ -25,7 +25,10 @@ def test_output_contract_and_last_only(kind: str, append: bool) -> None:
     out = enc(x, log_dt)
     assert isinstance(out, EncoderOutput)
     assert out.last.shape == (3, 16) and out.sequence.shape == (3, 40, 16)
-    assert torch.equal(out.last, out.sequence[:, -1])
+    # sequence[:, k] is the embedding of snapshot k: the window cut after k ends with it.
+    for k in (0, 17, 39):
+        cut = enc(x[:, :k + 1], log_dt[:, :k + 1], return_sequence=False).last
+        assert (cut - out.sequence[:, k]).abs().max().item() < 1e-5, k
     short = enc(x, log_dt, return_sequence=False)
     assert short.sequence is None
     err = (short.last - out.last).abs().max().item()
@@ -34,16 +37,21 @@ def test_output_contract_and_last_only(kind: str, append: bool) -> None:
 
 
 @pytest.mark.parametrize("kind", ["mamba2", "cfc"])
-def test_causal(kind: str) -> None:
+@pytest.mark.parametrize("k", [25, 39])
+def test_causal_and_sees_its_own_snapshot(kind: str, k: int) -> None:
+    # Changing snapshot k alone leaves every earlier position unchanged and changes
+    # position k itself (an encoder that lagged its input by one snapshot would not);
+    # with k the newest snapshot, that position is ``last``.
     enc = _encoder(kind)
     x, log_dt = torch.randn(2, 40, F_IN), torch.randn(2, 40)
-    x2, log_dt2 = x.clone(), log_dt.clone()
-    x2[:, 25:] += 1.0
-    log_dt2[:, 25:] -= 1.0
+    x2 = x.clone()
+    x2[:, k] += 1.0
     with torch.no_grad():
-        a, b = enc(x, log_dt).sequence, enc(x2, log_dt2).sequence
-    assert (a[:, :25] - b[:, :25]).abs().max() < 1e-6
-    assert (a[:, 25:] - b[:, 25:]).abs().max() > 1e-3
+        a, b = enc(x, log_dt), enc(x2, log_dt)
+    assert (a.sequence[:, :k] - b.sequence[:, :k]).abs().max() < 1e-6
+    assert (a.sequence[:, k] - b.sequence[:, k]).abs().max() > 1e-4
+    if k == 39:
+        assert (a.last - b.last).abs().max() > 1e-4
 
 
 def test_log_dt_use() -> None:

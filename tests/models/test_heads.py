@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from lobsurf.models.heads import (
@@ -84,18 +85,14 @@ def test_outcome_loss_and_empty_masks() -> None:
     assert masked_mean(torch.ones(3, 2), torch.zeros(3, 2, dtype=torch.bool)).tolist() == [0, 0]
 
 
-def _grads(batch: dict, loss_kind: str) -> list[torch.Tensor]:
+def _grads(batch: dict) -> list[torch.Tensor]:
     torch.manual_seed(0)
     trunk = nn.Linear(D, D)  # stands in for the shared encoder
     dh, fh = DirectionHead(D, H, HeadConfig()), FRDHead(D, H, C, HeadConfig())
     z = torch.tanh(trunk(batch["h"]))
     dl, fl = dh(z), fh(z)
-    if loss_kind == "mean":
-        loss = direction_loss(dl, batch["direction"], batch["direction_valid"]) + \
-            frd_loss(fl, batch["bucket"], batch["bucket_valid"])
-    else:  # what the original did at first: sum over the batch
-        loss = (direction_loss_per_horizon(dl, batch["direction"], batch["direction_valid"])
-                * batch["direction_valid"].sum(0)).sum()
+    loss = direction_loss(dl, batch["direction"], batch["direction_valid"]) + \
+        frd_loss(fl, batch["bucket"], batch["bucket_valid"])
     loss.backward()
     return [p.grad.clone() for m in (trunk, dh, fh) for p in m.parameters() if p.grad is not None]
 
@@ -106,19 +103,36 @@ def _repeat(batch: dict, n: int) -> dict:
 
 @pytest.mark.parametrize("factor", [2, 16])
 def test_gradient_scale_is_batch_size_independent(factor: int) -> None:
-    # The same samples repeated: a mean-reduced loss has exactly the same gradient...
+    # The same samples repeated: the losses' gradients into the trunk are exactly the same.
     small = _batch(32, 1)
-    g1, gn = _grads(small, "mean"), _grads(_repeat(small, factor), "mean")
+    g1, gn = _grads(small), _grads(_repeat(small, factor))
     for a, b in zip(g1, gn):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    # ...while a summed loss (the original's bug) scales with the batch.
-    s1, sn = _grads(small, "sum"), _grads(_repeat(small, factor), "sum")
-    ratio = torch.linalg.vector_norm(sn[0]) / torch.linalg.vector_norm(s1[0])
-    assert float(ratio) == pytest.approx(factor, rel=1e-4)
+
+
+def test_each_valid_entry_weighs_one_over_its_horizons_count() -> None:
+    # The gradient of the library losses at each logit, against the closed form of a mean
+    # over each horizon's valid entries and then over the H horizons:
+    #   d direction_loss / d l[i, j] = valid[i, j] (sigmoid(l) - y) / (H n_j)
+    #   d frd_loss / d l[i, j, :]    = valid[i, j] (softmax(l) - onehot(bucket)) / (H n_j)
+    # so no entry's weight grows with the batch (the original's summed loss scaled by B).
+    b = _batch(40, 2)
+    g = torch.Generator().manual_seed(4)
+    dl = torch.randn(40, H, generator=g, dtype=torch.float64, requires_grad=True)
+    fl = torch.randn(40, H, C, generator=g, dtype=torch.float64, requires_grad=True)
+    direction_loss(dl, b["direction"], b["direction_valid"]).backward()
+    frd_loss(fl, b["bucket"], b["bucket_valid"]).backward()
+    with torch.no_grad():
+        vd, vf = b["direction_valid"].double(), b["bucket_valid"].double()
+        want_d = vd * (torch.sigmoid(dl) - b["direction"].double()) / (H * vd.sum(0))
+        onehot = F.one_hot(b["bucket"], C).double()
+        want_f = (vf / (H * vf.sum(0)))[..., None] * (torch.softmax(fl, -1) - onehot)
+    torch.testing.assert_close(dl.grad, want_d, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(fl.grad, want_f, rtol=1e-10, atol=1e-12)
 
 
 def test_gradient_norm_similar_across_independent_batches() -> None:
     # Fresh samples at B = 64 and B = 4096: gradient norms of the same order (no B factor).
-    n_small = torch.linalg.vector_norm(_grads(_batch(64, 5), "mean")[0])
-    n_large = torch.linalg.vector_norm(_grads(_batch(4096, 6), "mean")[0])
+    n_small = torch.linalg.vector_norm(_grads(_batch(64, 5))[0])
+    n_large = torch.linalg.vector_norm(_grads(_batch(4096, 6))[0])
     assert 0.25 < float(n_large / n_small) < 4.0

@@ -39,10 +39,9 @@ def actions(cfg: SimConfig, seed: int) -> torch.Tensor:
     return torch.randint(0, cfg.num_actions, (STEPS, ENVS), generator=g)
 
 
-@FAST
-@given(cfg=configs, book_seed=st.integers(0, 50), action_seed=st.integers(0, 10_000))
-def test_accounting_identities_limit_and_depth(cfg: SimConfig, book_seed: int,
-                                                action_seed: int) -> None:
+def check_accounting(cfg: SimConfig, book_seed: int, steps: torch.Tensor) -> int:
+    """Step ``steps`` ([T, ENVS] actions) asserting the identities; returns how many round
+    trips (flat to flat, no reversal) had their reward checked against the fills."""
     env = make_env(cfg, book_seed)
     book, s = env.book, env.state
     tv = book.tick_size * book.multiplier
@@ -52,7 +51,7 @@ def test_accounting_identities_limit_and_depth(cfg: SimConfig, book_seed: int,
     trade_fees = torch.zeros(ENVS, dtype=torch.float64)
     tracked = torch.ones(ENVS, dtype=torch.bool)  # False after a reversal until flat again
     checked = 0
-    for a in actions(cfg, action_seed):
+    for a in steps:
         before_pos = s.position.clone()
         fill_row = s.cursor + cfg.latency_rows
         r = env.step(a)
@@ -82,6 +81,26 @@ def test_accounting_identities_limit_and_depth(cfg: SimConfig, book_seed: int,
         checked += int(round_trip.sum())
         assert bool((r.reward[~r.trade_closed] == 0).all())
     assert checked <= int(env.stats.trades.sum())
+    return checked
+
+
+@FAST
+@given(cfg=configs, book_seed=st.integers(0, 50), action_seed=st.integers(0, 10_000))
+def test_accounting_identities_limit_and_depth(cfg: SimConfig, book_seed: int,
+                                                action_seed: int) -> None:
+    check_accounting(cfg, book_seed, actions(cfg, action_seed))
+
+
+def test_accounting_checks_every_scripted_round_trip() -> None:
+    # The property test may draw actions with no flat-to-flat trade; here every env makes
+    # one each 4 steps (Buy 1, Hold, Sell 1, Hold), so the reward check must have run on
+    # each of them: a simulator that never reported a closed trade would pass the property
+    # test (nothing to check) and fails here.
+    cfg = SimConfig(window=2, latency_rows=1, fee_per_lot=0.35, fee_bps=0.1,
+                    max_episode_steps=STEPS + 1, seed=3)
+    sell_1 = 1 + len(cfg.order_sizes_lots)
+    script = torch.tensor([1, 0, sell_1, 0]).repeat(STEPS // 4)[:, None].expand(-1, ENVS)
+    assert check_accounting(cfg, book_seed=5, steps=script) == ENVS * (STEPS // 4)
 
 
 @FAST
