@@ -9,8 +9,9 @@ A snapshot is skipped for the first reason that applies, in this order:
 ``crossed_book``      best bid > best ask.
 ``locked_book``       best bid == best ask.
 ``malformed_levels``  an UNDEF level with size > 0, a defined level with size 0 (nothing to
-                      trade there: a ghost order), a defined level after an UNDEF one, or
-                      prices not strictly worse with depth (bids falling, asks rising).
+                      trade there: a ghost order) or a size the store's uint32 cannot hold,
+                      a defined level after an UNDEF one, or prices not strictly worse with
+                      depth (bids falling, asks rising).
 ``off_tick``          a defined price is not a multiple of the instrument's tick (only when
                       the tick is given; otherwise the tick is inferred from the prices).
 ``ts_backwards``      capture time (ts_recv) earlier than an earlier record's of the same
@@ -26,6 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lobsurf.data.schema import UNDEF_PRICE, SnapshotChunk
+
+#: largest size the store holds (uint32 on disk, as in DBN)
+MAX_SIZE = np.iinfo(np.uint32).max
 
 REASONS = (
     "empty_book",
@@ -49,7 +53,9 @@ def _malformed_side(px: np.ndarray, size: np.ndarray, worse: int) -> np.ndarray:
     # px, size: [n, 10]; worse = -1 for bids (prices fall with depth), +1 for asks.
     undef = px == UNDEF_PRICE
     ghost_size = (undef & (size > 0)).any(axis=1)
-    empty_level = (~undef & (size == 0)).any(axis=1)
+    bad_size = (~undef & (size == 0)).any(axis=1)
+    if size.dtype != np.uint32:  # DBN's own uint32 sizes always fit; summed ones may not
+        bad_size |= ((size < 0) | (size > MAX_SIZE)).any(axis=1)
     # A defined level after an UNDEF one: undef must be monotone non-decreasing with depth.
     gap = (undef[:, :-1] & ~undef[:, 1:]).any(axis=1)
     both = ~undef[:, :-1] & ~undef[:, 1:]
@@ -57,7 +63,7 @@ def _malformed_side(px: np.ndarray, size: np.ndarray, worse: int) -> np.ndarray:
     deeper, upper = px[:, 1:], px[:, :-1]
     strictly_worse = deeper < upper if worse < 0 else deeper > upper
     not_monotone = (both & ~strictly_worse).any(axis=1)
-    return ghost_size | empty_level | gap | not_monotone
+    return ghost_size | bad_size | gap | not_monotone
 
 
 def validate_chunk(

@@ -192,3 +192,22 @@ def test_undecodable_bytes_fail_with_their_line(tmp_path):
     lines[1] = lines[1].replace(b"99900", b"99\xff00", 1)
     path.write_bytes(b"".join(lines))
     expect_error(path, r"orderbook_10\.csv:2: column 3: .* is not an integer")
+
+
+@pytest.mark.parametrize("time_text", ["99999999999999999999.5", "86400.0", "123456"])
+def test_time_not_of_the_day_is_an_error_naming_the_line(tmp_path, time_text):
+    books = [book_row(5859400, 5853300, 3)] * 2
+    path = write_pair(tmp_path, ["34200.1", time_text], books)
+    with pytest.raises(UserError, match=r"_message_10\.csv:2: column 1: .* not a time of the day"):
+        read_all(path)
+
+
+@pytest.mark.parametrize("column, value, what", [
+    (1, 2**64 // 100_000 + 6_000_000_000, "price"),  # would wrap around int64 in fixed point
+    (4, -5, "size"), (2, 2**32, "size")])
+def test_out_of_range_price_or_size_is_an_error_naming_line_and_column(tmp_path, column, value, what):
+    row = book_row(5859400, 5853300, 3)
+    row[column - 1] = value
+    path = write_pair(tmp_path, ["34200.1", "34200.2"], [book_row(5859400, 5853300, 3), row])
+    with pytest.raises(UserError, match=rf"_orderbook_10\.csv:2: column {column}: {what} "):
+        read_all(path)

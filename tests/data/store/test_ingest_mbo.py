@@ -86,8 +86,10 @@ def test_two_publishers_of_one_instrument_build_separate_books_and_ingest_keeps_
     ]
     fed = MboBookBuilder().feed_detailed(_records(timed(rows)))
     assert fed.publisher.tolist() == [1, 2, 2, 1]
-    book = lambda k: [(int(p) / PX, int(s)) for p, s in zip(fed.chunk.bid_px[k], fed.chunk.bid_sz[k])  # noqa: E731
-                      if p != UNDEF_PRICE]
+    def book(k: int) -> list[tuple[float, int]]:
+        px, sz = fed.chunk.bid_px[k], fed.chunk.bid_sz[k]
+        return [(int(p) / PX, int(s)) for p, s in zip(px, sz) if p != UNDEF_PRICE]
+
     assert book(1) == [(99.0, 7)]  # venue 2's book holds only venue 2's orders
     assert book(2) == []  # its order 1 left; venue 1's order 1 did not
     assert book(3) == [(100.0, 5), (99.75, 1)]

@@ -175,9 +175,10 @@ class DbnReader:
         bad = (records["rtype"] != self.header.rtype) | (records["length"] != expected_words)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
+            with_ts_out = " with ts_out" if self.header.ts_out else ""
             raise UserError(
                 f"{self.path}: record {self.records_read + i}: rtype 0x{records['rtype'][i]:02x} "
-                f"length {int(records['length'][i]) * 4} B does not belong in a {self.header.schema} file "
-                f"(expected {expected_words * 4} B{' with ts_out' if self.header.ts_out else ''}: "
+                f"length {int(records['length'][i]) * 4} B does not belong in a "
+                f"{self.header.schema} file (expected {expected_words * 4} B{with_ts_out}: "
                 "corrupt file, mixed schemas, or a ts_out header flag the records do not follow)"
             )

@@ -52,6 +52,12 @@ MESSAGE_COLUMNS = ("time", "event_type", "order_id", "size", "price", "direction
 #: Columns per level of the orderbook file, in order.
 LEVEL_COLUMNS = ("ask_px", "ask_sz", "bid_px", "bid_sz")
 NS_PER_SECOND = 1_000_000_000
+#: message times are seconds after midnight of the file's date: less than one day
+SECONDS_PER_DAY = 86_400
+#: largest price (1e-4 dollars) whose fixed-point value fits int64
+MAX_PRICE = np.iinfo(np.int64).max // PRICE_TO_FIXED
+#: largest size the store holds (uint32, as in DBN)
+MAX_SIZE = np.iinfo(np.uint32).max
 _NAME = re.compile(r"^(?P<ticker>.+?)_(?P<date>\d{4}-\d{2}-\d{2})_(?P<start_ms>\d+)_(?P<end_ms>\d+)"
                    r"_(?P<kind>orderbook|message)_(?P<levels>\d+)\.csv$")
 
@@ -151,6 +157,7 @@ def iter_lobster(orderbook_path: str | Path, message_path: str | Path | None = N
             (book_line, book_lines), (msg_line, msg_lines) = book_chunk, msg_chunk
             book = _parse_ints(book_path, book_line, book_lines, 4 * name.levels)
             ts_ns = _parse_message_times(msg_path, msg_line, msg_lines, midnight)
+            _check_ranges(book_path, book_line, book)
             yield _to_chunk(book, ts_ns, instrument_id)
             rows_done += len(book_lines)
         if rows_done == 0:
@@ -259,13 +266,31 @@ def _parse_message_times(path: Path, first_line: int, lines: list[str],
     nanos = np.empty(len(lines), np.int64)
     for i, line in enumerate(lines):
         whole, _, frac = line.partition(",")[0].strip().partition(".")
-        if not (whole.isdigit() and whole.isascii() and (frac == "" or (
-                frac.isdigit() and frac.isascii() and len(frac) <= 9))):
+        if not (whole.isdigit() and whole.isascii() and len(whole) <= len(str(SECONDS_PER_DAY))
+                and int(whole) < SECONDS_PER_DAY
+                and (frac == "" or (frac.isdigit() and frac.isascii() and len(frac) <= 9))):
             raise UserError(f"{path}:{first_line + i}: column 1: {whole}.{frac} is not a time "
-                            "(seconds after midnight, at most 9 decimals)")
+                            "of the day (seconds after midnight, < 86400, at most 9 decimals)")
         seconds[i] = int(whole)
         nanos[i] = int(frac.ljust(9, "0")) if frac else 0
     return midnight.to_utc_ns(seconds, nanos)
+
+
+def _check_ranges(path: Path, first_line: int, book: np.ndarray) -> None:
+    """Refuse prices whose fixed-point value would overflow and sizes the store cannot hold,
+    naming the first such line and column (they would otherwise wrap around silently)."""
+    n = book.shape[0]
+    per_level = book.reshape(n, -1, len(LEVEL_COLUMNS))
+    is_px = np.array([name.endswith("_px") for name in LEVEL_COLUMNS])
+    placeholder = (per_level == ASK_PLACEHOLDER) | (per_level == BID_PLACEHOLDER)
+    bad_px = is_px & ~placeholder & ((per_level > MAX_PRICE) | (per_level < -MAX_PRICE))
+    bad_sz = ~is_px & ((per_level < 0) | (per_level > MAX_SIZE))
+    bad = (bad_px | bad_sz).reshape(n, -1)
+    if bad.any():
+        row, col = (int(v) for v in np.argwhere(bad)[0])
+        what = "price" if is_px[col % len(LEVEL_COLUMNS)] else "size"
+        raise UserError(f"{path}:{first_line + row}: column {col + 1}: {what} {book[row, col]} "
+                        "is out of range")
 
 
 def _to_chunk(book: np.ndarray, ts_ns: np.ndarray, instrument_id: int) -> SnapshotChunk:

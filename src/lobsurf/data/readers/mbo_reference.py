@@ -44,8 +44,8 @@ class ReferenceMboBuilder:
     def apply(self, record: np.void) -> None:
         """Apply one record to the resting orders."""
         orders = self.orders[(int(record["publisher_id"]), int(record["instrument_id"]))]
-        action = record["action"].decode()
-        side = record["side"].decode()
+        action = record["action"].decode("latin-1")  # any byte: odd ones are counted
+        side = record["side"].decode("latin-1")
         oid, price, size = int(record["order_id"]), int(record["price"]), int(record["size"])
         if action in ("T", "F", "N"):
             return

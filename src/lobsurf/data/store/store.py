@@ -342,8 +342,11 @@ class StoreWriter:
                     price_max_fixed=int(high[begin:end].max()),
                 )
             )
-        columns = [(self.files[name], _column_for_disk(getattr(chunk, name), np.dtype(dtype), name))
-                   for name, (dtype, _) in STORE_COLUMNS.items()]
+        try:
+            columns = [(self.files[name], _column_for_disk(getattr(chunk, name), np.dtype(dtype), name))
+                       for name, (dtype, _) in STORE_COLUMNS.items()]
+        except StoreError as exc:
+            raise StoreError(f"{self._source}: {exc}") from None
         self._wait_for_write()
         self._pending = self._writer.submit(_write_columns, columns)
         self.rows_written += n
