@@ -25,6 +25,7 @@ COMMANDS = {
     "info": "summarise a snapshot store",
     "eval": "evaluate policies (e.g. baseline:all) on the held-out rows of a store",
     "pretrain": "supervised pretraining of the encoder and auxiliary heads",
+    "train": "train the RL agent (no arguments: the bundled default data set)",
 }
 
 
