@@ -81,3 +81,22 @@ def test_several_instruments_need_a_choice(tmp_path):
         load_book_tensors(store, instrument_id=2)  # quarter-tick prices, half-point tick
     one = load_book_tensors(store, instrument_id=1)
     assert len(one) == 50 and one.tick_size == 0.25
+
+
+def test_sizes_beyond_int32_are_refused_not_wrapped(tmp_path):
+    # A DBN size is uint32: 3e9 lots is a valid store value but would turn negative in the
+    # int32 device tensors.
+    books = random_walk_books(20, seed=3)
+    books.ask_sz[7, 2] = 3_000_000_000
+    store = write_store(tmp_path / "s", [books])
+    with pytest.raises(StoreError, match=r"row 7: ask size 3000000000 is more than"):
+        load_book_tensors(store)
+
+
+def test_prices_whose_offset_overflows_int64_are_refused(tmp_path):
+    books = random_walk_books(20, seed=4)
+    books.ask_px[5] = np.iinfo(np.int64).max - TICK_FIXED * (LEVELS - np.arange(LEVELS))
+    books.bid_px[3, :] -= TICK_FIXED * 10**9 * 4  # a far lower bid: the origin moves down
+    store = write_store(tmp_path / "s", [books])
+    with pytest.raises(StoreError, match="span more ticks than int32"):
+        load_book_tensors(store)

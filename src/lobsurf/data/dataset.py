@@ -111,6 +111,19 @@ def _fill_empty_levels(px: np.ndarray, size: np.ndarray, step: int) -> tuple[np.
     return px, size
 
 
+INT32 = np.iinfo(np.int32)
+
+
+def _as_int32(values: np.ndarray, what: str, store: Store, first_row: int) -> np.ndarray:
+    # The store holds uint32 (as DBN); the device tensors int32. A cast would wrap a size
+    # above 2**31 - 1 to a negative one, so such a value is refused, not converted.
+    if values.size and int(values.max()) > INT32.max:
+        row = first_row + int(np.argwhere(values > INT32.max)[0][0])
+        raise StoreError(f"{store.path}: row {row}: {what} {int(values.max())} is more than "
+                         f"the device dataset holds (int32, {INT32.max})")
+    return values.astype(np.int32)
+
+
 def load_book_tensors(
     store: Store,
     device: torch.device | str = "cpu",
@@ -152,12 +165,14 @@ def load_book_tensors(
     origin -= origin % tick
 
     def ticks(px: np.ndarray) -> np.ndarray:
+        # Range first, in Python ints: px - origin itself can overflow int64 for absurd prices.
+        if px.size and not (INT32.min <= (int(px.min()) - origin) // tick
+                            and (int(px.max()) - origin) // tick <= INT32.max):
+            raise StoreError(f"{store.path}: prices span more ticks than int32 holds")
         rel, off_grid = np.divmod(px - origin, tick)
         if off_grid.any():
             raise StoreError(f"prices off the instrument's tick {tick / 1e9:g}; re-ingest with "
                              "the right --tick-size")
-        if rel.size and (rel.min() < np.iinfo(np.int32).min or rel.max() > np.iinfo(np.int32).max):
-            raise StoreError("prices span more ticks than int32 holds")
         return rel.astype(np.int32)
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in
@@ -175,10 +190,12 @@ def load_book_tensors(
             parts["ts"].append(c.ts_recv_ns)
             parts["bpx"].append(ticks(bpx))
             parts["apx"].append(ticks(apx))
-            parts["bsz"].append(bsz.astype(np.int32))
-            parts["asz"].append(asz.astype(np.int32))
-            parts["bct"].append(np.where(c.bid_px == UNDEF_PRICE, 0, c.bid_ct).astype(np.int32))
-            parts["act"].append(np.where(c.ask_px == UNDEF_PRICE, 0, c.ask_ct).astype(np.int32))
+            parts["bsz"].append(_as_int32(bsz, "bid size", store, lo))
+            parts["asz"].append(_as_int32(asz, "ask size", store, lo))
+            parts["bct"].append(_as_int32(np.where(c.bid_px == UNDEF_PRICE, 0, c.bid_ct),
+                                          "bid order count", store, lo))
+            parts["act"].append(_as_int32(np.where(c.ask_px == UNDEF_PRICE, 0, c.ask_ct),
+                                          "ask order count", store, lo))
         offset += len(seg)
         stops.append(offset)
         seg_of_row.append(np.full(len(seg), seg_index, np.int64))
