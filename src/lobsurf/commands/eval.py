@@ -222,20 +222,22 @@ def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
     from lobsurf.progress import step_progress
 
     _, train_rows, _ = split_rows(book, args, sim, horizons)
-    results = {}
+    # envs and (fitted) policies first: a fit's spinner cannot run inside the progress bar
+    runs = {}
+    for name in names:
+        try:
+            env = make_env(book, sim, run_cfg)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        runs[name] = env, build_policies([name], env, base, train_rows, args.progress)[name]
+    visits = run_cfg.num_envs * run_cfg.steps / env.total_cursors
+    if visits > WARN_VISITS_PER_ROW:
+        warn(f"{run_cfg.num_envs} envs x {run_cfg.steps} steps over {env.total_cursors:,} "
+             f"tradeable rows visit each row ~{visits:,.0f} times: the result says little "
+             "about new data (use a larger store, fewer --envs/--steps, or --split heldout)")
     with step_progress(run_cfg.steps * len(names), "eval", args.progress) as advance:
-        for name in names:
-            try:
-                env = make_env(book, sim, run_cfg)
-                policy = build_policies([name], env, base, train_rows, args.progress)[name]
-            except ValueError as exc:
-                raise UserError(str(exc)) from exc
-            visits = run_cfg.num_envs * run_cfg.steps / env.total_cursors
-            if not results and visits > WARN_VISITS_PER_ROW:
-                warn(f"{run_cfg.num_envs} envs x {run_cfg.steps} steps over {env.total_cursors:,} "
-                     f"tradeable rows visit each row ~{visits:,.0f} times: the result says little "
-                     "about new data (use a larger store, fewer --envs/--steps, or --split heldout)")
-            results[name] = run_backtest(env, policy, run_cfg, progress=advance)
+        results = {name: run_backtest(env, policy, run_cfg, progress=advance)
+                   for name, (env, policy) in runs.items()}
     settings = {"store": str(args.store), "device": str(book.device),
                 "instrument_id": args.instrument_id, "sim": asdict(sim),
                 "num_envs": run_cfg.num_envs, "steps_per_env": run_cfg.steps,
