@@ -32,6 +32,8 @@ LEVELS = 10
 FIXED_PRICE_SCALE = 1_000_000_000
 #: Sentinel price of an empty level (DBN's UNDEF_PRICE).
 UNDEF_PRICE = np.iinfo(np.int64).max
+#: Largest level size (lots) the store holds: uint32 on disk, as in DBN.
+MAX_SIZE = int(np.iinfo(np.uint32).max)
 #: DBN record types (``RType``) of the schemas we read.
 RTYPE_MBP10 = 0x0A
 RTYPE_MBO = 0xA0

@@ -26,10 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lobsurf.data.schema import UNDEF_PRICE, SnapshotChunk
-
-#: largest size the store holds (uint32 on disk, as in DBN)
-MAX_SIZE = np.iinfo(np.uint32).max
+from lobsurf.data.schema import MAX_SIZE, UNDEF_PRICE, SnapshotChunk
 
 REASONS = (
     "empty_book",

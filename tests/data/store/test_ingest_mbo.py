@@ -1,18 +1,22 @@
-"""MBO files written by the official encoder, through ingest: the book rules of issue 11.
+"""DBN books through ingest (MBO files written by the official encoder): issue 11's rules.
 
-Modify to size 0, the F_MAYBE_BAD_BOOK flag, two publishers of one instrument, a file of
-only the initial replay, and segment breaks that must survive skipped rows.
+Modify to size 0, the F_MAYBE_BAD_BOOK flag (MBO and MBP-10), two publishers of one
+instrument, a file of only the initial replay, and segment breaks that survive skipped rows.
 """
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import databento_dbn as dbn
 import numpy as np
 import pytest
+import zstandard
 
 from lobsurf.data.readers.dbn_read import DbnReader
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK, MboBookBuilder
-from lobsurf.data.schema import F_LAST, F_SNAPSHOT, UNDEF_PRICE
+from lobsurf.data.schema import F_LAST, F_SNAPSHOT, MBP10_DTYPE, UNDEF_PRICE
 from lobsurf.data.store import Store
 from lobsurf.data.store.ingest import IngestConfig, carry_breaks, ingest
 from lobsurf.errors import UserError
@@ -122,10 +126,22 @@ def test_carry_breaks_moves_a_break_off_skipped_rows_and_across_chunks():
 
 def _records(msgs) -> np.ndarray:
     # The records the reader sees: encoded by databento_dbn, read back by DbnReader.
-    import tempfile
-    from pathlib import Path
-
     with tempfile.TemporaryDirectory() as folder:
         path = write_dbn(Path(folder) / "x.mbo.dbn", dbn.Schema.MBO, msgs)
         with DbnReader(path) as reader:
             return np.concatenate(list(reader.chunks(1_000)))
+
+
+def test_mbp10_record_flagged_maybe_bad_book_starts_a_segment(shared_data, tmp_path):
+    # The real 4-record GLBX sample, record 2 flagged: MBP-10 snapshots carry their own
+    # book, so the flagged one is the first of the new series.
+    raw = bytearray(zstandard.ZstdDecompressor().stream_reader(
+        (shared_data / "databento-python" / "GLBX.MDP3" / "test_data.mbp-10.dbn.zst").read_bytes()
+    ).read())
+    records = np.frombuffer(raw, MBP10_DTYPE, offset=len(raw) - 4 * MBP10_DTYPE.itemsize)
+    records["flags"][2] |= F_MAYBE_BAD_BOOK
+    path = tmp_path / "flagged.mbp-10.dbn"
+    path.write_bytes(bytes(raw))
+    manifest = ingest([path], tmp_path / "s", CFG)
+    assert [(s.start, s.stop) for s in manifest.segments] == [(0, 2), (2, 4)]
+    assert manifest.skipped["maybe_bad_book"] == 1

@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from lobsurf.data.schema import FIXED_PRICE_SCALE, LEVELS, UNDEF_PRICE, SnapshotChunk
+from lobsurf.data.schema import FIXED_PRICE_SCALE, LEVELS, MAX_SIZE, UNDEF_PRICE, SnapshotChunk
 from lobsurf.data.store import Instrument
 from lobsurf.errors import UserError
 
@@ -56,8 +56,6 @@ NS_PER_SECOND = 1_000_000_000
 SECONDS_PER_DAY = 86_400
 #: largest price (1e-4 dollars) whose fixed-point value fits int64
 MAX_PRICE = np.iinfo(np.int64).max // PRICE_TO_FIXED
-#: largest size the store holds (uint32, as in DBN)
-MAX_SIZE = np.iinfo(np.uint32).max
 _NAME = re.compile(r"^(?P<ticker>.+?)_(?P<date>\d{4}-\d{2}-\d{2})_(?P<start_ms>\d+)_(?P<end_ms>\d+)"
                    r"_(?P<kind>orderbook|message)_(?P<levels>\d+)\.csv$")
 
