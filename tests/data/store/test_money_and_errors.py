@@ -100,3 +100,8 @@ def test_info_on_a_file_says_what_it_is(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("x")
     err = info_error(capsys, tmp_path / "notes.txt")
     assert "is a file, not a store folder" in err and "ingest" not in err
+    renamed = tmp_path / "download.bin"  # a DBN file by its signature, whatever its name
+    renamed.write_bytes(mbo_file(tmp_path).read_bytes())
+    assert "lobsurf ingest" in info_error(capsys, renamed)
+    err = info_error(capsys, tmp_path)  # a folder, but no store: says so
+    assert "not a finished store" in err

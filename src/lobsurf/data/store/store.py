@@ -183,8 +183,20 @@ class Store:
                                 for name, col in self.columns.items()})
 
 
-#: file name endings of market-data inputs ``lobsurf ingest`` reads
+#: file name endings and leading bytes (DBN, zstd) of market-data inputs ``lobsurf ingest`` reads
 _INPUT_SUFFIXES = (".dbn", ".dbn.zst", ".csv", ".zst")
+_INPUT_MAGIC = (b"DBN", b"\x28\xb5\x2f\xfd")
+
+
+def _looks_like_market_data(path: Path) -> bool:
+    if path.name.lower().endswith(_INPUT_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head.startswith(_INPUT_MAGIC)
 
 
 def _file_not_store(path: Path) -> str:
@@ -192,7 +204,7 @@ def _file_not_store(path: Path) -> str:
     if path.name == MANIFEST:
         return f"{path}: is a store's manifest file; pass its folder {path.parent}"
     hint = ""
-    if path.name.lower().endswith(_INPUT_SUFFIXES):
+    if _looks_like_market_data(path):
         hint = (f" (it looks like a market-data file: build a store from it with "
                 f"`lobsurf ingest {path} --out STORE`)")
     return f"{path}: is a file, not a store folder{hint}"
