@@ -11,7 +11,9 @@ from lobsurf.models.mamba2 import Mamba2Block
 TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
 
 
-def _block(chunk: int, dtype: torch.dtype, seed: int = 0, pad: int = 1) -> Mamba2Block:
+def perturbed_block(chunk: int, dtype: torch.dtype, seed: int = 0,
+                    pad: int = 1) -> Mamba2Block:
+    """A small seeded block (D 16, P 8, N 8, W 4) with every parameter off its init value."""
     torch.manual_seed(seed)
     cfg = EncoderConfig(d_model=16, headdim=8, d_state=8, expand=2, d_conv=4, chunk_size=chunk,
                         in_proj_pad_multiple=pad)
@@ -23,6 +25,7 @@ def _block(chunk: int, dtype: torch.dtype, seed: int = 0, pad: int = 1) -> Mamba
         block.mixer.D.normal_()
         block.mixer.norm_weight.uniform_(0.5, 1.5)
         block.norm.weight.uniform_(0.5, 1.5)
+        block.mixer.conv_bias.normal_(0.0, 0.5)
     return block
 
 
@@ -41,7 +44,7 @@ def _stepwise(block: Mamba2Block, h: torch.Tensor) -> tuple[torch.Tensor, object
 @pytest.mark.parametrize("length,chunk", [(16, 16), (7, 64), (20, 8), (33, 16), (64, 32)])
 def test_block_fast_path_matches_step_recurrence(length: int, chunk: int,
                                                  dtype: torch.dtype) -> None:
-    block = _block(chunk, dtype, seed=length)
+    block = perturbed_block(chunk, dtype, seed=length)
     h = torch.randn(3, length, 16, dtype=dtype)
     with torch.no_grad():
         fast = block(h)
@@ -54,7 +57,7 @@ def test_block_fast_path_matches_step_recurrence(length: int, chunk: int,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_forward_with_state_continues_into_steps(dtype: torch.dtype) -> None:
     # Forward over a prefix writes conv and SSM states that ``step`` continues from.
-    block = _block(8, dtype, seed=1)
+    block = perturbed_block(8, dtype, seed=1)
     h = torch.randn(2, 30, 16, dtype=dtype)
     ref, ref_state = _stepwise(block, h)
     state = block.allocate_state(2, dtype=dtype)
@@ -69,7 +72,7 @@ def test_forward_with_state_continues_into_steps(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("length,chunk", [(20, 8), (3, 64), (64, 64)])
 def test_last_only_matches_last_row(length: int, chunk: int) -> None:
-    block = _block(chunk, torch.float64, seed=2)
+    block = perturbed_block(chunk, torch.float64, seed=2)
     h = torch.randn(2, length, 16, dtype=torch.float64)
     with torch.no_grad():
         full = block(h)
@@ -78,7 +81,7 @@ def test_last_only_matches_last_row(length: int, chunk: int) -> None:
 
 
 def test_gradients_finite_and_reach_every_parameter() -> None:
-    block = _block(8, torch.float32, seed=3)
+    block = perturbed_block(8, torch.float32, seed=3)
     h = torch.randn(4, 21, 16, requires_grad=True)
     block(h).square().mean().backward()
     assert torch.isfinite(h.grad).all() and h.grad.abs().sum() > 0
@@ -90,7 +93,8 @@ def test_gradients_finite_and_reach_every_parameter() -> None:
 @pytest.mark.parametrize("last_only", [False, True])
 def test_padded_in_proj_changes_nothing(last_only: bool) -> None:
     # Padding rows of in_proj are never read: same output as the unpadded block.
-    plain, padded = _block(8, torch.float64, seed=4), _block(8, torch.float64, seed=4, pad=64)
+    plain = perturbed_block(8, torch.float64, seed=4)
+    padded = perturbed_block(8, torch.float64, seed=4, pad=64)
     assert padded.mixer.in_proj.out_features == 128 and plain.mixer.in_proj.out_features == 84
     with torch.no_grad():
         padded.load_state_dict({k: v for k, v in plain.state_dict().items()

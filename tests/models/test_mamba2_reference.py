@@ -12,31 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from lobsurf.models.config import EncoderConfig
 from lobsurf.models.mamba2 import Mamba2Block
 from tests.models.mamba2_numpy_reference import mamba2_block_reference
+from tests.models.test_mamba2 import perturbed_block
 
 #: max |fast - reference| / max |reference| allowed per dtype of the fast block. float64 is
 #: not tighter because the block computes A = -exp(A_log) in float32 on purpose (Mamba's
 #: convention, so A keeps full fp32 under bf16), which shows up at about 1e-10.
 TOL = {torch.float32: 1e-6, torch.float64: 1e-8}
-D_MODEL, D_STATE, HEADDIM = 16, 8, 8
-
-
-def _block(chunk: int, dtype: torch.dtype, seed: int) -> Mamba2Block:
-    torch.manual_seed(seed)
-    cfg = EncoderConfig(d_model=D_MODEL, headdim=HEADDIM, d_state=D_STATE, expand=2, d_conv=4,
-                        chunk_size=chunk)
-    block = Mamba2Block(cfg).to(dtype)
-    # Off the init values, so that every parameter shapes the output: dt of order 1 (a
-    # visible decay), a skip D, non-unit norm weights and A spread over heads.
-    with torch.no_grad():
-        block.mixer.dt_bias.uniform_(-1.0, 1.0)
-        block.mixer.D.normal_()
-        block.mixer.norm_weight.uniform_(0.5, 1.5)
-        block.norm.weight.uniform_(0.5, 1.5)
-        block.mixer.conv_bias.normal_(0.0, 0.5)
-    return block
+D_MODEL, D_STATE, HEADDIM = 16, 8, 8  # perturbed_block's sizes
 
 
 def _reference(block: Mamba2Block, h: torch.Tensor) -> np.ndarray:
@@ -52,7 +36,7 @@ def _rel(fast: torch.Tensor, ref: np.ndarray) -> float:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("length,chunk", [(7, 64), (20, 8), (33, 16)])
 def test_block_matches_numpy_reference(length: int, chunk: int, dtype: torch.dtype) -> None:
-    block = _block(chunk, dtype, seed=length)
+    block = perturbed_block(chunk, dtype, seed=length)
     h = torch.randn(2, length, D_MODEL, dtype=dtype)
     ref = _reference(block, h)
     with torch.no_grad():
@@ -66,7 +50,7 @@ def test_block_matches_numpy_reference(length: int, chunk: int, dtype: torch.dty
 def test_recurrent_step_matches_numpy_reference() -> None:
     # Forward over a prefix (writing the state), then ``step`` token by token: the acting
     # path must reproduce the same sequence as the reference.
-    block = _block(8, torch.float64, seed=5)
+    block = perturbed_block(8, torch.float64, seed=5)
     h = torch.randn(2, 24, D_MODEL, dtype=torch.float64)
     ref = _reference(block, h)
     state = block.allocate_state(2, dtype=torch.float64)
