@@ -5,22 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import tomli_w
 import torch
 
 from lobsurf.cli import main
 from lobsurf.train.checkpoint import list_checkpoints, load_payload
 from lobsurf.train.run_folder import read_metrics
-from tests.agent.conftest import TINY
 
 TIMING_KEYS = {"wall_s", "steps_per_s", "env_steps_per_s"}
-
-
-@pytest.fixture
-def tiny_toml(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text(tomli_w.dumps(TINY))
-    return path
 
 
 def train(*args) -> int:

@@ -22,8 +22,9 @@ from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
 from lobsurf.errors import UserError
 from lobsurf.progress import add_progress_flag, status
 
-POLICY_HELP = ("what to evaluate, one or more of baseline:hold | baseline:random | "
-               "baseline:momentum | baseline:imbalance | baseline:oracle, or baseline:all")
+POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
+               "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
+               "baseline:oracle, or baseline:all")
 SPLITS = ("heldout", "all", "random")
 #: fee_bps above this is refused: a fee of more than the whole notional of every fill.
 MAX_FEE_BPS = 10_000.0
@@ -58,7 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim, run, base = SimConfig(), BacktestConfig(), BaselineConfig()
     horizons = ",".join(map(str, LabelConfig().horizons_snapshots))
     parser.add_argument("policy", nargs="+", help=POLICY_HELP)
-    parser.add_argument("--store", required=True, help="snapshot store folder (lobsurf ingest)")
+    parser.add_argument("--store", default=None,
+                        help="snapshot store folder (lobsurf ingest); required for baselines; "
+                             "for a run, another store to evaluate on (default: the run's own "
+                             "held-out rows)")
+    parser.add_argument("--policy", dest="acting_policy", choices=("greedy", "thompson", "pi"),
+                        default="greedy",
+                        help="a run's acting policy: argmax E[Q], Thompson + gates, or pi")
     parser.add_argument("--split", choices=SPLITS, default="heldout",
                         help="heldout: every row after the purged time split, once; all: every "
                              "row once; random: random cursors, --envs x --steps")
@@ -278,11 +285,55 @@ def print_table(result: dict) -> None:
         print(f"{key:<20}" + "".join(f"{cells[key, n]:>{width}}" for n in names))
 
 
+def run_folder_argument(args: argparse.Namespace):
+    """The run folder named as the policy, or None when the policies are baselines."""
+    from pathlib import Path
+
+    from lobsurf.train.run_folder import is_run_folder
+
+    if len(args.policy) == 1 and not args.policy[0].startswith("baseline:"):
+        path = Path(args.policy[0])
+        if not is_run_folder(path):
+            raise UserError(f"{path}: not a lobsurf training run (and not baseline:NAME); "
+                            f"{POLICY_HELP}")
+        return path
+    return None
+
+
+def run_agent(run_dir, args: argparse.Namespace) -> int:
+    """``lobsurf eval RUN``: the run's agent beside every baseline on held-out rows."""
+    from lobsurf.devices import resolve_device
+    from lobsurf.progress import step_progress
+    from lobsurf.train.evaluate import prepare_run_evaluation
+
+    device = resolve_device(args.device)
+    split = "heldout" if args.split == "random" else args.split
+    with status(f"eval: loading {run_dir} and its data", args.progress):
+        plan = prepare_run_evaluation(run_dir, args.store, args.acting_policy, split, device,
+                                      args.envs)
+    if len(plan.rows) < WARN_MIN_ROWS:
+        warn(f"only {len(plan.rows):,} rows to sweep: every metric rests on few trades")
+    with step_progress(plan.steps, "eval", args.progress) as advance:
+        result = plan.run(advance)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{run_dir}: agent ({args.acting_policy}, {result['settings']['checkpoint']}, "
+              f"{result['settings']['trained_steps']:,} steps trained) beside every baseline")
+        print_table(result)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
 
+    run_dir = run_folder_argument(args)
+    if run_dir is not None:
+        return run_agent(run_dir, args)
+    if args.store is None:
+        raise UserError("--store is required to evaluate baselines")
     names = parse_policies(args.policy)
     sim, run_cfg, sweep_cfg, base, horizons = configs(args)
     device = resolve_device(args.device)

@@ -1,0 +1,15 @@
+"""The tiny run configuration as a TOML file (tests of the train and eval commands)."""
+
+from __future__ import annotations
+
+import pytest
+import tomli_w
+
+from tests.agent.conftest import TINY
+
+
+@pytest.fixture
+def tiny_toml(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(tomli_w.dumps(TINY))
+    return path
