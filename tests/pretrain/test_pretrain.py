@@ -17,9 +17,9 @@ from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.models.config import EncoderConfig
 from lobsurf.pretrain.checkpoint import load_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_from_dict, config_to_dict
-from lobsurf.pretrain.loop import build_optimizer, pretrain, train_step
+from lobsurf.pretrain.loop import build_optimizer, pretrain, train_step, validation_loss
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.pretrain.split import time_split
+from lobsurf.pretrain.split import evenly_spaced, time_split, validation_tail
 
 SHORT, LONG = 10, 50
 
@@ -173,3 +173,28 @@ def test_train_step_has_no_host_sync_on_cuda(tiny_store) -> None:
     assert torch.isfinite(loss).item()
     result = pretrain(cfg, tiny_store, out_dir=None, progress=False)
     assert result["device"] == "cuda" and set(result["horizons"]) == {"5", "20"}
+
+
+def test_early_stopping_keeps_the_best_validation_weights(tiny_store, tmp_path: Path) -> None:
+    # A random walk has nothing to learn and a high learning rate overfits it at once, so
+    # the best validation loss comes before the last step: the checkpoint must hold the
+    # weights of that step (their validation loss, recomputed here, is the one reported).
+    cfg = _tiny_config(window=8, steps=12, lr=1e-2, lr_warmup_steps=1, validate_every=3,
+                       labels=LabelConfig(horizons_snapshots=(5, 20)), train_fraction=0.8)
+    result = pretrain(cfg, tiny_store, out_dir=tmp_path / "run", progress=False)
+    print(result["best_step"], result["validation_loss"])
+    assert result["best_step"] in (3, 6, 9) and result["validation_windows"] > 0
+    book = load_book_tensors(tiny_store)
+    labels = compute_labels(book, cfg.labels)
+    split = time_split(book, cfg.window, 5, 20, cfg.train_fraction)
+    _, tail = validation_tail(split.train_rows, cfg.validation_fraction, cfg.window, 20)
+    tail = evenly_spaced(tail, cfg.validation_max_windows)
+    model = load_checkpoint(tmp_path / "run").model
+    again = validation_loss(model, book, labels, tail, cfg)
+    assert again == pytest.approx(result["validation_loss"], rel=1e-6)
+    # Without a tail there is no early stopping: the last weights are kept.
+    plain = pretrain(_tiny_config(window=8, steps=3, validation_fraction=0.0,
+                                  labels=LabelConfig(horizons_snapshots=(5, 20))),
+                     tiny_store, out_dir=None, progress=False)
+    assert plain["best_step"] == 3 and plain["validation_loss"] is None
+    assert plain["validation_windows"] == 0

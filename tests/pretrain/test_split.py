@@ -7,7 +7,7 @@ import torch
 
 from lobsurf.data.dataset import load_book_tensors
 from lobsurf.errors import UserError
-from lobsurf.pretrain.split import choose_cut, evenly_spaced, time_split
+from lobsurf.pretrain.split import choose_cut, evenly_spaced, time_split, validation_tail
 
 K, MIN_H, MAX_H = 8, 5, 20
 
@@ -55,3 +55,20 @@ def test_evenly_spaced() -> None:
     assert torch.equal(evenly_spaced(rows, 1000), rows)
     picked = evenly_spaced(rows, 5)
     assert picked.tolist() == [100, 125, 150, 174, 199]  # linspace 0..99 rounded half to even
+
+
+def test_validation_tail_is_the_latest_rows_purged(tiny_store) -> None:
+    book = load_book_tensors(tiny_store)
+    train = time_split(book, K, MIN_H, MAX_H, train_fraction=0.8).train_rows
+    fit, tail = validation_tail(train, 0.25, K, MAX_H)
+    # Both are subsets of the training rows, in order, the tail after the fitting rows...
+    assert set(fit.tolist()) | set(tail.tolist()) <= set(train.tolist())
+    assert torch.equal(fit, fit.sort().values) and int(fit.max()) < int(tail.min())
+    # ...holding about the requested share, with the purge: no fitting label reaches the
+    # first snapshot of a tail window.
+    assert abs(len(tail) / len(train) - 0.25) < 0.02
+    assert int(fit.max()) + MAX_H < int(tail.min()) - K + 1
+    # Rows between the two sides are dropped, not moved: exactly the purge gap.
+    assert len(train) - len(fit) - len(tail) == K - 1 + MAX_H
+    none_fit, none_tail = validation_tail(train, 0.0, K, MAX_H)
+    assert torch.equal(none_fit, train) and len(none_tail) == 0

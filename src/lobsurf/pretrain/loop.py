@@ -2,9 +2,10 @@
 
 Reads top to bottom in the order a reader would explain it: data (book, labels, time
 split), model (seeded init, normaliser fitted on training rows only), train (AdamW,
-warm-up + cosine schedule, direction BCE + weighted FRD cross-entropy, both batch means),
-evaluate (held-out accuracy and log loss per horizon for the model, the class prior and a
-logistic regression on the last snapshot's features), save (checkpoint, config, result).
+warm-up + cosine schedule, direction BCE + weighted FRD cross-entropy, both batch means;
+early stopping on a purged validation tail of the training side), evaluate (held-out
+accuracy and log loss per horizon for the model, the class prior and a logistic regression
+on the last snapshot's features), save (checkpoint, config, result).
 
 The result dict (also ``result.json`` in the run folder; docs/pretrain.md) is::
 
@@ -12,7 +13,8 @@ The result dict (also ``result.json`` in the run folder; docs/pretrain.md) is::
                          "prior":    {"accuracy", "log_loss", "p_up"},
                          "logistic": {"accuracy", "log_loss"},
                          "n_test": int}, ...},
-     "steps", "train_windows", "test_windows", "cut_row", "final_train_loss",
+     "steps", "train_windows", "test_windows", "cut_row", "validation_windows",
+     "final_train_loss", "best_step", "validation_loss",
      "wall_s", "device", "checkpoint"}
 """
 
@@ -36,7 +38,7 @@ from lobsurf.pretrain.baselines import binary_metrics, class_prior, fit_logistic
 from lobsurf.pretrain.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_to_dict
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.pretrain.split import evenly_spaced, time_split
+from lobsurf.pretrain.split import evenly_spaced, time_split, validation_tail
 from lobsurf.progress import status, step_progress
 
 
@@ -114,12 +116,28 @@ def train_step(model: PretrainModel, opt: torch.optim.Optimizer, book: BookTenso
     return loss.detach()
 
 
+def validation_loss(model: PretrainModel, book: BookTensors, labels: Labels,
+                    rows: torch.Tensor, cfg: PretrainConfig) -> float:
+    """The training objective (direction BCE + frd_weight * FRD CE, means over horizons) at
+    the last position of the windows ending at ``rows`` ([N] int64), the position that
+    evaluation scores; leaves the model in eval mode. One deliberate host read."""
+    prob, frd_ce = _evaluate_model(model, book, rows, labels, cfg)
+    lab = labels.rows(rows)
+    bce = [m["log_loss"] for m in binary_metrics(prob, lab.direction, lab.direction_valid)]
+    return sum(bce) / len(bce) + cfg.frd_weight * float(frd_ce.mean())
+
+
 def _train(model: PretrainModel, book: BookTensors, labels: Labels, train_rows: torch.Tensor,
-           cfg: PretrainConfig, gen: torch.Generator, progress: bool) -> float:
+           cfg: PretrainConfig, gen: torch.Generator, progress: bool,
+           val_rows: torch.Tensor) -> tuple[float, int, float | None]:
+    # -> (last logged training loss, step of the weights kept, their validation loss or None).
     opt, sched = build_optimizer(model, cfg)
     model.train()
     running = torch.zeros((), device=train_rows.device)
     shown = float("nan")
+    # Early stopping: keep the weights of the best validation loss (the last ones when
+    # there is no validation tail), so a budget too long for a small store cannot overfit.
+    best_loss, best_step, best_state = None, cfg.steps, None
     with step_progress(cfg.steps, "pretrain", progress) as advance:
         for step in range(cfg.steps):
             running += train_step(model, opt, book, labels, train_rows, cfg, gen)
@@ -128,9 +146,17 @@ def _train(model: PretrainModel, book: BookTensors, labels: Labels, train_rows: 
                 # Deliberate host sync, once per log interval.
                 shown = float(running) / ((step % cfg.log_every) + 1)
                 running.zero_()
+            if len(val_rows) and ((step + 1) % cfg.validate_every == 0 or step + 1 == cfg.steps):
+                val = validation_loss(model, book, labels, val_rows, cfg)
+                model.train()
+                if best_loss is None or val < best_loss:
+                    best_loss, best_step = val, step + 1
+                    best_state = {k: v.clone() for k, v in model.state_dict().items()}
             # no loss is shown before the first logging step has one (never "nan")
             advance(1, **({} if math.isnan(shown) else {"loss": f"{shown:.4f}"}))
-    return shown
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return shown, best_step, best_loss
 
 
 @torch.no_grad()
@@ -226,7 +252,11 @@ def _pretrain(cfg: PretrainConfig, store: str | os.PathLike | Store | BookTensor
         model.encoder.fit_time_scale_(norm_log_dt)
 
     # ---- train
-    final_loss = _train(model, book, labels, split.train_rows, cfg, gen, progress)
+    fit_rows, val_rows = validation_tail(split.train_rows, cfg.validation_fraction, cfg.window,
+                                         cfg.labels.max_horizon)
+    val_rows = evenly_spaced(val_rows, cfg.validation_max_windows)
+    final_loss, best_step, val_loss = _train(model, book, labels, fit_rows, cfg, gen, progress,
+                                             val_rows)
 
     # ---- evaluate: model, class prior and logistic regression on the same held-out rows
     test_rows = evenly_spaced(split.test_rows, cfg.eval_max_windows)
@@ -235,7 +265,9 @@ def _pretrain(cfg: PretrainConfig, store: str | os.PathLike | Store | BookTensor
     result: dict[str, Any] = {
         "horizons": horizons, "steps": cfg.steps, "train_windows": len(split.train_rows),
         "test_windows": len(test_rows), "cut_row": split.cut_row,
-        "final_train_loss": final_loss, "device": str(device), "checkpoint": None,
+        "validation_windows": len(val_rows), "final_train_loss": final_loss,
+        "best_step": best_step, "validation_loss": val_loss,
+        "device": str(device), "checkpoint": None,
     }
 
     # ---- save

@@ -80,3 +80,32 @@ def evenly_spaced(rows: torch.Tensor, limit: int) -> torch.Tensor:
         return rows
     index = torch.linspace(0, len(rows) - 1, limit, device=rows.device).round().long()
     return rows[index]
+
+
+def validation_tail(train_rows: torch.Tensor, fraction: float, window: int,
+                    max_horizon: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split training end rows into fitting rows and a later, purged validation tail.
+
+    The tail holds the latest ``fraction`` of the end rows. It is purged like the time
+    split: every fitting window's labels end before the first snapshot of any tail window,
+    so early stopping on the tail measures generalisation forward in time, as the held-out
+    side will.
+
+    Args:
+        train_rows: [n] int64 training end rows, ascending (``TimeSplit.train_rows``).
+        fraction: share of the rows for the tail, in [0, 1); 0 gives no tail.
+        window: K. max_horizon: the longest label horizon, in snapshots.
+
+    Returns:
+        (fit_rows, tail_rows), both ascending; tail_rows is empty (and fit_rows is
+        train_rows) when fraction is 0 or either side would be empty.
+    """
+    n = len(train_rows)
+    if fraction <= 0 or n == 0:
+        return train_rows, train_rows[:0]
+    cut = train_rows[min(n - 1, int(n * (1 - fraction)))]  # first snapshot of the tail
+    fit = train_rows[train_rows + max_horizon < cut]
+    tail = train_rows[train_rows - window + 1 >= cut]
+    if len(fit) == 0 or len(tail) == 0:
+        return train_rows, train_rows[:0]
+    return fit, tail
