@@ -77,6 +77,10 @@ class TrainConfig:
     """EMA rate of the action-histogram controllers (action entropy, hold fraction)."""
     init_from: str = ""
     """A lobsurf pretrain run (or checkpoint file) whose normaliser and encoder start the run."""
+    max_rollbacks: int = 3
+    """Divergence (NaN/Inf) rollbacks to the last good checkpoint before the run stops."""
+    rollback_lr_factor: float = 0.5
+    """Each rollback multiplies the learning rate by this."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "envs", "log_every", "checkpoint_every", "keep_checkpoints"):
@@ -86,6 +90,10 @@ class TrainConfig:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if not 0 < self.controller_ema_rate <= 1:
             raise ValueError(f"controller_ema_rate must be in (0, 1], got {self.controller_ema_rate}")
+        if self.max_rollbacks < 0:
+            raise ValueError(f"max_rollbacks must be >= 0, got {self.max_rollbacks}")
+        if not 0 < self.rollback_lr_factor < 1:
+            raise ValueError(f"rollback_lr_factor must be in (0, 1), got {self.rollback_lr_factor}")
 
 
 @dataclass(frozen=True)
