@@ -21,13 +21,14 @@ import torch
 
 from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.network import AgentNetwork
-from lobsurf.baselines.policies import BASELINES, BaselineConfig, make_baselines
+from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.data.dataset import BookTensors, load_book_tensors
 from lobsurf.data.store import Store
 from lobsurf.errors import UserError
-from lobsurf.eval.evaluate import EvalSplit, eval_split, evaluate_policies
+from lobsurf.eval.evaluate import EvalSplit, eval_split, evaluate_policies, summarise
+from lobsurf.eval.metrics import BacktestRecord
 from lobsurf.pretrain.split import time_split
-from lobsurf.eval.sweep import SweepConfig, tile_rows
+from lobsurf.eval.sweep import SweepConfig, Tiling, sweep, tile_rows
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.train.agent_policy import AgentPolicy, PolicyMode
@@ -39,6 +40,8 @@ from lobsurf.train.run_folder import CONFIG_NAME, require_run_folder
 
 #: seed of the sampling policies' generator in evaluation (fixed: evaluations must agree)
 EVAL_SEED = 0
+#: the baselines swept beside the agent
+RUN_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle")
 
 
 def load_run(run_dir: Path) -> tuple[RunConfig, dict[str, Any], Path]:
@@ -89,6 +92,15 @@ class RunEvaluation:
                                  split_info=self.split_info, settings=self.settings,
                                  progress=progress)
 
+    def run_with_records(self, progress: Callable[[int], None] | None = None
+                         ) -> tuple[dict[str, Any], dict[str, BacktestRecord], Tiling]:
+        """``run``'s dict plus every policy's per-step record and the tiling (for plots)."""
+        records, tiling = sweep(self.book, self.rows, self.policies, self.sim, self.sweep,
+                                progress)
+        result = summarise(records, tiling, self.sim, split_info=self.split_info,
+                           settings=self.settings)
+        return result, records, tiling
+
 
 def prepare_run_evaluation(run_dir: Path, store: str | None = None,
                            policy: PolicyMode = "greedy", split: str = "heldout",
@@ -119,7 +131,7 @@ def prepare_run_evaluation(run_dir: Path, store: str | None = None,
     # momentum reads OFI inside the observation window: its lookback fits the run's window
     base = BaselineConfig(momentum_lookback_rows=min(BaselineConfig().momentum_lookback_rows,
                                                      cfg.sim.window - 1))
-    policies = make_baselines(BASELINES, env, base, chosen.train_rows)
+    policies = make_baselines(BASELINES, env, base, chosen.train_rows, chosen.rows, num_envs)
     policies["agent"] = agent_policy(cfg, payload, env, policy, device)
     settings = {"run": str(run_dir), "checkpoint": ckpt.name, "trained_steps": payload["step"],
                 "store": str(store_path), "policy": policy, "device": str(device),

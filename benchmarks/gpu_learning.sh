@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One device call: the eager train-step benchmark, then longer training runs side by side on
+# one GPU (tradeable preset with two discounts, its edge-0 null, the real CME ES session),
+# each evaluated on its held-out rows against every baseline. Logs and JSON under $OUT.
+# Usage on the GPU machine from the repo root, with .whl and .gpu_data carried:
+#   TRAIN_S=270 bash benchmarks/gpu_learning.sh
+set -u
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:src || exit 1
+OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+DEVICE=${DEVICE:-cuda}; TRAIN_S=${TRAIN_S:-270}; EVAL_S=${EVAL_S:-150}; BENCH_S=${BENCH_S:-100}
+LS="python3 -m lobsurf.cli"
+D=/tmp/lobsurf_data; mkdir -p $D
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+# ---- data: the tradeable preset, its null, and the real ES MBO session
+for p in tradeable tradeable-null; do
+  $LS synth --preset $p --out $D/$p --no-progress > /dev/null &&
+  $LS ingest $D/$p/*.dbn.zst --out $D/$p-store --multiplier 50 --currency USD --overwrite \
+    --no-progress > /dev/null || echo "data $p failed"
+done
+$LS ingest .gpu_data/esh4-glbx-mdp3-20231225.mbo.dbn.zst --out $D/es-store --multiplier 50 \
+  --currency USD --overwrite --no-progress > "$OUT/es_ingest.log" 2>&1 || echo "es ingest failed"
+
+# ---- eager train-step benchmark (alone on the GPU); BENCH_S=0 skips it
+[ "$BENCH_S" -gt 0 ] && timeout $BENCH_S python3 benchmarks/bench_train_step.py --device $DEVICE --batch 16,256,1024 \
+  --steps 20 --json "$OUT/bench_train_step.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?"
+
+# ---- training runs in parallel; a run killed at its time limit keeps its checkpoints
+common="--device $DEVICE --no-progress --steps 200000 --set train.checkpoint_every=500 --set train.log_every=250"
+run() {  # name store extra-args...
+  local name=$1 store=$2; shift 2
+  timeout $TRAIN_S $LS train --store $store --out $D/runs/$name $common "$@" \
+    > "$OUT/train_$name.log" 2>&1
+}
+run tradeable $D/tradeable-store --envs 256 &
+run tradeable_g95 $D/tradeable-store --envs 256 --set learner.gamma=0.95 &
+run null $D/tradeable-null-store --envs 256 &
+run es $D/es-store --envs 256 --set train.checkpoint_every=250 &
+wait
+for name in tradeable tradeable_g95 null es; do
+  timeout $EVAL_S $LS eval $D/runs/$name --device $DEVICE --json --no-progress \
+    > "$OUT/eval_$name.json" 2> "$OUT/eval_$name.err" &
+done
+wait
+for name in tradeable tradeable_g95 null es; do
+  cp $D/runs/$name/metrics.jsonl "$OUT/metrics_$name.jsonl" 2>/dev/null
+done
+echo "== bench"; grep -v '^{' "$OUT/bench.log" 2>/dev/null | tail -6
+# everything in one archive: the device returns at most 8 files
+tar czf "$OUT/gpu_learning.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v gpu_learning.tgz)
+python3 - "$OUT" <<'EOF'
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+for name in ("tradeable", "tradeable_g95", "null", "es"):
+    m = out / f"metrics_{name}.jsonl"
+    if m.exists():
+        recs = [json.loads(l) for l in m.read_text().splitlines() if l.strip()]
+        last = [r for r in recs if r.get("event") == "metrics"][-1:]
+        if last:
+            r = last[0]
+            print(f"{name}: step {r['step']} {r['steps_per_s']:.1f} steps/s l_q {r['l_q']:.3f} "
+                  f"win {r['win_rate']} hold {r['hold_fraction']:.2f} ent {r['action_entropy']:.2f}")
+    e = out / f"eval_{name}.json"
+    try:
+        res = json.loads(e.read_text())
+    except Exception as exc:  # noqa: BLE001
+        print(f"{name}: eval failed ({exc})"); continue
+    for pol, v in res["policies"].items():
+        print(f"  {pol:10s} net {v['net_pnl']:>12,.0f} trades {v['trades']:>6} "
+              f"win {v['win_rate']} ppt {v['pnl_per_trade']} ci {v.get('pnl_per_trade_ci')}")
+EOF
