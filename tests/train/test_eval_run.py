@@ -25,7 +25,11 @@ def evaluate(capsys, *args) -> dict:
 def test_eval_run_json_has_the_agent_and_every_baseline(tiny_run, tiny_store, capsys):
     result = evaluate(capsys, tiny_run)
     assert set(result["policies"]) == {"agent", "hold", "random", "momentum", "imbalance",
-                                       "oracle"}
+                                       "oracle", "optimal"}
+    # the exact optimum bounds every policy; capture is each one's share of it
+    best = result["policies"]["optimal"]
+    assert best["capture"] == 1.0
+    assert all(m["net_pnl"] <= best["net_pnl"] + 1e-6 for m in result["policies"].values())
     agent = result["policies"]["agent"]
     for key in ("net_pnl", "gross_pnl", "fees", "trades", "win_rate", "pnl_per_trade",
                 "max_drawdown", "hold_fraction", "turnover"):

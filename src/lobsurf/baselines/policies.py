@@ -1,5 +1,6 @@
 """Baseline policies: hold, random, momentum (order-flow imbalance), top-of-book imbalance
-(``lobsurf.baselines.imbalance``, threshold fitted on training rows) and a future-peeking oracle.
+(``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle
+and the exact optimum of a sweep (``lobsurf.baselines.optimal``, planned over its rows).
 
 Each is a ``lobsurf.eval.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
@@ -149,13 +150,16 @@ class OraclePolicy:
         return direction_to_action(direction, self.buy, self.sell)
 
 
-BASELINES = ("hold", "random", "momentum", "imbalance", "oracle")
+BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "optimal")
 #: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
 FITTED_BASELINES = ("imbalance",)
+#: baselines planned over one sweep (``make_baseline`` needs ``sweep_rows``, ``sweep_envs``).
+PLANNED_BASELINES = ("optimal",)
 
 
 def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
-                  train_rows: torch.Tensor | None = None):
+                  train_rows: torch.Tensor | None = None, sweep_rows: torch.Tensor | None = None,
+                  sweep_envs: int | None = None):
     """Build baseline ``name`` (one of BASELINES) for ``env``.
 
     Args:
@@ -164,6 +168,8 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
         cfg: baseline settings.
         train_rows: [n] int64 training end rows of ``env.book``, for FITTED_BASELINES
             (unless their setting is given in ``cfg``).
+        sweep_rows: [R] int64 rows of the sweep the policy will trade, for PLANNED_BASELINES.
+        sweep_envs: the sweep's number of envs, for PLANNED_BASELINES.
     """
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
@@ -172,6 +178,10 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
         from lobsurf.baselines.imbalance import make_imbalance
 
         return make_imbalance(env, cfg, train_rows)
+    if name == "optimal":
+        from lobsurf.baselines.optimal import make_optimal
+
+        return make_optimal(env, sweep_rows, sweep_envs)
     if name == "hold":
         return HoldPolicy()
     if name == "random":
@@ -184,7 +194,9 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
 
 
 def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: BaselineConfig,
-                   train_rows: torch.Tensor | None = None) -> dict:
+                   train_rows: torch.Tensor | None = None, sweep_rows: torch.Tensor | None = None,
+                   sweep_envs: int | None = None) -> dict:
     """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
     to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``."""
-    return {name: make_baseline(name, env, cfg, train_rows) for name in names}
+    return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
+            for name in names}

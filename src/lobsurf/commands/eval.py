@@ -24,7 +24,7 @@ from lobsurf.progress import add_progress_flag, status
 
 POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
-               "baseline:oracle, or baseline:all")
+               "baseline:oracle | baseline:optimal (the exact optimum of the sweep), or baseline:all")
 SPLITS = ("heldout", "all", "random")
 #: fee_bps above this is refused: a fee of more than the whole notional of every fill.
 MAX_FEE_BPS = 10_000.0
@@ -184,16 +184,19 @@ def split_rows(book, args, sim, horizons):
     return split.rows, split.train_rows, split.info
 
 
-def build_policies(names: list[str], env, base, train_rows, progress: bool) -> dict:
-    from lobsurf.baselines.policies import FITTED_BASELINES, make_baseline
+def build_policies(names: list[str], env, base, train_rows, progress: bool,
+                   sweep_rows=None, sweep_envs: int | None = None) -> dict:
+    from lobsurf.baselines.policies import FITTED_BASELINES, PLANNED_BASELINES, make_baseline
     from lobsurf.progress import status
 
     policies = {}
     for name in names:
-        with status(f"eval: fitting {name} on training rows",
-                    progress and name in FITTED_BASELINES):
+        doing = "fitting {} on training rows" if name in FITTED_BASELINES else "planning {}"
+        with status(f"eval: {doing.format(name)}",
+                    progress and name in FITTED_BASELINES + PLANNED_BASELINES):
             try:
-                policies[name] = make_baseline(name, env, base, train_rows)
+                policies[name] = make_baseline(name, env, base, train_rows, sweep_rows,
+                                               sweep_envs)
             except ValueError as exc:
                 raise config_error(exc, FLAGS) from exc
     return policies
@@ -214,7 +217,8 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
     if len(tiling.rows) < WARN_MIN_ROWS:
         warn(f"only {len(tiling.rows):,} rows to sweep ({info['mode']}): every metric rests on few "
              "trades; use a larger store")
-    policies = build_policies(names, env, base, train_rows, args.progress)
+    policies = build_policies(names, env, base, train_rows, args.progress, rows,
+                              sweep_cfg.num_envs)
     fitted = {f"{name}_threshold": p.threshold for name, p in policies.items()
               if hasattr(p, "threshold")}
     settings = {"store": str(args.store), "device": str(book.device),
@@ -228,6 +232,12 @@ def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
     from lobsurf.eval.backtest import make_env, run_backtest
     from lobsurf.progress import step_progress
 
+    from lobsurf.baselines.policies import PLANNED_BASELINES
+
+    planned = [n for n in names if n in PLANNED_BASELINES]
+    if planned:
+        warn(f"{', '.join(planned)} plans over a sweep's rows: left out of --split random")
+        names = [n for n in names if n not in PLANNED_BASELINES]
     _, train_rows, _ = split_rows(book, args, sim, horizons)
     # envs and (fitted) policies first: a fit's spinner cannot run inside the progress bar
     runs = {}
@@ -259,7 +269,8 @@ def _cell(key: str, value) -> str:
         return f"{value[0]:,.2f}..{value[1]:,.2f}"
     if isinstance(value, int):
         return f"{value:,}"
-    if key in ("win_rate", "hold_fraction", "turnover", "sharpe_per_trade", "sharpe_per_day"):
+    if key in ("win_rate", "hold_fraction", "turnover", "sharpe_per_trade", "sharpe_per_day",
+               "capture"):
         return f"{value:.3f}"
     return f"{value:,.2f}"
 

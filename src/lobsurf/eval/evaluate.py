@@ -9,7 +9,10 @@ policy)::
                   "metrics": {...}, ...caller's}}
 
 ``steps`` counts decision steps over all envs (= rows swept, = each policy's ``steps``);
-``steps_per_env`` is the sweep's length (the longest env's piece).
+``steps_per_env`` is the sweep's length (the longest env's piece). When ``optimal`` (the
+exact optimum, ``lobsurf.baselines.optimal``) is among the policies, every policy's
+metrics get ``capture``: its net PnL as a fraction of the optimum's (None when the
+optimum is not positive).
 
 Metrics are defined in docs/metrics.md.
 """
@@ -24,9 +27,9 @@ import torch
 
 from lobsurf.data.dataset import BookTensors
 from lobsurf.data.labels import LabelConfig
-from lobsurf.eval.metrics import MetricsConfig, compute_metrics
+from lobsurf.eval.metrics import BacktestRecord, MetricsConfig, compute_metrics
 from lobsurf.eval.policy import Policy
-from lobsurf.eval.sweep import SweepConfig, sweep
+from lobsurf.eval.sweep import SweepConfig, Tiling, sweep
 from lobsurf.sim.config import SimConfig
 
 
@@ -104,8 +107,32 @@ def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dic
         The dict of the module docstring.
     """
     records, tiling = sweep(book, split_rows, policies, sim_cfg, sweep_cfg, progress)
+    return summarise(records, tiling, sim_cfg, metrics_cfg, split_info, settings)
+
+
+#: the policy whose net PnL ``capture`` is measured against.
+CAPTURE_REFERENCE = "optimal"
+
+
+def add_capture(metrics: dict[str, dict[str, Any]]) -> None:
+    """Add ``capture`` = net_pnl / the optimum's net_pnl to every policy's metrics (in place)."""
+    if CAPTURE_REFERENCE not in metrics:
+        return
+    best = metrics[CAPTURE_REFERENCE]["net_pnl"]
+    for m in metrics.values():
+        m["capture"] = m["net_pnl"] / best if best > 0 else None
+
+
+def summarise(records: dict[str, BacktestRecord], tiling: Tiling, sim_cfg: SimConfig,
+              metrics_cfg: MetricsConfig = MetricsConfig(),
+              split_info: dict[str, Any] | None = None,
+              settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``sweep``'s records → the dict of the module docstring (callers that keep the
+    per-step records, e.g. ``lobsurf report``, sweep themselves and summarise here)."""
+    metrics = {name: compute_metrics(rec, metrics_cfg) for name, rec in records.items()}
+    add_capture(metrics)
     return {
-        "policies": {name: compute_metrics(rec, metrics_cfg) for name, rec in records.items()},
+        "policies": metrics,
         "split": {**(split_info or {}), "rows": len(tiling.rows), "ranges": tiling.ranges,
                   "dropped_rows": tiling.dropped},
         "settings": {**(settings or {}), "sim": asdict(sim_cfg), "num_envs": tiling.num_envs,

@@ -55,6 +55,10 @@ class BacktestRecord:
         fees: fees of closed trades (currency).
         turnover_lots: lots filled.
         unfilled_lots: lots ordered that the visible depth could not fill.
+        step_action: [T] int64 action chosen at each step (None when not recorded).
+        step_position: [T] int64 position after each step, lots (None when not recorded).
+        step_filled_lots: [T] int64 signed lots filled at each step (+ bought, - sold;
+            None when not recorded).
     """
 
     trade_pnl: np.ndarray
@@ -66,6 +70,9 @@ class BacktestRecord:
     fees: float
     turnover_lots: int
     unfilled_lots: int
+    step_action: np.ndarray | None = None
+    step_position: np.ndarray | None = None
+    step_filled_lots: np.ndarray | None = None
 
 
 def _ratio(mean: float, sd: float) -> float | None:

@@ -112,6 +112,9 @@ class _Buffers:
     closed: torch.Tensor
     holding: torch.Tensor
     hold: torch.Tensor
+    action: torch.Tensor
+    position: torch.Tensor
+    filled: torch.Tensor
 
     @staticmethod
     def empty(steps: int, num_envs: int, device: torch.device) -> _Buffers:
@@ -119,12 +122,16 @@ class _Buffers:
             return torch.zeros(steps, num_envs, dtype=dtype, device=device)
 
         return _Buffers(step_pnl=e(torch.float64), reward=e(torch.float64), closed=e(torch.bool),
-                        holding=e(torch.int64), hold=e(torch.bool))
+                        holding=e(torch.int64), hold=e(torch.bool), action=e(torch.int64),
+                        position=e(torch.int64), filled=e(torch.int64))
 
 
-def _schedule(tiling: Tiling, book: BookTensors, t: int
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Step t of every env → (active [B] bool, cursor [B], stop [B], force_end [B] bool)."""
+def schedule(tiling: Tiling, book: BookTensors, t: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step t of every env → (active [B] bool, cursor [B], stop [B], force_end [B] bool).
+
+    Public so a planner (``lobsurf.baselines.optimal``) can follow the sweep's exact steps.
+    """
     r = len(tiling.rows)
     f = tiling.flat_index(t)
     active = f < r
@@ -144,6 +151,7 @@ def _step(env: BatchedLobEnv, policy: Policy, buf: _Buffers, t: int, active: tor
     in_trade_before = s.time_in_trade.clone()
     action = policy.act(env)
     buf.hold[t] = action == 0
+    buf.action[t] = action
     action = torch.where(active, action, 0)  # parked envs never trade
     res = env.step(action, force_end=force_end)
     # equity change: the realized reward plus the change of the open trade's mark
@@ -151,6 +159,8 @@ def _step(env: BatchedLobEnv, policy: Policy, buf: _Buffers, t: int, active: tor
     buf.reward[t] = res.reward
     buf.closed[t] = res.trade_closed
     buf.holding[t] = torch.where(res.trade_closed, in_trade_before, 0)
+    buf.position[t] = s.position
+    buf.filled[t] = res.filled_lots
 
 
 def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tensor) -> BacktestRecord:
@@ -168,6 +178,9 @@ def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tenso
         step_pnl=flat(buf.step_pnl).cpu().numpy(),
         step_day=days,
         step_hold=flat(buf.hold).cpu().numpy(),
+        step_action=flat(buf.action).cpu().numpy(),
+        step_position=flat(buf.position).cpu().numpy(),
+        step_filled_lots=flat(buf.filled).cpu().numpy(),
         gross_pnl=float(stats.gross_pnl_ticks.sum()) * env.tick_value,
         fees=float(stats.fees.sum()),
         turnover_lots=int(stats.turnover_lots.sum()),
@@ -198,7 +211,7 @@ def sweep(book: BookTensors, rows: torch.Tensor, policies: dict[str, Policy], si
         env.reset()
         env.reset_stats()
     for t in range(tiling.steps):
-        active, cursor, stop, force_end = _schedule(tiling, book, t)
+        active, cursor, stop, force_end = schedule(tiling, book, t)
         for name, policy in policies.items():
             env = envs[name]
             env.state.cursor.copy_(cursor)  # same row as the env's own advance, or a jump

@@ -40,8 +40,8 @@ from lobsurf.train.run_folder import CONFIG_NAME, require_run_folder
 
 #: seed of the sampling policies' generator in evaluation (fixed: evaluations must agree)
 EVAL_SEED = 0
-#: the baselines swept beside the agent
-RUN_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle")
+#: the baselines swept beside the agent (optimal: the exact optimum its capture is measured by)
+RUN_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "optimal")
 
 
 def load_run(run_dir: Path) -> tuple[RunConfig, dict[str, Any], Path]:
@@ -131,7 +131,8 @@ def prepare_run_evaluation(run_dir: Path, store: str | None = None,
     # momentum reads OFI inside the observation window: its lookback fits the run's window
     base = BaselineConfig(momentum_lookback_rows=min(BaselineConfig().momentum_lookback_rows,
                                                      cfg.sim.window - 1))
-    policies = make_baselines(BASELINES, env, base, chosen.train_rows, chosen.rows, num_envs)
+    policies = make_baselines(RUN_BASELINES, env, base, chosen.train_rows, chosen.rows,
+                              num_envs)
     policies["agent"] = agent_policy(cfg, payload, env, policy, device)
     settings = {"run": str(run_dir), "checkpoint": ckpt.name, "trained_steps": payload["step"],
                 "store": str(store_path), "policy": policy, "device": str(device),
