@@ -18,27 +18,46 @@ types and tensors only (loadable with ``weights_only=True``):
     meta               data summary, versions
 
 Writing goes to a temporary file in the same folder, is flushed to disk, then renamed into
-place, so a crash never leaves a half-written ``step_*.pt``; the newest ``keep`` are kept.
+place, so a crash never leaves a half-written ``step_*.pt``. Then a complete-marker
+``step_NNNNNNNN.pt.sha256`` (``sha256sum -c`` format) is written the same way: a checkpoint
+counts only when its marker exists and the file's SHA-256 matches it, so a file renamed but
+not yet marked, torn by a failing disk or truncated by a copy is never loaded
+(``load_payload`` raises ``CorruptCheckpoint``; ``newest_valid_checkpoint`` skips it with a
+warning and takes the previous one). The newest ``keep`` are kept.
+
+A failing write (disk full, read-only folder) raises a one-line ``UserError`` naming the
+file; the temporary file is removed and the previous checkpoints are untouched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
 from lobsurf.agent.controllers import controller_table
 from lobsurf.agent.step import TrainState
+from lobsurf.errors import UserError
 from lobsurf.sim.state import SimState, SimStats
+from lobsurf.train import faults
 
 CHECKPOINT_FORMAT = "lobsurf-train"
 CHECKPOINT_VERSION = 1
 CHECKPOINT_DIR = "checkpoints"
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
+MARKER_SUFFIX = ".sha256"
+#: bytes read at a time when hashing a checkpoint file (bounds host memory)
+HASH_CHUNK_BYTES = 1 << 20
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint file without its complete-marker, or whose bytes do not match it."""
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -93,23 +112,101 @@ def checkpoint_payload(state: TrainState, step: int, config: dict, metrics_bytes
     })
 
 
-def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
-                    metrics_bytes: int, meta: dict, keep: int) -> Path:
-    """Write step ``step``'s checkpoint atomically and prune to the newest ``keep``."""
-    path = checkpoint_path(run_dir, step)
-    path.parent.mkdir(parents=True, exist_ok=True)
+class _HashingWriter:
+    """File wrapper that hashes what ``torch.save`` writes (no second read of the file)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.digest, self._first = fh, hashlib.sha256(), True
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        written = self.fh.write(data)
+        if self._first and data:
+            self._first = False
+            self.fh.flush()
+            faults.pause_point("checkpoint_write")  # a test's kill lands mid-file here
+        return written
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def marker_path(path: Path) -> Path:
+    return path.with_name(path.name + MARKER_SUFFIX)
+
+
+def _write_atomic(path: Path, write: Any) -> Any:
+    """``write(fh)`` into a temporary file beside ``path``, fsync, rename into place, fsync
+    the folder (so the rename itself survives a power cut); returns what ``write`` returned."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        torch.save(checkpoint_payload(state, step, config, metrics_bytes, meta), fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    try:
+        with open(tmp, "wb") as fh:
+            result = write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror or exc} (disk full or "
+                        "read-only? the previous checkpoint is intact)") from exc
+    return result
+
+
+def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
+                    metrics_bytes: int, meta: dict, keep: int, extra: dict | None = None
+                    ) -> Path:
+    """Write step ``step``'s checkpoint and its complete-marker atomically, prune to the
+    newest ``keep``. ``extra``: loop bookkeeping stored beside the state (e.g. rollbacks)."""
+    path = checkpoint_path(run_dir, step)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+    payload = checkpoint_payload(state, step, config, metrics_bytes, meta)
+    payload.update(extra or {})
+
+    def write_payload(fh: BinaryIO) -> str:
+        writer = _HashingWriter(fh)
+        torch.save(payload, writer)
+        return writer.digest.hexdigest()
+
+    digest = _write_atomic(path, write_payload)
+    _write_atomic(marker_path(path), lambda fh: fh.write(f"{digest}  {path.name}\n".encode()))
     for old in list_checkpoints(run_dir)[:-keep]:
+        marker_path(old).unlink(missing_ok=True)
         old.unlink()
     return path
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise ``CorruptCheckpoint`` unless ``path`` is complete (see module doc)."""
+    marker = marker_path(path)
+    try:
+        expected = marker.read_text().split()[0]
+    except (OSError, IndexError):
+        raise CorruptCheckpoint(f"{path.name}: no complete-marker {marker.name} "
+                                "(write interrupted)") from None
+    if file_sha256(path) != expected:
+        raise CorruptCheckpoint(f"{path.name}: SHA-256 does not match {marker.name} "
+                                "(torn or altered file)")
+
+
 def load_payload(path: Path) -> dict[str, Any]:
+    """The verified payload of one checkpoint file."""
+    verify_checkpoint(path)
     payload = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a lobsurf training checkpoint")
@@ -117,6 +214,20 @@ def load_payload(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: checkpoint version {payload.get('version')} is not "
                          f"{CHECKPOINT_VERSION}")
     return payload
+
+
+def newest_valid_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that verifies and its payload; newer broken ones are skipped
+    with a warning and removed (they would otherwise outlive good ones when pruning)."""
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            return path, load_payload(path)
+        except (CorruptCheckpoint, RuntimeError, EOFError) as exc:
+            print(f"warning: skipping checkpoint {exc}; using the previous one",
+                  file=sys.stderr)
+            marker_path(path).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+    return None
 
 
 def restore_state_(state: TrainState, payload: dict[str, Any]) -> None:

@@ -9,7 +9,10 @@
 
 ``prepare_run_folder`` refuses to write into a folder that holds anything but a run of its
 own, and asks for ``--overwrite`` before replacing a run. ``MetricsLog`` appends whole lines
-(one write each, flushed) and can cut the file back to a checkpoint's recorded size.
+(one write each, flushed) and can cut the file back to a checkpoint's recorded size: a line
+torn by a crash, or written after the checkpoint a resume starts from, is cut away, so
+metrics.jsonl never holds a torn or duplicated record. A failing write (disk full,
+read-only folder) is a one-line ``UserError`` naming the file.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lobsurf.errors import UserError
+from lobsurf.train import faults
 
 RUN_MARKER = "run.json"
 RUN_FORMAT = "lobsurf-train-run"
@@ -80,25 +84,52 @@ class MetricsLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fh = open(path, "ab")
+        try:
+            self._fh = open(path, "ab")
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: OSError) -> UserError:
+        return UserError(f"cannot write {self.path}: {exc.strerror or exc} (disk full or "
+                         "read-only?)")
 
     def size(self) -> int:
-        self._fh.flush()
+        """Bytes written so far, flushed and synced to disk (a checkpoint records this)."""
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise self._error(exc) from exc
         return self._fh.tell()
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(_finite(record), allow_nan=False) + "\n"
-        self._fh.write(line.encode())
-        self._fh.flush()
+        data = (json.dumps(_finite(record), allow_nan=False) + "\n").encode()
+        half = len(data) // 2
+        try:
+            self._fh.write(data[:half])
+            if faults.ENV_PAUSE in os.environ:  # a test's kill lands mid-line here
+                self._fh.flush()
+                faults.pause_point("metrics_flush")
+            self._fh.write(data[half:])
+            self._fh.flush()
+        except OSError as exc:
+            raise self._error(exc) from exc
 
     def truncate(self, size: int) -> None:
         """Cut the file back to ``size`` bytes (the size a checkpoint recorded)."""
         self._fh.flush()
+        have = self._fh.seek(0, os.SEEK_END)
+        if have < size:
+            raise UserError(f"{self.path}: {have} bytes, shorter than the {size} its "
+                            "checkpoint recorded (file replaced or cut?)")
         self._fh.truncate(size)
         self._fh.seek(0, os.SEEK_END)
 
     def close(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError:
+            pass  # the write that failed already raised; closing must not mask it
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,112 @@
+"""A full disk or a read-only run folder: one clear line naming the file, and the previous
+checkpoint intact, loadable and resumable."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+import torch
+
+import lobsurf.train.checkpoint as checkpoint
+from lobsurf.train.checkpoint import list_checkpoints, load_payload
+from lobsurf.train.run_folder import MetricsLog
+from tests.train.test_reliability_crash import assert_same_run
+from tests.train.test_train_command import train
+
+
+def _fail_second_save(monkeypatch):
+    """torch.save writes part of the second checkpoint, then the disk is full."""
+    real, calls = torch.save, {"n": 0}
+
+    def save(obj, f, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            f.write(b"partial bytes")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(obj, f, *args, **kwargs)
+    monkeypatch.setattr(checkpoint.torch, "save", save)
+    return "step_00000020.pt"
+
+
+class _FullDisk:
+    """A file whose writes fail with ENOSPC (everything else passes through)."""
+
+    def __init__(self, fh) -> None:
+        self.fh = fh
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):
+        return getattr(self.fh, name)
+
+
+def _fail_metrics_after_first_checkpoint(monkeypatch):
+    real_write, real_save, state = MetricsLog.write, checkpoint.save_checkpoint, {"full": False}
+
+    def write(self, record):
+        if state["full"] and not isinstance(self._fh, _FullDisk):
+            self._fh = _FullDisk(self._fh)
+        real_write(self, record)
+
+    def save(*args, **kwargs):
+        path = real_save(*args, **kwargs)
+        state["full"] = True
+        return path
+    monkeypatch.setattr(MetricsLog, "write", write)
+    monkeypatch.setattr("lobsurf.train.loop.save_checkpoint", save)
+    return "metrics.jsonl"
+
+
+def _read_only_open(monkeypatch):
+    """The checkpoint folder turns read-only after the first checkpoint (EROFS)."""
+    real, calls = open, {"n": 0}
+
+    def fake_open(path, mode="r", *args, **kwargs):
+        if "w" in mode:
+            calls["n"] += 1
+            if calls["n"] > 2:  # the first checkpoint and its marker went through
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real(path, mode, *args, **kwargs)
+    monkeypatch.setattr(checkpoint, "open", fake_open, raising=False)
+    return "step_00000020.pt"
+
+
+@pytest.mark.parametrize("fault", [_fail_second_save, _fail_metrics_after_first_checkpoint,
+                                   _read_only_open], ids=["ENOSPC-checkpoint",
+                                                          "ENOSPC-metrics", "EROFS-checkpoint"])
+def test_a_failing_write_is_one_line_and_the_previous_checkpoint_survives(
+        fault, tiny_store, tiny_toml, tmp_path, monkeypatch, capsys):
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", straight) == 0
+    with monkeypatch.context() as mp:
+        named = fault(mp)
+        capsys.readouterr()
+        assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", run) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("lobsurf train: error: cannot write ")
+    assert named in errors[0]
+    assert [p.name for p in list_checkpoints(run)] == ["step_00000010.pt"]
+    assert load_payload(list_checkpoints(run)[0])["step"] == 10
+    assert not list(run.glob("checkpoints/.*.tmp"))  # no temporary file left behind
+    assert train("--resume", run) == 0
+    assert_same_run(straight, run)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_checkpoint_folder(tiny_store, tiny_toml, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", run,
+                 "--steps", 10) == 0
+    folder = run / "checkpoints"
+    folder.chmod(0o555)
+    try:
+        capsys.readouterr()
+        assert train("--resume", run, "--steps", 20) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "cannot write" in err and "step_00000020.pt" in err
+    finally:
+        folder.chmod(0o755)
+    assert load_payload(list_checkpoints(run)[-1])["step"] == 10
