@@ -5,15 +5,25 @@ rows, or a pretrain checkpoint) -> target network -> optimiser -> simulator -> r
 controllers -> run folder -> loop of ``lobsurf.agent.step.train_step`` with metrics every
 ``log_every`` steps (one device-to-host copy) and checkpoints every ``checkpoint_every``.
 
-``--resume`` rebuilds the same state from the run's config, copies the newest checkpoint in,
-cuts metrics.jsonl back to the size it had then, and continues: on CPU, N steps + resume +
-M steps equal N + M uninterrupted steps bit for bit.
+``--resume`` rebuilds the same state from the run's config, copies the newest complete
+checkpoint in (a torn or unmarked newer one is skipped with a warning), cuts metrics.jsonl
+back to the size it had then, and continues: on CPU, N steps + resume + M steps equal N + M
+uninterrupted steps bit for bit, however the first part ended (SIGKILL included).
+
+Faults (docs/reliability.md): every step ends with the divergence guard's device-side check
+(lobsurf.train.guard); where the loop syncs anyway (a log interval, a checkpoint) it reads
+the guard, and a NaN/Inf rolls the run back to the last good checkpoint with the learning
+rate times ``train.rollback_lr_factor``, at most ``train.max_rollbacks`` times. SIGINT and
+SIGTERM stop the run after the current step with a final checkpoint
+(lobsurf.train.interrupts); the metric sums not yet logged travel in it, so the resumed
+metrics equal an uninterrupted run's.
 """
 
 from __future__ import annotations
 
 import copy
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +47,12 @@ from lobsurf.pretrain.split import evenly_spaced
 from lobsurf.progress import step_progress
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
-from lobsurf.train.checkpoint import (list_checkpoints, load_payload, restore_state_,
-                                      save_checkpoint)
+from lobsurf.train import faults
+from lobsurf.train.checkpoint import newest_valid_checkpoint, restore_state_, save_checkpoint
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
 from lobsurf.train.data import TrainingData
+from lobsurf.train.guard import DivergenceGuard
+from lobsurf.train.interrupts import StopOnSignal
 from lobsurf.train.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog
 
 #: offsets of the run seed for each generator, so no two draw the same stream
@@ -135,12 +147,14 @@ def device_name(device: torch.device | str) -> str:
 
 @dataclass
 class RunResult:
-    """What ``train`` returns: the run folder, the last metrics record, the step reached."""
+    """What ``train`` returns: the run folder, the last metrics record, the step reached,
+    the newest checkpoint, and the signal that stopped the run early (None: it finished)."""
 
     run_dir: Path
     last_metrics: dict[str, Any] | None
     step: int
     checkpoint: Path
+    interrupted: str | None = None
 
 
 def _metrics_record(state: TrainState, step: int, wall_s: float, interval_s: float,
@@ -157,68 +171,167 @@ def _metrics_record(state: TrainState, step: int, wall_s: float, interval_s: flo
             "gate_threshold": ctl["gate_threshold"], "controllers": ctl}
 
 
+class TrainingDiverged(UserError):
+    """NaN/Inf came back after ``train.max_rollbacks`` rollbacks."""
+
+
+@dataclass
+class _Good:
+    """The last good point a rollback returns to: a checkpoint, or the fresh start."""
+
+    step: int
+    metrics_bytes: int
+    checkpoint: Path | None
+
+
+def _roll_back(state: TrainState, cfg: RunConfig, data: TrainingData,
+               device: torch.device | str, pretrained: dict[str, torch.Tensor] | None,
+               run_dir: Path, fresh_bytes: int | None) -> tuple[TrainState, _Good]:
+    """The last good state (newest complete checkpoint, else a fresh build) with the learning
+    rate it had when the fault was found (lowering it is the caller's)."""
+    lr = state.optimizer.lr.clone()
+    found = newest_valid_checkpoint(run_dir)
+    if found is not None:
+        path, payload = found
+        restore_state_(state, payload)
+        good = _Good(int(payload["step"]), int(payload["metrics_bytes"]), path)
+    elif fresh_bytes is not None:
+        state = build_state(cfg, data, device, pretrained)
+        good = _Good(0, fresh_bytes, None)
+    else:
+        raise UserError(f"{run_dir}: no complete checkpoint to roll back to")
+    state.optimizer.lr.copy_(lr)
+    return state, good
+
+
 def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.device | str,
           resume: bool = False, pretrained: dict[str, torch.Tensor] | None = None,
           progress: bool = True, init_note: str = "") -> RunResult:
     """Run (or continue) training in ``run_dir`` up to ``cfg.train.steps`` total steps."""
-    # ---- state: fresh, or the newest checkpoint copied into a fresh build
+    # ---- state: fresh, or the newest complete checkpoint copied into a fresh build
     state = build_state(cfg, data, device, pretrained)
     scfg = step_config(cfg)
+    tc = cfg.train
     config_dict = run_config_to_dict(cfg)
     meta = {"data": data.summary(), "versions": versions(), "device": device_name(device),
             "init": init_note}
+    guard = DivergenceGuard(device)
     log = None
-    start = 0
     try:
         if resume:
-            found = list_checkpoints(run_dir)
-            if not found:
-                raise UserError(f"{run_dir}: no checkpoint to resume from")
-            payload = load_payload(found[-1])
+            found = newest_valid_checkpoint(run_dir)
+            if found is None:
+                raise UserError(f"{run_dir}: no complete checkpoint to resume from; start it "
+                                "again with --overwrite")
+            last_path, payload = found
             restore_state_(state, payload)
             start = int(payload["step"])
+            rollbacks = int(payload.get("rollbacks", 0))
+            fresh_bytes = None
             log = MetricsLog(run_dir / METRICS_NAME)
             log.truncate(int(payload["metrics_bytes"]))
-            log.write({"event": "resume", "step": start, "checkpoint": found[-1].name,
-                       "steps": cfg.train.steps})
+            log.write({"event": "resume", "step": start, "checkpoint": last_path.name,
+                       "steps": tc.steps})
         else:
-            (run_dir / CONFIG_NAME).write_text(run_config_to_toml(cfg))
+            try:
+                (run_dir / CONFIG_NAME).write_text(run_config_to_toml(cfg))
+            except OSError as exc:
+                raise UserError(f"cannot write {run_dir / CONFIG_NAME}: "
+                                f"{exc.strerror or exc}") from exc
             log = MetricsLog(run_dir / METRICS_NAME)
             log.write({"event": "run_start", "config": config_dict,
                        "controllers": controller_table(), **meta})
-        last_path = found[-1] if resume else None
+            last_path, start, rollbacks, fresh_bytes = None, 0, 0, log.size()
+        # end of the newest rollback record: a later rollback to the same checkpoint keeps it
+        kept_bytes = 0
         last_record = None
         t0 = time.perf_counter()
         t_log, s_log = t0, start
-        total = cfg.train.steps
-        with step_progress(total, "train", progress) as advance:
+        total = tc.steps
+        step = start
+        with StopOnSignal() as stop, step_progress(total, "train", progress) as advance:
             advance(start)
-            for step in range(start, total):
-                # ---- collect (+ learn once the replay holds learning_starts steps)
+            while step < total:
+                # ---- collect (+ learn once the replay holds learning_starts steps), then
+                # the guard's device-side finiteness check (no host sync)
                 train_step(state, data.train_book, scfg,
                            learning=step >= cfg.learner.learning_starts)
-                done_steps = step + 1
+                guard.check_(state)
+                step += 1
+                faults.pause_point("step")
+                stopping = stop.requested is not None
+                log_now = step % tc.log_every == 0 or step == total
+                save_now = step % tc.checkpoint_every == 0 or step == total or stopping
+                # ---- divergence: read the guard where the loop syncs anyway
+                if log_now or save_now:
+                    bad = guard.read()
+                    if bad is not None:
+                        rollbacks += 1
+                        state, good = _diverged(state, cfg, data, device, pretrained, run_dir,
+                                                fresh_bytes, log, kept_bytes, bad, rollbacks)
+                        kept_bytes = log.size()
+                        guard.reset_()
+                        step, last_path = good.step, good.checkpoint or last_path
+                        t_log, s_log = time.perf_counter(), step
+                        if stopping:
+                            break
+                        continue
                 # ---- log: one host copy of the device sums every log_every steps
-                if done_steps % cfg.train.log_every == 0 or done_steps == total:
+                if log_now:
                     now = time.perf_counter()
-                    last_record = _metrics_record(state, done_steps, now - t0, now - t_log,
-                                                  done_steps - s_log, cfg.train.envs)
+                    last_record = _metrics_record(state, step, now - t0, now - t_log,
+                                                  step - s_log, tc.envs)
                     log.write(last_record)
-                    t_log, s_log = now, done_steps
+                    t_log, s_log = now, step
                     advance(0, **_bar_fields(last_record))
+                if stopping:
+                    log.write({"event": "interrupted", "step": step,
+                               "signal": stop.requested.name})
                 # ---- checkpoint (the metrics file size goes with it)
-                if done_steps % cfg.train.checkpoint_every == 0 or done_steps == total:
-                    last_path = save_checkpoint(run_dir, state, done_steps, config_dict,
-                                                log.size(), meta, cfg.train.keep_checkpoints)
+                if save_now:
+                    last_path = save_checkpoint(run_dir, state, step, config_dict, log.size(),
+                                                meta, tc.keep_checkpoints,
+                                                extra={"rollbacks": rollbacks})
                 advance(1)
-        if start < total:
+                if stopping:
+                    break
+            interrupted = stop.requested.name if stop.requested is not None else None
+        if interrupted is None and start < total:
             log.write({"event": "run_end", "step": total,
                        "wall_s": round(time.perf_counter() - t0, 3)})
-        return RunResult(run_dir=run_dir, last_metrics=last_record, step=max(start, total),
-                         checkpoint=last_path)
+        return RunResult(run_dir=run_dir, last_metrics=last_record, step=max(step, start),
+                         checkpoint=last_path, interrupted=interrupted)
     finally:
         if log is not None:
             log.close()
+
+
+def _diverged(state: TrainState, cfg: RunConfig, data: TrainingData,
+              device: torch.device | str, pretrained: dict[str, torch.Tensor] | None,
+              run_dir: Path, fresh_bytes: int | None, log: MetricsLog, kept_bytes: int,
+              bad: tuple[int, str], rollbacks: int) -> tuple[TrainState, _Good]:
+    """Roll back after a NaN/Inf with a lowered learning rate, or stop past the budget."""
+    bad_step, quantity = bad
+    lr = float(state.optimizer.lr)
+    if rollbacks > cfg.train.max_rollbacks:
+        log.write({"event": "diverged", "step": bad_step, "quantity": quantity, "lr": lr,
+                   "rollbacks": rollbacks - 1})
+        raise TrainingDiverged(
+            f"training diverged: {quantity} not finite at step {bad_step} after "
+            f"{rollbacks - 1} rollbacks (lr now {lr:.3g}, train.max_rollbacks "
+            f"{cfg.train.max_rollbacks}); lower learner.lr or check the data")
+    state, good = _roll_back(state, cfg, data, device, pretrained, run_dir, fresh_bytes)
+    state.optimizer.lr.mul_(cfg.train.rollback_lr_factor)
+    new_lr = float(state.optimizer.lr)
+    # cut the records of the abandoned steps, keep those of earlier rollbacks
+    log.truncate(max(good.metrics_bytes, kept_bytes))
+    log.write({"event": "rollback", "step": bad_step, "quantity": quantity,
+               "to_step": good.step, "lr": new_lr, "rollback": rollbacks,
+               "max_rollbacks": cfg.train.max_rollbacks})
+    print(f"warning: {quantity} not finite at step {bad_step}: rolled back to step "
+          f"{good.step} with lr {new_lr:.3g} (rollback {rollbacks} of "
+          f"{cfg.train.max_rollbacks})", file=sys.stderr)
+    return state, good
 
 
 def _bar_fields(record: dict[str, Any]) -> dict[str, str]:

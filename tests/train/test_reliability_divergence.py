@@ -1,0 +1,143 @@
+"""Divergence: a NaN/Inf planted in a parameter, a loss, a gradient or a controller is
+found on the device (no host sync in the step), reported with its step and quantity, and the
+run rolls back to the last good checkpoint with a lowered learning rate, a bounded number
+of times."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import lobsurf.agent.step as agent_step
+from lobsurf.agent.optim import TensorAdam
+from lobsurf.agent.step import train_step
+from lobsurf.train import loop
+from lobsurf.train.checkpoint import list_checkpoints, load_payload
+from lobsurf.train.guard import DivergenceGuard
+from lobsurf.train.run_folder import read_metrics
+from tests.agent.conftest import tiny_setup  # noqa: F401 (fixture)
+from tests.agent.test_step import no_host_sync
+from tests.train.test_train_command import train
+
+NAN = float("nan")
+
+
+def _spoil_parameter(state):
+    with torch.no_grad():
+        next(state.online.parameters()).view(-1)[0] = NAN
+
+
+def _spoil_controller(state):
+    state.controllers.reward_scale.fill_(math.inf)
+
+
+def inject_after_step(monkeypatch, at_call: int, spoil, every_call_after: bool = False):
+    """Spoil the state after the ``at_call``-th step of this process (once, or from then on)."""
+    calls = {"n": 0}
+    real = loop.train_step
+
+    def step(state, *args, **kwargs):
+        real(state, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == at_call or (every_call_after and calls["n"] > at_call):
+            spoil(state)
+    monkeypatch.setattr(loop, "train_step", step)
+
+
+def inject_nan_loss(monkeypatch, at_call: int):
+    calls = {"n": 0}
+    real = agent_step.losses
+
+    def losses(*args, **kwargs):
+        ls = real(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            ls.total, ls.q = ls.total * NAN, ls.q * NAN
+        return ls
+    monkeypatch.setattr(agent_step, "losses", losses)
+
+
+def inject_inf_gradient(monkeypatch, at_call: int):
+    calls = {"n": 0}
+    real = TensorAdam.step
+
+    def step(self):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            self.params[0].grad.view(-1)[0] = math.inf
+        real(self)
+    monkeypatch.setattr(TensorAdam, "step", step)
+
+
+def rollbacks(run):
+    return [r for r in read_metrics(run / "metrics.jsonl") if r["event"] == "rollback"]
+
+
+# TINY: learning starts at step 4 (learn call k happens in step k + 4), log every 5,
+# checkpoint every 10, lr 3e-4 by default
+@pytest.mark.parametrize("quantity,plant,bad_step", [
+    ("parameter", lambda mp: inject_after_step(mp, 13, _spoil_parameter), 13),
+    ("controller", lambda mp: inject_after_step(mp, 12, _spoil_controller), 12),
+    ("loss", lambda mp: inject_nan_loss(mp, 8), 12),
+    ("gradient", lambda mp: inject_inf_gradient(mp, 9), 13),
+])
+def test_a_planted_nan_rolls_back_with_a_lower_lr_and_the_run_finishes(
+        quantity, plant, bad_step, tiny_store, tiny_toml, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    plant(monkeypatch)
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", run) == 0
+    [rb] = rollbacks(run)
+    base_lr = read_metrics(run / "metrics.jsonl")[0]["config"]["learner"]["lr"]
+    assert (rb["step"], rb["quantity"], rb["to_step"]) == (bad_step, quantity, 10)
+    assert rb["lr"] == pytest.approx(base_lr * 0.5)
+    assert f"{quantity} not finite at step {bad_step}" in capsys.readouterr().err
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records if r["event"] == "metrics"] == [5, 10, 15, 20]
+    assert records[-1]["event"] == "run_end"
+    final = load_payload(list_checkpoints(run)[-1])
+    assert final["step"] == 20 and final["rollbacks"] == 1
+    assert float(final["optimizer"]["lr"]) == pytest.approx(base_lr * 0.5)
+    assert all(torch.isfinite(t).all() for t in final["online"].values())
+
+
+def test_a_nan_before_the_first_checkpoint_restarts_from_step_zero(tiny_store, tiny_toml,
+                                                                   tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    inject_after_step(monkeypatch, 6, _spoil_parameter)
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", run) == 0
+    [rb] = rollbacks(run)
+    assert (rb["step"], rb["quantity"], rb["to_step"]) == (6, "parameter", 0)
+    records = read_metrics(run / "metrics.jsonl")
+    assert records[0]["event"] == "run_start"
+    assert [r["step"] for r in records if r["event"] == "metrics"] == [5, 10, 15, 20]
+
+
+def test_past_max_rollbacks_the_run_stops_with_a_clear_message(tiny_store, tiny_toml, tmp_path,
+                                                               monkeypatch, capsys):
+    run = tmp_path / "run"
+    inject_after_step(monkeypatch, 12, _spoil_parameter, every_call_after=True)
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", run,
+                 "--set", "train.max_rollbacks=2") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "training diverged: parameter not finite" in err and "after 2 rollbacks" in err
+    events = [r["event"] for r in read_metrics(run / "metrics.jsonl")]
+    assert events.count("rollback") == 2 and events[-1] == "diverged"
+    lrs = [r["lr"] for r in rollbacks(run)]
+    assert lrs[1] == pytest.approx(lrs[0] * 0.5)  # each rollback lowers the lr again
+    assert load_payload(list_checkpoints(run)[-1])["step"] == 10  # the good one is kept
+
+
+def test_the_guard_makes_no_host_sync_and_names_the_first_bad_step(tiny_setup):
+    cfg, data, state, scfg = tiny_setup
+    guard = DivergenceGuard("cpu")
+    with no_host_sync():
+        for step in range(10):
+            train_step(state, data.train_book, scfg, learning=step >= 4)
+            if step == 6:
+                _spoil_parameter(state)
+            guard.check_(state)
+    assert guard.read() == (7, "parameter")
+    guard.reset_()
+    assert guard.read() is None
