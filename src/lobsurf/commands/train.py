@@ -3,17 +3,23 @@
 With no arguments it trains on the bundled default data set (generated once, cached) on
 CUDA when available, else CPU, for a budget of a few minutes on a 2-core CPU, and says at
 the end where the run is and what to run next. ``--resume RUN`` continues a run to
-``--steps`` total steps, exactly where its newest checkpoint left off.
+``--steps`` total steps, exactly where its newest complete checkpoint left off.
+
+Before loading data it states the run's memory ceiling (lobsurf.train.resources) and refuses
+a config that cannot fit; Ctrl-C or SIGTERM stops after the current step with a checkpoint
+and prints the command that continues the run (exit status 128 + the signal).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
 
 from lobsurf.errors import UserError
+from lobsurf.train.interrupts import SIGNAL_EXIT_BASE
 
 DEFAULT_RUNS_DIR = "runs"
 
@@ -86,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.train.config import load_toml, resolve_run_config
     from lobsurf.train.data import default_store, load_training_data
     from lobsurf.train.loop import train
+    from lobsurf.train.resources import check_fits, memory_estimate, store_rows
     from lobsurf.train.run_folder import CONFIG_NAME, prepare_run_folder, require_run_folder
 
     pretrained = None
@@ -110,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.fp32_precision = "tf32"
     store_path = Path(cfg.data.store) if cfg.data.store else default_store(args.progress)
+    # ---- the memory ceiling, stated and checked before anything is loaded
+    estimate = memory_estimate(cfg, store_rows(store_path, cfg.data.instrument_id), device)
+    check_fits(estimate, device)
+    print(f"train: memory ceiling: {estimate.summary()}", file=sys.stderr)
     if not args.resume:
         prepare_run_folder(run_dir, args.overwrite)
     data = load_training_data(cfg, device, store_path)
@@ -118,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     result = train(cfg, run_dir, data, device, resume=bool(args.resume), pretrained=pretrained,
                    progress=args.progress, init_note=cfg.train.init_from)
+    if result.interrupted:
+        print(f"train: stopped by {result.interrupted} at step {result.step:,} (checkpoint "
+              f"{result.checkpoint.name if result.checkpoint else 'none'}); continue with: "
+              f"lobsurf train --resume {run_dir} --steps {cfg.train.steps}", file=sys.stderr)
+        return SIGNAL_EXIT_BASE + int(getattr(signal, result.interrupted))
     m = result.last_metrics
     if m is not None:
         print(f"step {m['step']:,}: l_q {m['l_q']:.4f}  win rate {m['win_rate']:.3f}  "
