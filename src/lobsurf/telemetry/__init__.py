@@ -1,0 +1,1 @@
+"""Telemetry beyond metrics.jsonl: a TensorBoard mirror of the metrics records."""
