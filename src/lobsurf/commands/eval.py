@@ -36,6 +36,8 @@ WARN_FEE_TICKS = 10.0
 WARN_VISITS_PER_ROW = 10.0
 #: sweeps: warn when fewer rows than this are swept (the metrics' intervals are wide).
 WARN_MIN_ROWS = 1000
+#: characters per column of the walk-forward table
+WALK_FORWARD_COLUMN = 16
 #: config field (or phrase of a config's message) → the flag a user types.
 FLAGS = {
     "num_envs": "--envs", "steps": "--steps", "window": "--window", "stride": "--stride",
@@ -74,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--horizons", default=horizons,
                         help="heldout: label horizons (snapshots) purged around the cut")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--walk-forward", type=int, default=None, metavar="K",
+                        help="a run: train fold k on segments 0..k-1 and trade segment k, "
+                             "k = 1..K, each a run of its own under RUN/walk_forward/ "
+                             "(finished folds are skipped); prints the spread over folds")
+    parser.add_argument("--fold-steps", type=int, default=None, metavar="N",
+                        help="walk-forward: training steps per fold (default: the run's "
+                             "train.steps)")
     parser.add_argument("--envs", type=int, default=run.num_envs, help="parallel environments")
     parser.add_argument("--steps", type=int, default=run.steps,
                         help="random split: steps per environment")
@@ -311,6 +320,49 @@ def run_folder_argument(args: argparse.Namespace):
     return None
 
 
+def run_walk_forward(run_dir, args: argparse.Namespace) -> int:
+    """``lobsurf eval RUN --walk-forward K``: K folds of the run's recipe (train.walk_forward)."""
+    from pathlib import Path
+
+    from lobsurf.data.dataset import load_book_tensors
+    from lobsurf.data.store import Store
+    from lobsurf.devices import resolve_device
+    from lobsurf.train.config import load_toml, resolve_run_config
+    from lobsurf.train.data import default_store
+    from lobsurf.train.run_folder import CONFIG_NAME, require_run_folder
+    from lobsurf.train.walk_forward import WalkForwardConfig, walk_forward
+
+    require_run_folder(run_dir)
+    try:
+        wf = WalkForwardConfig(args.walk_forward, args.fold_steps, args.envs, args.acting_policy)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    cfg = resolve_run_config(None, [], base=load_toml(str(run_dir / CONFIG_NAME)))
+    device = resolve_device(args.device)
+    store_path = Path(args.store or cfg.data.store or default_store(args.progress))
+    instrument = args.instrument_id or cfg.data.instrument_id or None
+    with status(f"eval: loading {store_path}", args.progress):
+        book = load_book_tensors(Store.open(store_path), device, instrument_id=instrument)
+
+    def said(k: int, what: str) -> None:
+        print(f"walk-forward fold {k}/{wf.folds}: {what}", file=sys.stderr)
+
+    summary = walk_forward(run_dir, cfg, book, store_path, wf, str(device), args.progress, said)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{run_dir}: walk-forward over {wf.folds} fold(s), {summary['fold_steps']:,} "
+          "training steps each (fold k trains on segments 0..k-1, trades segment k)")
+    width = WALK_FORWARD_COLUMN
+    print(f"{'':<12}" + "".join(f"{h:>{width}}" for h in ("net_pnl mean", "sd", "min", "max",
+                                                          "capture mean")))
+    for name, metrics in summary["spread"].items():
+        s, cap = metrics["net_pnl"], metrics.get("capture", {}).get("mean")
+        cells = [_cell("net_pnl", s[k]) for k in ("mean", "sd", "min", "max")]
+        print(f"{name:<12}" + "".join(f"{c:>{width}}" for c in [*cells, _cell("capture", cap)]))
+    return 0
+
+
 def run_agent(run_dir, args: argparse.Namespace) -> int:
     """``lobsurf eval RUN``: the run's agent beside every baseline on held-out rows."""
     from lobsurf.devices import resolve_device
@@ -341,8 +393,13 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.devices import resolve_device
 
     run_dir = run_folder_argument(args)
+    if run_dir is not None and args.walk_forward is not None:
+        return run_walk_forward(run_dir, args)
     if run_dir is not None:
         return run_agent(run_dir, args)
+    if args.walk_forward is not None:
+        raise UserError("--walk-forward needs a training run folder (lobsurf train), not "
+                        "baselines")
     if args.store is None:
         raise UserError("--store is required to evaluate baselines")
     names = parse_policies(args.policy)
