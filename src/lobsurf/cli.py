@@ -26,6 +26,7 @@ COMMANDS = {
     "eval": "evaluate policies (e.g. baseline:all) on the held-out rows of a store",
     "pretrain": "supervised pretraining of the encoder and auxiliary heads",
     "train": "train the RL agent (no arguments: the bundled default data set)",
+    "report": "write RUN/report/index.html: held-out metrics, equity, training curves",
 }
 
 

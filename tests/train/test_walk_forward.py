@@ -1,6 +1,6 @@
 """``lobsurf eval RUN --walk-forward K``: folds train on segments 0..k-1 and trade segment k;
 finished folds are skipped, a trained fold without a result is only evaluated; the summary
-has the spread over folds."""
+has the spread over folds; the report shows them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from lobsurf.cli import main
 from lobsurf.data.dataset import load_book_tensors
+from lobsurf.report.build import build_report
 from lobsurf.train.config import run_config_to_toml
 from lobsurf.train.run_folder import CONFIG_NAME, prepare_run_folder
 from lobsurf.train.walk_forward import fold_data, spread
@@ -79,6 +80,11 @@ def test_walk_forward_folds_summary_and_resume(recipe_run, capsys):
     (recipe_run / "walk_forward" / "fold_2" / "result.json").unlink()
     third, err = walk(capsys, recipe_run)
     assert "fold 2/2: trained" in err and third == summary
+    # the report shows the folds (a recipe-only run has no checkpoint of its own)
+    report = build_report(recipe_run)
+    html = report.path.read_text()
+    assert "Walk-forward" in html and 'id="walk-forward-spread"' in html
+    assert any(p.name == "walk_forward.png" for p in report.figures)
 
 
 def test_walk_forward_with_too_many_folds(recipe_run, capsys):

@@ -1,0 +1,224 @@
+"""The report's PNG figures (matplotlib, Agg backend: no display needed).
+
+Each function draws one figure from plain arrays or records and writes it to ``path``:
+training curves from metrics.jsonl, the held-out equity and drawdown of every policy, the
+action distribution, the agent's position over a sample of the held-out period, and the
+walk-forward folds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a window (a server, a test, a CI job)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lobsurf.eval.metrics import BacktestRecord  # noqa: E402
+from lobsurf.report.run_data import RunData  # noqa: E402
+
+#: resolution of every PNG
+DPI = 100
+#: width and height of one panel of a grid, inches
+PANEL_W, PANEL_H = 4.2, 2.6
+#: panels per row of the training-curve grid
+GRID_COLUMNS = 4
+#: policies that read the future: drawn dashed, and left out of the zoomed equity panel
+PEEKING = ("oracle", "optimal")
+#: the agent's colour everywhere (baselines take the default cycle)
+AGENT_COLOR = "black"
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One training-curve panel: a title and the metrics.jsonl keys drawn in it."""
+
+    title: str
+    keys: tuple[str, ...]
+    log_y: bool = False
+
+
+#: the training curves, in reading order (keys defined in docs/metrics.md)
+TRAINING_PANELS = (
+    Panel("Q loss (C51 cross-entropy)", ("l_q",)),
+    Panel("policy loss", ("l_pi",)),
+    Panel("value loss", ("l_v",)),
+    Panel("FRD and auxiliary losses", ("l_frd", "l_aux")),
+    Panel("win rate of closed trades", ("win_rate",)),
+    Panel("hold and gated fractions", ("hold_fraction", "gated_fraction")),
+    Panel("entropies (nats)", ("policy_entropy", "action_entropy")),
+    Panel("Q-pi agreement", ("q_pi_agreement",)),
+    Panel("alpha (SAC temperature)", ("alpha",)),
+    Panel("tau (distillation)", ("tau",)),
+    Panel("beta (KL reference)", ("beta",)),
+    Panel("atom span v_min .. v_max", ("v_min", "v_max")),
+    Panel("reward scale", ("reward_scale",)),
+    Panel("gate threshold", ("gate_threshold",)),
+    Panel("net PnL per log interval", ("net_pnl",)),
+    Panel("steps per second", ("steps_per_s",)),
+)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # keeps a legend placed outside
+    plt.close(fig)
+    return path
+
+
+def _style(name: str) -> dict[str, Any]:
+    if name == "agent":
+        return {"color": AGENT_COLOR, "linewidth": 1.8, "zorder": 5}
+    return {"linestyle": "--" if name in PEEKING else "-", "linewidth": 1.0}
+
+
+def training_figure(data: RunData, path: Path) -> Path:
+    """Grid of TRAINING_PANELS over training steps; a panel with no data says so."""
+    rows = -(-len(TRAINING_PANELS) // GRID_COLUMNS)
+    fig, axes = plt.subplots(rows, GRID_COLUMNS, figsize=(PANEL_W * GRID_COLUMNS, PANEL_H * rows))
+    for ax, panel in zip(axes.flat, TRAINING_PANELS):
+        drawn = False
+        for key in panel.keys:
+            steps, values = data.series(key)
+            if steps:
+                ax.plot(steps, values, marker="." if len(steps) < 30 else None, label=key)
+                drawn = True
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        if not drawn:
+            ax.text(0.5, 0.5, "not logged yet", ha="center", va="center", transform=ax.transAxes,
+                    color="gray")
+        elif len(panel.keys) > 1:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(TRAINING_PANELS):]:
+        ax.axis("off")
+    return _save(fig, path)
+
+
+def equity_figure(records: dict[str, BacktestRecord], path: Path) -> Path:
+    """Cumulative net PnL and drawdown of every policy over the held-out steps (time order)."""
+    fig, (all_ax, real_ax, dd_ax) = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
+    for name, rec in records.items():
+        equity = np.cumsum(rec.step_pnl)
+        all_ax.plot(equity, label=name, **_style(name))
+        if name not in PEEKING:
+            real_ax.plot(equity, label=name, **_style(name))
+            dd_ax.plot(equity - np.maximum.accumulate(np.maximum(equity, 0.0)), label=name,
+                       **_style(name))
+    all_ax.set_title("equity: cumulative net PnL over the held-out sweep (every policy; "
+                     "dashed = reads the future)")
+    real_ax.set_title("equity without the future-reading oracle and optimum")
+    dd_ax.set_title("drawdown from the running peak (policies that do not read the future)")
+    dd_ax.set_xlabel("held-out step (time order; pieces of the sweep laid end to end)")
+    for ax in (all_ax, real_ax, dd_ax):
+        ax.set_ylabel("currency")
+        ax.axhline(0, color="gray", linewidth=0.5)
+        ax.legend(fontsize=8, ncol=4)
+    return _save(fig, path)
+
+
+def action_labels(order_sizes_lots: tuple[int, ...]) -> list[str]:
+    """Action index -> label (the simulator's convention: hold, buys, then sells)."""
+    return (["hold"] + [f"buy {s}" for s in order_sizes_lots]
+            + [f"sell {s}" for s in order_sizes_lots])
+
+
+def actions_figure(data: RunData, records: dict[str, BacktestRecord] | None,
+                   order_sizes_lots: tuple[int, ...], path: Path) -> Path:
+    """Left: hold and gated fractions over training (metrics.jsonl has no per-action counts).
+    Right: the distribution of actions in the held-out sweep of the final checkpoint."""
+    fig, (train_ax, sweep_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for key in ("hold_fraction", "gated_fraction"):
+        steps, values = data.series(key)
+        if steps:
+            train_ax.plot(steps, values, label=key)
+    train_ax.set_ylim(0, 1)
+    train_ax.set_title("over training: share of Hold actions and of gated (vetoed) trades")
+    train_ax.set_xlabel("training step")
+    train_ax.legend(fontsize=8)
+    labels = action_labels(order_sizes_lots)
+    if records:
+        names = [n for n in records if records[n].step_action is not None]
+        width = 0.8 / max(len(names), 1)
+        x = np.arange(len(labels))
+        for i, name in enumerate(names):
+            share = np.bincount(records[name].step_action, minlength=len(labels)) / max(
+                len(records[name].step_action), 1)
+            sweep_ax.bar(x + (i - (len(names) - 1) / 2) * width, share, width, label=name,
+                         color=AGENT_COLOR if name == "agent" else None)
+        sweep_ax.set_xticks(x, labels, fontsize=8)
+        sweep_ax.legend(fontsize=7, ncol=2)
+    else:
+        sweep_ax.text(0.5, 0.5, "no checkpoint yet: no held-out sweep", ha="center",
+                      va="center", transform=sweep_ax.transAxes, color="gray")
+    sweep_ax.set_title("held-out sweep of the final checkpoint: share of each action")
+    return _save(fig, path)
+
+
+def busiest_window(filled_lots: np.ndarray, length: int) -> int:
+    """First step of the ``length``-step window with the most fills (0 when shorter)."""
+    if len(filled_lots) <= length:
+        return 0
+    counts = np.convolve((filled_lots != 0).astype(np.int64), np.ones(length, np.int64), "valid")
+    return int(np.argmax(counts))
+
+
+def position_figure(mid_price: np.ndarray, record: BacktestRecord, latency_rows: int,
+                    sample_steps: int, path: Path) -> Path:
+    """The agent's position over ``sample_steps`` held-out steps (the busiest window), drawn
+    over the mid-price, with its fills marked at the fill row's mid.
+
+    Args:
+        mid_price: [R] float64 mid-price (currency per unit) of each swept row, time order.
+        record: the agent's record (step_position, step_filled_lots set).
+        latency_rows: the fill lands this many rows after the decision row.
+        sample_steps: length of the sample.
+    """
+    filled = record.step_filled_lots
+    lo = busiest_window(filled, sample_steps)
+    hi = min(lo + sample_steps, len(mid_price))
+    steps = np.arange(lo, hi)
+    fig, price_ax = plt.subplots(figsize=(11, 4))
+    price_ax.plot(steps, mid_price[lo:hi], color="tab:blue", linewidth=1.0, label="mid-price")
+    fill_at = np.clip(steps + latency_rows, 0, len(mid_price) - 1)
+    for sign, marker, color, label in ((1, "^", "tab:green", "buy fill"),
+                                       (-1, "v", "tab:red", "sell fill")):
+        hit = np.sign(filled[lo:hi]) == sign
+        price_ax.scatter(steps[hit], mid_price[fill_at[hit]], marker=marker, color=color, s=36,
+                         label=label, zorder=5)
+    price_ax.set_ylabel("mid-price")
+    price_ax.set_xlabel("held-out step")
+    pos_ax = price_ax.twinx()
+    pos_ax.step(steps, record.step_position[lo:hi], where="post", color=AGENT_COLOR,
+                linewidth=1.0, alpha=0.6, label="position (lots)")
+    pos_ax.set_ylabel("position, lots")
+    handles = price_ax.get_legend_handles_labels()[0] + pos_ax.get_legend_handles_labels()[0]
+    price_ax.legend(handles=handles, fontsize=8, ncol=len(handles), loc="upper center",
+                    bbox_to_anchor=(0.5, -0.18))  # below the axes: never over the lines
+    price_ax.set_title(f"agent position over held-out steps {lo:,}..{hi - 1:,} "
+                       "(the window with the most fills)")
+    return _save(fig, path)
+
+
+def walk_forward_figure(summary: dict[str, Any], path: Path) -> Path:
+    """Net PnL of every policy in every walk-forward fold (grouped bars)."""
+    folds = summary["folds"]
+    names = list(folds[0]["policies"])
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    width = 0.8 / len(names)
+    x = np.arange(len(folds))
+    for i, name in enumerate(names):
+        values = [f["policies"][name]["net_pnl"] for f in folds]
+        ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=name,
+               color=AGENT_COLOR if name == "agent" else None)
+    ax.set_xticks(x, [f"fold {f['fold']}" for f in folds])
+    ax.axhline(0, color="gray", linewidth=0.5)
+    ax.set_ylabel("net PnL (currency)")
+    ax.set_title("walk-forward: net PnL on each fold's test segment")
+    ax.legend(fontsize=8, ncol=4)
+    return _save(fig, path)
