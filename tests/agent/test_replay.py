@@ -16,7 +16,8 @@ def batch(n: int, start: int = 0) -> Transitions:
     rows = torch.arange(start, start + n)
     return Transitions(row=rows, position=rows % 3, time_in_trade=rows % 5,
                        unrealized_pnl=rows.double(), action=rows % 11,
-                       reward=rows.float() / 10, done=rows % 2 == 0, next_row=rows + 1,
+                       reward=rows.float() / 10, done=rows % 7 == 0, trade_closed=rows % 2 == 0,
+                       next_row=rows + 1,
                        next_position=rows % 3, next_time_in_trade=rows % 5,
                        next_unrealized_pnl=rows.double(), outcome_valid=rows < 0,
                        outcome_win=rows < 0)

@@ -2,8 +2,8 @@
 
 Storage holds what is needed to rebuild a transition, never observation windows: the
 dataset row of the state and of the next state, the agent's own state at both (position,
-time in trade, unrealized PnL), the action, the reward (after the reward pipeline) and
-done. The learner re-gathers the K-windows by row, so memory does not grow with K.
+time in trade, unrealized PnL), the action, the reward (after the reward pipeline), done
+(episode end) and trade_closed. The learner re-gathers the K-windows by row, so memory does not grow with K.
 
 Sampling draws i with probability P(i) = w_i / sum_j w_j, w = priority ** alpha, through a
 float64 cumulative sum and ``searchsorted`` (measured far faster than ``torch.multinomial``
@@ -35,7 +35,8 @@ class Transitions:
     unrealized_pnl: torch.Tensor  # float64 currency
     action: torch.Tensor  # int64
     reward: torch.Tensor  # float32 reward units (scaled, clamped)
-    done: torch.Tensor  # bool: a trade closed or the episode ended (no bootstrap)
+    done: torch.Tensor  # bool: the episode ended (terminal: no bootstrap)
+    trade_closed: torch.Tensor  # bool: a trade closed (V's done-gate, outcome labels)
     next_row: torch.Tensor
     next_position: torch.Tensor
     next_time_in_trade: torch.Tensor
@@ -45,7 +46,8 @@ class Transitions:
 
 
 _DTYPES = {"unrealized_pnl": torch.float64, "next_unrealized_pnl": torch.float64,
-           "reward": torch.float32, "done": torch.bool, "outcome_valid": torch.bool,
+           "reward": torch.float32, "done": torch.bool, "trade_closed": torch.bool,
+           "outcome_valid": torch.bool,
            "outcome_win": torch.bool}
 
 

@@ -6,7 +6,7 @@ Read top to bottom, a step is:
     resample noise -> gather the K-windows at the envs' cursors -> features -> encoder -> heads
     -> Thompson sample of Q -> confidence gate -> FRD gate -> simulator step
     -> reward pipeline (scale -> clamp -> atom span) -> + beta log pi_ref(a) -> replay write
-    (+ outcome labels of the trades that closed) -> controllers (post-gate action histogram,
+    (+ outcome labels of the trades that closed; terminal only at episode ends) -> controllers (post-gate action histogram,
     gate threshold) -> metrics
     -> [learn] replay sample -> target net on s and s' -> C51 projection of the target's
     greedy action at s' -> online heads at s -> C51 CE x IS weights + pi distillation/entropy
@@ -163,10 +163,14 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
     # then the KL reference term beta * log pi_ref(a), stored with the reward
     reward = reward_pipeline(result.reward, result.trade_closed, ctl, cfg.reward)
     reward = reward + ctl.kl_beta.to(reward.dtype) * state.tables.log_pi_ref[action]
-    done = result.trade_closed | result.episode_end
+    # Terminal only where the episode ended: a closed trade bootstraps into the flat state
+    # after it. Were a close terminal, every per-step cost (the KL term on Hold) would make
+    # ending a trade look cheaper than staying flat, and Q would learn to churn.
+    done = result.episode_end
     no = torch.zeros_like(done)
     batch = Transitions(row=row, position=position, time_in_trade=time_in_trade,
                         unrealized_pnl=unrealized, action=action, reward=reward, done=done,
+                        trade_closed=result.trade_closed,
                         next_row=s.cursor.clone(), next_position=s.position.clone(),
                         next_time_in_trade=s.time_in_trade.clone(),
                         next_unrealized_pnl=s.unrealized_pnl.clone(),
@@ -236,7 +240,7 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     q_per_sample = categorical_cross_entropy(taken, target)  # [B]
     l_q = (sample.weight * q_per_sample).mean()
     l_pi, policy_entropy = pi_loss(out.pi_logits, target_mean_s, ctl, cfg.policy)
-    l_v, _advantage = value_loss(out.value, t.reward, t.done)
+    l_v, _advantage = value_loss(out.value, t.reward, t.trade_closed)
     lab = state.labels.rows(t.row)
     l_frd = frd_loss(out.frd_logits, lab.bucket, lab.bucket_valid)
     long_side = state.tables.order_lots[t.action] > 0
