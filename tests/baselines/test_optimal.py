@@ -4,6 +4,7 @@ replayed plan earns exactly that value in the sweep."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -105,3 +106,20 @@ def test_optimal_needs_a_sweep(tiny_store):
     env = BatchedLobEnv(load_book_tensors(tiny_store, "cpu"), 1, SimConfig(window=8))
     with pytest.raises(ValueError, match="needs a sweep"):
         make_optimal(env, None, None)
+
+
+def test_eval_command_optimal_and_capture(tiny_store, capsys):
+    from lobsurf.cli import main
+
+    args = ["eval", "baseline:hold", "baseline:oracle", "baseline:optimal", "--store",
+            str(tiny_store.path), "--window", "8", "--horizons", "2,4,8", "--envs", "8",
+            "--json", "--no-progress"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)["policies"]
+    assert out["optimal"]["capture"] == 1.0 and out["hold"]["capture"] == 0.0
+    assert 0 < out["oracle"]["capture"] < 1
+    # random cursors have no sweep to plan over: optimal is left out, with a warning
+    assert main([*args[:-2], "--split", "random", "--steps", "20", "--json", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "left out of --split random" in captured.err
+    assert set(json.loads(captured.out)["policies"]) == {"hold", "oracle"}

@@ -80,6 +80,12 @@ def test_walk_forward_folds_summary_and_resume(recipe_run, capsys):
     (recipe_run / "walk_forward" / "fold_2" / "result.json").unlink()
     third, err = walk(capsys, recipe_run)
     assert "fold 2/2: trained" in err and third == summary
+    # the text table: one row per policy, the spread of net PnL and the mean capture
+    assert main(["eval", str(recipe_run), "--walk-forward", "2", "--fold-steps", "10",
+                 "--no-progress", "--envs", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "walk-forward over 2 fold(s)" in text and "capture mean" in text
+    assert all(f"\n{name} " in text for name in ("agent", "hold", "optimal"))
     # the report shows the folds (a recipe-only run has no checkpoint of its own)
     report = build_report(recipe_run)
     html = report.path.read_text()
