@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from lobsurf.errors import UserError
-from lobsurf.telemetry.tensorboard import (TB_DIR, TensorBoardLog, mirror_metrics_file, scalars,
-                                           tag_for)
+from lobsurf.telemetry.tensorboard import TB_DIR, TensorBoardLog, mirror_metrics_file, scalars, tag_for
 from lobsurf.train.run_folder import METRICS_NAME, MetricsLog, prepare_run_folder
 
 RECORDS = [

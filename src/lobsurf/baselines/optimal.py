@@ -97,15 +97,15 @@ class OptimalPlan:
 
 
 def _fill_tables(env: BatchedLobEnv, cursor: torch.Tensor, last: torch.Tensor,
-                 max_lots: int) -> tuple[torch.Tensor, torch.Tensor]:
-    # Walk 0..max_lots lots on both sides of each env's fill row: filled, value [B, 2, Q+1].
-    # Mirrors env.step: on an episode's last step the deepest level can absorb any position.
+                 sides: torch.Tensor, want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # Walk 0..Q lots (want: [2B, Q+1]) on both sides (sides: [2] bid, ask) of each env's
+    # fill row: filled, value [B, 2, Q+1]. Mirrors env.step: on an episode's last step the
+    # deepest level can absorb any position.
     envs = cursor.shape[0]
-    side_row = (2 * cursor)[:, None] + torch.tensor([BID_SIDE, ASK_SIDE], device=cursor.device)
+    side_row = (2 * cursor)[:, None] + sides
     px = env.fill_px[side_row].reshape(2 * envs, -1)  # [2B, 10]
     sz = env.fill_sz[side_row].reshape(2 * envs, -1).clone()
     sz[:, -1] += last.repeat_interleave(2) * env.cfg.position_limit_lots
-    want = torch.arange(max_lots + 1, device=cursor.device).expand(2 * envs, -1)
     filled, value = walk_levels(px, sz, want, env.strictly_upper)
     return filled.reshape(envs, 2, -1), value.reshape(envs, 2, -1)
 
@@ -135,14 +135,17 @@ def plan_optimal(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) -> Optim
     hold_only[0] = 0.0  # parked envs: the sweep replaces every action by Hold
     value_next = torch.zeros(num_envs, len(position), dtype=torch.float64, device=device)
     actions = torch.empty(tiling.steps, num_envs, len(position), dtype=torch.int8, device=device)
+    # made once: the two sides, the lots walked (an order moves at most 2L lots), env index
+    sides = torch.tensor([BID_SIDE, ASK_SIDE], device=device)
+    want = torch.arange(2 * limit + 1, device=device).expand(2 * num_envs, -1)
+    env_index = torch.arange(num_envs, device=device)[:, None, None]
     for t in range(tiling.steps - 1, -1, -1):
         last, active = sched.last[t], sched.active[t]
-        filled_q, value_q = _fill_tables(env, sched.cursor[t], last, 2 * limit)
+        filled_q, value_q = _fill_tables(env, sched.cursor[t], last, sides, want)
         tgt = torch.where(last[:, None, None], 0, target[None])  # [B, P, A]
         order = tgt - position[None, :, None]
         n, buy = order.abs(), (order > 0).long()
-        filled = filled_q[torch.arange(num_envs, device=device)[:, None, None], buy, n]
-        value = value_q[torch.arange(num_envs, device=device)[:, None, None], buy, n]
+        filled, value = filled_q[env_index, buy, n], value_q[env_index, buy, n]  # [B, P, A]
         sign = order.sign()
         # float64 first: an int64 tensor x a Python float would compute in float32
         value_f, filled_f = value.double(), filled.double()

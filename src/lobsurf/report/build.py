@@ -25,8 +25,15 @@ import numpy as np
 from lobsurf.errors import UserError
 from lobsurf.eval.sweep import SweepConfig
 from lobsurf.report import figures
-from lobsurf.report.page import (image, key_value_table, metrics_table, page, paragraph,
-                                 section, spread_table)
+from lobsurf.report.page import (
+    image,
+    key_value_table,
+    metrics_table,
+    page,
+    paragraph,
+    section,
+    spread_table,
+)
 from lobsurf.report.run_data import RunData, load_run_data
 
 REPORT_DIR = "report"

@@ -15,11 +15,11 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never a window (a server, a test, a CI job)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from lobsurf.eval.metrics import BacktestRecord  # noqa: E402
-from lobsurf.report.run_data import RunData  # noqa: E402
+from lobsurf.eval.metrics import BacktestRecord
+from lobsurf.report.run_data import RunData
 
 #: resolution of every PNG
 DPI = 100

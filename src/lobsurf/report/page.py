@@ -37,7 +37,7 @@ def fmt(key: str, value: Any) -> str:
         return "-"
     if isinstance(value, list):
         return " .. ".join(fmt(key, v) for v in value)
-    if isinstance(value, bool) or isinstance(value, str):
+    if isinstance(value, (bool, str)):
         return html.escape(str(value))
     if isinstance(value, int):
         return f"{value:,}"

@@ -27,7 +27,7 @@ from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.data.dataset import BookTensors
 from lobsurf.errors import UserError
 from lobsurf.eval.evaluate import evaluate_policies
-from lobsurf.eval.sweep import SweepConfig
+from lobsurf.eval.sweep import SweepConfig, tile_rows
 from lobsurf.pretrain.split import TimeSplit
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.train.config import RunConfig
@@ -90,7 +90,7 @@ def spread(values: list[float]) -> dict[str, float | None]:
     if len(x) == 0:
         return {"mean": None, "sd": None, "min": None, "max": None, "folds": 0}
     return {"mean": float(x.mean()), "sd": float(x.std(ddof=1)) if len(x) > 1 else None,
-            "min": float(x.min()), "max": float(x.max()), "folds": int(len(x))}
+            "min": float(x.min()), "max": float(x.max()), "folds": len(x)}
 
 
 def summarise_folds(folds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -118,7 +118,8 @@ def _train_fold(cfg: RunConfig, fold_dir: Path, data: TrainingData, device: str,
 
 
 def _evaluate_fold(fold_dir: Path, data: TrainingData, k: int, wf: WalkForwardConfig,
-                   device: str, progress: Callable[[int], None] | None) -> dict[str, Any]:
+                   device: str, progress: bool) -> dict[str, Any]:
+    from lobsurf.progress import step_progress
     from lobsurf.train.evaluate import RUN_BASELINES, agent_policy, load_run
 
     cfg, payload, ckpt = load_run(fold_dir)
@@ -132,8 +133,11 @@ def _evaluate_fold(fold_dir: Path, data: TrainingData, k: int, wf: WalkForwardCo
             "train_stop_row": data.train_stop, "train_rows": len(data.split.train_rows)}
     settings = {"run": str(fold_dir), "checkpoint": ckpt.name, "trained_steps": payload["step"],
                 "policy": wf.policy, "device": device}
-    return evaluate_policies(data.book, rows, policies, cfg.sim, SweepConfig(wf.num_envs),
-                             split_info=info, settings=settings, progress=progress)
+    steps = tile_rows(data.book, rows, cfg.sim, wf.num_envs).steps
+    # the bar starts once every policy is built (a fit cannot draw inside it)
+    with step_progress(steps, f"fold {k} eval", progress) as advance:
+        return evaluate_policies(data.book, rows, policies, cfg.sim, SweepConfig(wf.num_envs),
+                                 split_info=info, settings=settings, progress=advance)
 
 
 def walk_forward(run_dir: Path, cfg: RunConfig, book: BookTensors, store_path: Path,
@@ -172,7 +176,7 @@ def walk_forward(run_dir: Path, cfg: RunConfig, book: BookTensors, store_path: P
             continue
         data = fold_data(fold_cfg, book, store_path, k)
         _train_fold(fold_cfg, fold_dir, data, device, progress)
-        result = _evaluate_fold(fold_dir, data, k, wf, device, None)
+        result = _evaluate_fold(fold_dir, data, k, wf, device, progress)
         fold = {"fold": k, "train_segments": [0, k], "test_segment": k, **result}
         result_path.write_text(json.dumps(fold))
         folds.append(fold)
