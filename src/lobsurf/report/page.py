@@ -58,7 +58,7 @@ def metrics_table(policies: dict[str, dict[str, Any]], table_id: str = "heldout-
     """Metrics as rows, policies as columns (the agent's column highlighted)."""
     names = list(policies)
     keys = [k for k in TABLE_METRICS if any(k in policies[n] for n in names)]
-    keys += [k for k in policies[names[0]] if k not in keys]
+    keys += list(dict.fromkeys(k for n in names for k in policies[n] if k not in keys))
     head = "".join(f'<th class="{"agent" if n == "agent" else ""}">{html.escape(n)}</th>'
                    for n in names)
     body = "".join(
