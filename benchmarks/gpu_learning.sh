@@ -7,7 +7,10 @@
 set -u
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:src || exit 1
+  --target /tmp/site .whl/*.whl || exit 1
+# SRC: the source tree to run (default the checkout's; a committed snapshot keeps others'
+# work in progress out of a measurement)
+SRC=${SRC:-.}; export PYTHONPATH=/tmp/site:$SRC/src
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}; TRAIN_S=${TRAIN_S:-270}; EVAL_S=${EVAL_S:-150}; BENCH_S=${BENCH_S:-100}
 LS="python3 -m lobsurf.cli"
@@ -24,7 +27,7 @@ $LS ingest .gpu_data/esh4-glbx-mdp3-20231225.mbo.dbn.zst --out $D/es-store --mul
   --currency USD --overwrite --no-progress > "$OUT/es_ingest.log" 2>&1 || echo "es ingest failed"
 
 # ---- eager train-step benchmark (alone on the GPU); BENCH_S=0 skips it
-[ "$BENCH_S" -gt 0 ] && timeout $BENCH_S python3 benchmarks/bench_train_step.py --device $DEVICE --batch 16,256,1024 \
+[ "$BENCH_S" -gt 0 ] && timeout $BENCH_S python3 $SRC/benchmarks/bench_train_step.py --device $DEVICE --batch 16,256,1024 \
   --steps 20 --json "$OUT/bench_train_step.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?"
 
 # ---- training runs in parallel; a run killed at its time limit keeps its checkpoints
@@ -34,26 +37,33 @@ run() {  # name store extra-args...
   timeout $TRAIN_S $LS train --store $store --out $D/runs/$name $common "$@" \
     > "$OUT/train_$name.log" 2>&1
 }
-run tradeable $D/tradeable-store --envs 256 &
-run tradeable_g95 $D/tradeable-store --envs 256 --set learner.gamma=0.95 &
-run null $D/tradeable-null-store --envs 256 &
-run es $D/es-store --envs 256 --set train.checkpoint_every=250 &
+RUNS=${RUNS:-tradeable tradeable_top null es}
+for name in $RUNS; do
+  case $name in
+    tradeable) run $name $D/tradeable-store --envs 256 & ;;
+    tradeable_g95) run $name $D/tradeable-store --envs 256 --set learner.gamma=0.95 & ;;
+    tradeable_top) run $name $D/tradeable-store --envs 256 --set features.book_levels=1 \
+                     --set features.ofi_levels=1 & ;;
+    null) run $name $D/tradeable-null-store --envs 256 & ;;
+    es) run $name $D/es-store --envs 256 --set train.checkpoint_every=250 & ;;
+  esac
+done
 wait
-for name in tradeable tradeable_g95 null es; do
+for name in $RUNS; do
   timeout $EVAL_S $LS eval $D/runs/$name --device $DEVICE --json --no-progress \
     > "$OUT/eval_$name.json" 2> "$OUT/eval_$name.err" &
 done
 wait
-for name in tradeable tradeable_g95 null es; do
+for name in $RUNS; do
   cp $D/runs/$name/metrics.jsonl "$OUT/metrics_$name.jsonl" 2>/dev/null
 done
 echo "== bench"; grep -v '^{' "$OUT/bench.log" 2>/dev/null | tail -6
 # everything in one archive: the device returns at most 8 files
 tar czf "$OUT/gpu_learning.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v gpu_learning.tgz)
-python3 - "$OUT" <<'EOF'
+python3 - "$OUT" $RUNS <<'EOF'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
-for name in ("tradeable", "tradeable_g95", "null", "es"):
+for name in sys.argv[2:]:
     m = out / f"metrics_{name}.jsonl"
     if m.exists():
         recs = [json.loads(l) for l in m.read_text().splitlines() if l.strip()]
