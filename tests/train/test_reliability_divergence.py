@@ -22,6 +22,8 @@ from tests.agent.test_step import no_host_sync
 from tests.train.test_train_command import train
 
 NAN = float("nan")
+#: spoiled steps in the rollback-budget test: more than the run's budget allows
+FOREVER = 40
 
 
 def _spoil_parameter(state):
@@ -33,15 +35,16 @@ def _spoil_controller(state):
     state.controllers.reward_scale.fill_(math.inf)
 
 
-def inject_after_step(monkeypatch, at_call: int, spoil, every_call_after: bool = False):
-    """Spoil the state after the ``at_call``-th step of this process (once, or from then on)."""
+def inject_after_step(monkeypatch, at_call: int, spoil, times: int = 1):
+    """Spoil the state after the ``at_call``-th step of this process and the ``times - 1``
+    steps after it (bounded, so a run without a rollback budget still ends)."""
     calls = {"n": 0}
     real = loop.train_step
 
     def step(state, *args, **kwargs):
         real(state, *args, **kwargs)
         calls["n"] += 1
-        if calls["n"] == at_call or (every_call_after and calls["n"] > at_call):
+        if at_call <= calls["n"] < at_call + times:
             spoil(state)
     monkeypatch.setattr(loop, "train_step", step)
 
@@ -117,7 +120,7 @@ def test_a_nan_before_the_first_checkpoint_restarts_from_step_zero(tiny_store, t
 def test_past_max_rollbacks_the_run_stops_with_a_clear_message(tiny_store, tiny_toml, tmp_path,
                                                                monkeypatch, capsys):
     run = tmp_path / "run"
-    inject_after_step(monkeypatch, 12, _spoil_parameter, every_call_after=True)
+    inject_after_step(monkeypatch, 12, _spoil_parameter, times=FOREVER)
     assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", run,
                  "--set", "train.max_rollbacks=2") == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
