@@ -136,8 +136,8 @@ def marker_path(path: Path) -> Path:
 
 
 def _write_atomic(path: Path, write: Any) -> Any:
-    """``write(fh)`` into a temporary file beside ``path``, fsync, rename into place, fsync
-    the folder (so the rename itself survives a power cut); returns what ``write`` returned."""
+    """``write(fh)`` into a temporary file beside ``path``, fsync, rename into place, sync
+    the folder; returns what ``write`` returned."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "wb") as fh:
@@ -145,16 +145,27 @@ def _write_atomic(path: Path, write: Any) -> Any:
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(path)
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {exc.strerror or exc} (disk full or "
                         "read-only? the previous checkpoint is intact)") from exc
+    _sync_folder(path.parent)
     return result
+
+
+def _sync_folder(folder: Path) -> None:
+    # Makes the rename durable across a power cut. Best effort: some file systems (and
+    # platforms) cannot open or sync a folder, and the file itself is already on disk.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,

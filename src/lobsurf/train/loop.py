@@ -204,6 +204,34 @@ def _roll_back(state: TrainState, cfg: RunConfig, data: TrainingData,
     return state, good
 
 
+def _start_run(cfg: RunConfig, run_dir: Path, meta: dict[str, Any]) -> MetricsLog:
+    """A new run: its config.toml and the run_start record."""
+    try:
+        (run_dir / CONFIG_NAME).write_text(run_config_to_toml(cfg))
+    except OSError as exc:
+        raise UserError(f"cannot write {run_dir / CONFIG_NAME}: {exc.strerror or exc}") from exc
+    log = MetricsLog(run_dir / METRICS_NAME)
+    log.write({"event": "run_start", "config": run_config_to_dict(cfg),
+               "controllers": controller_table(), **meta})
+    return log
+
+
+def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int
+            ) -> tuple[Path, int, int]:
+    """Copy the newest complete checkpoint into ``state`` and cut metrics.jsonl back to it;
+    returns (checkpoint, its step, rollbacks so far)."""
+    found = newest_valid_checkpoint(run_dir)
+    if found is None:
+        raise UserError(f"{run_dir}: no complete checkpoint to resume from; start it again "
+                        "with --overwrite")
+    path, payload = found
+    restore_state_(state, payload)
+    start = int(payload["step"])
+    log.truncate(int(payload["metrics_bytes"]))
+    log.write({"event": "resume", "step": start, "checkpoint": path.name, "steps": steps})
+    return path, start, int(payload.get("rollbacks", 0))
+
+
 def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.device | str,
           resume: bool = False, pretrained: dict[str, torch.Tensor] | None = None,
           progress: bool = True, init_note: str = "") -> RunResult:
@@ -218,29 +246,11 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
     guard = DivergenceGuard(device)
     log = None
     try:
+        log = MetricsLog(run_dir / METRICS_NAME) if resume else _start_run(cfg, run_dir, meta)
         if resume:
-            found = newest_valid_checkpoint(run_dir)
-            if found is None:
-                raise UserError(f"{run_dir}: no complete checkpoint to resume from; start it "
-                                "again with --overwrite")
-            last_path, payload = found
-            restore_state_(state, payload)
-            start = int(payload["step"])
-            rollbacks = int(payload.get("rollbacks", 0))
-            fresh_bytes = None
-            log = MetricsLog(run_dir / METRICS_NAME)
-            log.truncate(int(payload["metrics_bytes"]))
-            log.write({"event": "resume", "step": start, "checkpoint": last_path.name,
-                       "steps": tc.steps})
+            last_path, start, rollbacks = _resume(state, run_dir, log, tc.steps)
+            fresh_bytes = None  # a resumed run always has a checkpoint to roll back to
         else:
-            try:
-                (run_dir / CONFIG_NAME).write_text(run_config_to_toml(cfg))
-            except OSError as exc:
-                raise UserError(f"cannot write {run_dir / CONFIG_NAME}: "
-                                f"{exc.strerror or exc}") from exc
-            log = MetricsLog(run_dir / METRICS_NAME)
-            log.write({"event": "run_start", "config": config_dict,
-                       "controllers": controller_table(), **meta})
             last_path, start, rollbacks, fresh_bytes = None, 0, 0, log.size()
         # end of the newest rollback record: a later rollback to the same checkpoint keeps it
         kept_bytes = 0
@@ -248,7 +258,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
         t0 = time.perf_counter()
         t_log, s_log = t0, start
         total = tc.steps
-        step = start
+        step, stopping = start, False
         with StopOnSignal() as stop, step_progress(total, "train", progress) as advance:
             advance(start)
             while step < total:
@@ -259,7 +269,8 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 guard.check_(state)
                 step += 1
                 faults.pause_point("step")
-                stopping = stop.requested is not None
+                # a signal during the last step changes nothing: the run ends normally
+                stopping = stop.requested is not None and step < total
                 log_now = step % tc.log_every == 0 or step == total
                 save_now = step % tc.checkpoint_every == 0 or step == total or stopping
                 # ---- divergence: read the guard where the loop syncs anyway
@@ -295,7 +306,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 advance(1)
                 if stopping:
                     break
-            interrupted = stop.requested.name if stop.requested is not None else None
+            interrupted = stop.requested.name if stopping else None
         if interrupted is None and start < total:
             log.write({"event": "run_end", "step": total,
                        "wall_s": round(time.perf_counter() - t0, 3)})
