@@ -40,9 +40,9 @@ class NetworkConfig:
     """Factorised-Gaussian noisy layers: initial sigma = noisy_sigma0 / sqrt(fan_in)
     (Fortunato et al. 2018, sec. 3.2)."""
     state_time_scale_steps: float = 100.0
-    """Time in trade enters the network as log1p(steps / this)."""
+    """Time in trade enters the network as log1p(steps) / log1p(this): 1 at this many steps."""
     state_pnl_clip: float = 5.0
-    """Unrealized PnL enters in reward units (x reward_scale), clipped to +-this."""
+    """Unrealized PnL enters in units of a typical closed trade's |PnL|, clipped to +-this."""
 
     def __post_init__(self) -> None:
         if self.num_atoms < 2:

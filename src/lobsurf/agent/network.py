@@ -14,6 +14,7 @@ direction heads.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -44,21 +45,29 @@ class AgentOutput(NamedTuple):
 
 
 def agent_state_features(position: torch.Tensor, time_in_trade: torch.Tensor,
-                         unrealized_pnl: torch.Tensor, reward_scale: torch.Tensor,
-                         position_limit: int, cfg: NetworkConfig) -> torch.Tensor:
-    """The agent's own state as network inputs.
+                         unrealized_pnl: torch.Tensor, pnl_magnitude: torch.Tensor,
+                         position_unit_lots: int, cfg: NetworkConfig) -> torch.Tensor:
+    """The agent's own state as network inputs, each of order 1.
+
+    They must stand out next to the standardised book features: with the position at a
+    tenth of the limit per lot and the PnL in reward units (~0.02), the network could not
+    tell long from flat, and Q credited the loss realised by closing a losing position to
+    the closing action while holding it looked free (Q learned the signal backwards).
 
     Args:
         position: [B] int64 lots. time_in_trade: [B] int64 steps. unrealized_pnl: [B]
-            float64 currency. reward_scale: 0-d controller (reward units per currency unit).
+            float64 currency. pnl_magnitude: 0-d controller, the running mean |net PnL|
+            of a closed trade (currency; 0 before the first close).
+        position_unit_lots: lots that count as 1 (the largest order size).
 
     Returns:
-        [B, 3] float32: position / limit, log1p(time / time scale), unrealized PnL in
-        reward units clipped to +-state_pnl_clip.
+        [B, 3] float32: position / unit, log1p(time) / log1p(time scale), unrealized PnL
+        in typical trade PnLs clipped to +-state_pnl_clip (0 before the first close).
     """
-    pos = position.to(torch.float32) / position_limit
-    tit = torch.log1p(time_in_trade.to(torch.float32) / cfg.state_time_scale_steps)
-    pnl = (unrealized_pnl * reward_scale).clamp(-cfg.state_pnl_clip, cfg.state_pnl_clip)
+    pos = position.to(torch.float32) / position_unit_lots
+    tit = torch.log1p(time_in_trade.to(torch.float32)) / math.log1p(cfg.state_time_scale_steps)
+    pnl = torch.where(pnl_magnitude > 0, unrealized_pnl / pnl_magnitude.clamp(min=1e-12), 0.0)
+    pnl = pnl.clamp(-cfg.state_pnl_clip, cfg.state_pnl_clip)
     return torch.stack((pos, tit, pnl.to(torch.float32)), dim=-1)
 
 

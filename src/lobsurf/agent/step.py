@@ -57,7 +57,8 @@ class StepConfig:
     gates: GateConfig
     aux: AuxConfig
     window: int
-    position_limit: int
+    position_unit: int
+    """Lots that enter the network as position 1 (the largest order size)."""
     batch_size: int
     """Transitions per learning step (LearnerConfig.batch_size resolved against B)."""
     controller_ema_rate: float
@@ -105,7 +106,7 @@ class TrainState:
 def _state_inputs(state: TrainState, position: torch.Tensor, time_in_trade: torch.Tensor,
                   unrealized_pnl: torch.Tensor, cfg: StepConfig) -> torch.Tensor:
     return agent_state_features(position, time_in_trade, unrealized_pnl,
-                                state.controllers.reward_scale, cfg.position_limit, cfg.network)
+                                state.controllers.pnl_magnitude, cfg.position_unit, cfg.network)
 
 
 def round_trip_cost_ticks(book: BookTensors, row: torch.Tensor, tables: StepTables

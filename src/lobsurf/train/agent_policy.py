@@ -46,7 +46,7 @@ class AgentPolicy:
     """act(env) -> [B] int64 actions of a trained network (see module doc)."""
 
     def __init__(self, network: AgentNetwork, controllers: ControllerState, tables: StepTables,
-                 gates: GateConfig, window: int, position_limit: int, mode: PolicyMode,
+                 gates: GateConfig, window: int, position_unit: int, mode: PolicyMode,
                  seed: int) -> None:
         if mode not in POLICY_MODES:
             raise ValueError(f"unknown policy {mode!r}; choose one of {', '.join(POLICY_MODES)}")
@@ -54,7 +54,7 @@ class AgentPolicy:
         self.controllers, self.tables, self.mode = controllers, tables, mode
         # evaluation gates every env (no exploration slots) and is past any warm-up
         self.gates = replace(gates, max_hold_fraction=1.0)
-        self.window, self.position_limit = window, position_limit
+        self.window, self.position_unit = window, position_unit
         device = controllers.v_min.device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
@@ -64,7 +64,7 @@ class AgentPolicy:
     def act(self, env: BatchedLobEnv) -> torch.Tensor:
         s, ctl = env.state, self.controllers
         state = agent_state_features(s.position, s.time_in_trade, s.unrealized_pnl,
-                                     ctl.reward_scale, self.position_limit, self.network.cfg)
+                                     ctl.pnl_magnitude, self.position_unit, self.network.cfg)
         out = self.network(gather_window(env.book, s.cursor, self.window), state)
         probs = torch.softmax(out.q_logits, dim=-1)
         z = support(ctl.v_min, ctl.v_max, self.network.cfg.num_atoms)

@@ -67,7 +67,7 @@ def agent_policy(cfg: RunConfig, payload: dict[str, Any], env: BatchedLobEnv, mo
     controllers = ControllerState.bootstrap(device)
     controllers.load_(payload["controllers"])
     return AgentPolicy(net.to(device), controllers, step_tables(cfg, env, device), cfg.gates,
-                       cfg.sim.window, cfg.sim.position_limit_lots, mode, EVAL_SEED)
+                       cfg.sim.window, max(cfg.sim.order_sizes_lots), mode, EVAL_SEED)
 
 
 @dataclass

@@ -63,7 +63,7 @@ def step_config(cfg: RunConfig) -> StepConfig:
     return StepConfig(network=cfg.network, replay=cfg.replay, learner=cfg.learner,
                       reward=cfg.reward, policy=cfg.policy, gates=cfg.gates, aux=cfg.aux,
                       window=cfg.sim.window,
-                      position_limit=cfg.sim.position_limit_lots, batch_size=cfg.learner_batch,
+                      position_unit=max(cfg.sim.order_sizes_lots), batch_size=cfg.learner_batch,
                       controller_ema_rate=cfg.train.controller_ema_rate)
 
 
