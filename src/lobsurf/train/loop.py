@@ -13,7 +13,8 @@ uninterrupted steps bit for bit, however the first part ended (SIGKILL included)
 Faults (docs/reliability.md): every step ends with the divergence guard's device-side check
 (lobsurf.train.guard); where the loop syncs anyway (a log interval, a checkpoint) it reads
 the guard, and a NaN/Inf rolls the run back to the last good checkpoint with the learning
-rate times ``train.rollback_lr_factor``, at most ``train.max_rollbacks`` times. SIGINT and
+rate times ``train.rollback_lr_factor``, at most ``train.max_rollbacks`` times
+(lobsurf.train.rollback). SIGINT and
 SIGTERM stop the run after the current step with a final checkpoint
 (lobsurf.train.interrupts); the metric sums not yet logged travel in it, so the resumed
 metrics equal an uninterrupted run's.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import platform
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +53,7 @@ from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_to
 from lobsurf.train.data import TrainingData
 from lobsurf.train.guard import DivergenceGuard
 from lobsurf.train.interrupts import StopOnSignal
+from lobsurf.train.rollback import roll_back
 from lobsurf.train.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog
 
 #: offsets of the run seed for each generator, so no two draw the same stream
@@ -171,39 +172,6 @@ def _metrics_record(state: TrainState, step: int, wall_s: float, interval_s: flo
             "gate_threshold": ctl["gate_threshold"], "controllers": ctl}
 
 
-class TrainingDiverged(UserError):
-    """NaN/Inf came back after ``train.max_rollbacks`` rollbacks."""
-
-
-@dataclass
-class _Good:
-    """The last good point a rollback returns to: a checkpoint, or the fresh start."""
-
-    step: int
-    metrics_bytes: int
-    checkpoint: Path | None
-
-
-def _roll_back(state: TrainState, cfg: RunConfig, data: TrainingData,
-               device: torch.device | str, pretrained: dict[str, torch.Tensor] | None,
-               run_dir: Path, fresh_bytes: int | None) -> tuple[TrainState, _Good]:
-    """The last good state (newest complete checkpoint, else a fresh build) with the learning
-    rate it had when the fault was found (lowering it is the caller's)."""
-    lr = state.optimizer.lr.clone()
-    found = newest_valid_checkpoint(run_dir)
-    if found is not None:
-        path, payload = found
-        restore_state_(state, payload)
-        good = _Good(int(payload["step"]), int(payload["metrics_bytes"]), path)
-    elif fresh_bytes is not None:
-        state = build_state(cfg, data, device, pretrained)
-        good = _Good(0, fresh_bytes, None)
-    else:
-        raise UserError(f"{run_dir}: no complete checkpoint to roll back to")
-    state.optimizer.lr.copy_(lr)
-    return state, good
-
-
 def _start_run(cfg: RunConfig, run_dir: Path, meta: dict[str, Any]) -> MetricsLog:
     """A new run: its config.toml and the run_start record."""
     try:
@@ -278,8 +246,9 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                     bad = guard.read()
                     if bad is not None:
                         rollbacks += 1
-                        state, good = _diverged(state, cfg, data, device, pretrained, run_dir,
-                                                fresh_bytes, log, kept_bytes, bad, rollbacks)
+                        state, good = roll_back(
+                            state, cfg.train, run_dir, log, kept_bytes, fresh_bytes, bad,
+                            rollbacks, rebuild=lambda: build_state(cfg, data, device, pretrained))
                         kept_bytes = log.size()
                         guard.reset_()
                         step, last_path = good.step, good.checkpoint or last_path
@@ -315,34 +284,6 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
     finally:
         if log is not None:
             log.close()
-
-
-def _diverged(state: TrainState, cfg: RunConfig, data: TrainingData,
-              device: torch.device | str, pretrained: dict[str, torch.Tensor] | None,
-              run_dir: Path, fresh_bytes: int | None, log: MetricsLog, kept_bytes: int,
-              bad: tuple[int, str], rollbacks: int) -> tuple[TrainState, _Good]:
-    """Roll back after a NaN/Inf with a lowered learning rate, or stop past the budget."""
-    bad_step, quantity = bad
-    lr = float(state.optimizer.lr)
-    if rollbacks > cfg.train.max_rollbacks:
-        log.write({"event": "diverged", "step": bad_step, "quantity": quantity, "lr": lr,
-                   "rollbacks": rollbacks - 1})
-        raise TrainingDiverged(
-            f"training diverged: {quantity} not finite at step {bad_step} after "
-            f"{rollbacks - 1} rollbacks (lr now {lr:.3g}, train.max_rollbacks "
-            f"{cfg.train.max_rollbacks}); lower learner.lr or check the data")
-    state, good = _roll_back(state, cfg, data, device, pretrained, run_dir, fresh_bytes)
-    state.optimizer.lr.mul_(cfg.train.rollback_lr_factor)
-    new_lr = float(state.optimizer.lr)
-    # cut the records of the abandoned steps, keep those of earlier rollbacks
-    log.truncate(max(good.metrics_bytes, kept_bytes))
-    log.write({"event": "rollback", "step": bad_step, "quantity": quantity,
-               "to_step": good.step, "lr": new_lr, "rollback": rollbacks,
-               "max_rollbacks": cfg.train.max_rollbacks})
-    print(f"warning: {quantity} not finite at step {bad_step}: rolled back to step "
-          f"{good.step} with lr {new_lr:.3g} (rollback {rollbacks} of "
-          f"{cfg.train.max_rollbacks})", file=sys.stderr)
-    return state, good
 
 
 def _bar_fields(record: dict[str, Any]) -> dict[str, str]:
