@@ -122,6 +122,9 @@ def plan_optimal(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) -> Optim
         The plan (value, per-env values, the [T, B, P] argmax table).
     """
     sim, book = env.cfg, env.book
+    if sim.num_actions > torch.iinfo(torch.int8).max:
+        raise ValueError(f"the optimal plan stores actions as int8: at most 127 actions, "
+                         f"got {sim.num_actions}")
     limit = sim.position_limit_lots
     tiling = tile_rows(book, rows, sim, num_envs)
     sched = sweep_schedule(book, tiling, sim)
