@@ -116,3 +116,10 @@ def test_gates_fire_after_the_warm_up_in_the_real_step(tiny_store):
     # after the warm-up, only exploration slots trade (frd_min_prob 1 blocks every trade)
     for action in sent[warmup:]:
         assert (action[slots:] == 0).all() and (action[:slots] != 0).any()
+    # the entropy controller (which alpha and tau read) follows the actions sent, post-gate
+    ema = math.log(11)
+    for action in sent:
+        p = np.bincount(action.numpy(), minlength=11) / len(action)
+        h = -(p[p > 0] * np.log(p[p > 0])).sum()
+        ema += cfg.train.controller_ema_rate * (h - ema)
+    assert float(state.controllers.action_entropy) == pytest.approx(ema, rel=1e-9)
