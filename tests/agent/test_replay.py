@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 import numpy as np
+import pytest
 import torch
 
 from lobsurf.agent.config import ReplayConfig
@@ -86,3 +87,43 @@ def test_state_dict_round_trip_continues_identically():
     beta = torch.tensor(0.5, dtype=torch.float64)
     sa, sb = a.sample(50, beta), b.sample(50, beta)
     assert torch.equal(sa.index, sb.index) and torch.equal(sa.weight, sb.weight)
+
+
+def test_n_step_targets_match_a_per_env_loop():
+    """n-step returns walk each env's own transitions, stop after an episode end, and
+    shorten at the newest step; checked against a plain loop over the write history."""
+    rng = np.random.default_rng(0)
+    b, steps, cap, n, gamma = 3, 9, 30, 4, 0.9  # the ring wraps: 27 writes into 30 slots
+    cfg = ReplayConfig(capacity=cap)
+    rb = PrioritizedReplay(cfg, "cpu", seed=0)
+    history = []  # (slot, env, step, reward, done)
+    for k in range(steps):
+        t = batch(b, start=10 * k)
+        t.reward = torch.tensor(rng.normal(size=b), dtype=torch.float32)
+        t.done = torch.tensor(rng.random(b) < 0.25)
+        slots = [(int(rb.pointer) + e) % cap for e in range(b)]
+        rb.add(t)
+        history += [(slots[e], e, k, float(t.reward[e]), bool(t.done[e])) for e in range(b)]
+    latest = {}
+    for slot, e, k, r, d in history:
+        latest[slot] = (e, k, r, d)  # what the ring holds now
+    by_env_step = {(e, k): (slot, r, d) for slot, (e, k, r, d) in latest.items()}
+    index = torch.tensor(sorted(latest))
+    got = rb.n_step_targets(index, n, gamma, b)
+    for i, slot in enumerate(index.tolist()):
+        e, k, _, _ = latest[slot]
+        ret, disc, boot = 0.0, 1.0, slot
+        m = 0
+        for j in range(n):
+            if (e, k + j) not in by_env_step:
+                break  # not written yet: the return stops at the newest step
+            s_j, r_j, d_j = by_env_step[(e, k + j)]
+            ret += gamma ** j * r_j
+            boot, m = s_j, j + 1
+            if d_j:
+                disc = 0.0
+                break
+        disc = disc * gamma ** m if disc else 0.0
+        assert got.ret[i].item() == pytest.approx(ret, abs=1e-5), slot
+        assert got.discount[i].item() == pytest.approx(disc, abs=1e-6), slot
+        assert int(got.bootstrap_index[i]) == boot, slot

@@ -114,6 +114,9 @@ class LearnerConfig:
     """Target network <- (1 - tau) target + tau online, every learning step."""
     learning_starts: int = 100
     """Steps that only collect (fill the replay) before the first learning step."""
+    n_step: int = 1
+    """Bootstrap after this many steps: the C51 target is sum_j gamma^j r_j + gamma^m Z(s_m),
+    m <= n (shorter near the newest data and at episode ends); 1 = one-step targets."""
     acting: Literal["thompson", "pi", "greedy"] = "thompson"
     """Training-time action choice: one Thompson sample of Q per action then the gates,
     a sample of pi, or argmax E[Q]."""
@@ -126,6 +129,8 @@ class LearnerConfig:
             raise ValueError(f"lr and adam_eps must be > 0, got {self.lr}, {self.adam_eps}")
         if not self.grad_clip_norm >= 0:
             raise ValueError(f"grad_clip_norm must be >= 0, got {self.grad_clip_norm}")
+        if self.n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {self.n_step}")
         if self.learning_starts < 0:
             raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
         if self.acting not in ("thompson", "pi", "greedy"):

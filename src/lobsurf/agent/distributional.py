@@ -25,14 +25,14 @@ def support(v_min: torch.Tensor, v_max: torch.Tensor, num_atoms: int) -> torch.T
 
 
 def project_categorical(next_probs: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
-                        gamma: float, z: torch.Tensor) -> torch.Tensor:
+                        gamma: float | torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """Project the distribution of r + gamma * (1 - done) * Z(s', a*) onto the support z.
 
     Args:
         next_probs: [B, N] probabilities p_j(s', a*) over the atoms z.
-        reward: [B] rewards (reward units).
+        reward: [B] rewards (reward units); an n-step return for n-step targets.
         done: [B] bool or float, 1 where the transition is terminal (no bootstrap).
-        gamma: discount per step.
+        gamma: discount of the bootstrap: a float, or [B] (gamma ** m for an m-step return).
         z: [N] support (ascending, evenly spaced).
 
     Returns:
@@ -41,6 +41,9 @@ def project_categorical(next_probs: torch.Tensor, reward: torch.Tensor, done: to
     v_min, v_max = z[0], z[-1]
     delta_z = z[1] - z[0]
     not_done = 1.0 - done.to(next_probs.dtype)
+    if isinstance(gamma, torch.Tensor):
+        not_done = not_done * gamma.to(next_probs.dtype)
+        gamma = 1.0
     # Eq. 7: Tz_j = [r + gamma (1 - done) z_j] clipped to [V_MIN, V_MAX]    [B, N]
     tz = (reward.to(next_probs.dtype)[:, None] + gamma * not_done[:, None] * z[None, :])
     tz = tz.clamp(v_min, v_max)

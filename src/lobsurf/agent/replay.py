@@ -52,6 +52,16 @@ _DTYPES = {"unrealized_pnl": torch.float64, "next_unrealized_pnl": torch.float64
 
 
 @dataclass
+class NStepTarget:
+    """ret [S] n-step return; discount [S] gamma ** m of the bootstrap (0 after an episode
+    end); bootstrap_index [S] storage index whose next state is bootstrapped from."""
+
+    ret: torch.Tensor
+    discount: torch.Tensor
+    bootstrap_index: torch.Tensor
+
+
+@dataclass
 class Sample:
     """A sampled batch: transitions, their storage indices [B] and importance weights [B]."""
 
@@ -147,6 +157,41 @@ class PrioritizedReplay:
         self.weight.index_fill_(0, index, 0.0)
         self.weight.scatter_reduce_(0, index, priority ** self.cfg.alpha, reduce="amax")
         torch.maximum(self.max_priority, priority.max(), out=self.max_priority)
+
+    def n_step_targets(self, index: torch.Tensor, n: int, gamma: float, writes_per_step: int
+                       ) -> NStepTarget:
+        """n-step return and bootstrap of the sampled transitions.
+
+        Each step writes ``writes_per_step`` (B) consecutive slots in env order, so the same
+        env's transition j steps later sits at (index + j B) mod C. The return stops after
+        the first episode end (no bootstrap then) and at the newest step written (fewer
+        steps, bootstrapped sooner).
+
+        Args:
+            index: [S] int64 storage indices from ``sample``.
+            n: steps of the return. gamma: per-step discount.
+            writes_per_step: B, transitions written per step.
+
+        Returns:
+            NStepTarget: return [S] float32, bootstrap discount [S] float32 (gamma ** m, 0
+            after an episode end), and the storage index [S] whose next state bootstraps.
+        """
+        c = self.capacity
+        newest = (self.pointer - 1) % c
+        # whole steps written after each sampled one (the ring distance in steps)
+        ahead = ((newest - index) % c) // writes_per_step  # [S]
+        ret = torch.zeros(index.shape, dtype=torch.float32, device=index.device)
+        alive = torch.ones(index.shape, dtype=torch.float32, device=index.device)
+        last = index.clone()
+        for j in range(n):  # n is static config: a fixed unrolled gather, no host branch
+            slot = (index + j * writes_per_step) % c
+            use = (ahead >= j).to(torch.float32) * alive
+            ret = ret + use * (gamma ** j) * self.storage.reward[slot]
+            last = torch.where(use > 0, slot, last)
+            alive = alive * (1.0 - use * self.storage.done[slot].to(torch.float32))
+        steps = torch.minimum(ahead + 1, torch.full_like(ahead, n))  # m
+        discount = alive * torch.pow(torch.full_like(ret, gamma), steps.to(torch.float32))
+        return NStepTarget(ret=ret, discount=discount, bootstrap_index=last)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         state = {f"storage.{f.name}": getattr(self.storage, f.name) for f in fields(Transitions)}

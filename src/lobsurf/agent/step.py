@@ -61,6 +61,8 @@ class StepConfig:
     """Lots that enter the network as position 1 (the largest order size)."""
     batch_size: int
     """Transitions per learning step (LearnerConfig.batch_size resolved against B)."""
+    num_envs: int
+    """B: transitions written to replay per step (n-step returns walk the ring by B)."""
     controller_ema_rate: float
     """EMA rate of the action-histogram controllers (entropy, hold fraction)."""
 
@@ -219,13 +221,24 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     ctl, lc, t = state.controllers, cfg.learner, sample.transitions
     b = t.row.shape[0]
     z = support(ctl.v_min, ctl.v_max, cfg.network.num_atoms)
+    # ---- the bootstrap: s' after one step, or s_m after an m-step return (m <= n)
+    if lc.n_step > 1:
+        nstep = state.replay.n_step_targets(sample.index, lc.n_step, lc.gamma, cfg.num_envs)
+        st, k = state.replay.storage, nstep.bootstrap_index
+        boot_row, boot_pos, boot_tit, boot_pnl = (st.next_row[k], st.next_position[k],
+                                                  st.next_time_in_trade[k],
+                                                  st.next_unrealized_pnl[k])
+        target_reward, target_done, target_gamma = nstep.ret, torch.zeros_like(t.done), nstep.discount
+    else:
+        boot_row, boot_pos, boot_tit, boot_pnl = (t.next_row, t.next_position,
+                                                  t.next_time_in_trade, t.next_unrealized_pnl)
+        target_reward, target_done, target_gamma = t.reward, t.done, lc.gamma
     # ---- target net at s (pi's distillation target) and s' (C51 target), one batched call
     with torch.no_grad():
-        rows = torch.cat((t.row, t.next_row))
+        rows = torch.cat((t.row, boot_row))
         inputs = torch.cat((
             _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg),
-            _state_inputs(state, t.next_position, t.next_time_in_trade, t.next_unrealized_pnl,
-                          cfg)))
+            _state_inputs(state, boot_pos, boot_tit, boot_pnl, cfg)))
         target_q = state.target.q_logits(state.target.embed(gather_window(book, rows,
                                                                           cfg.window)), inputs)
         target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
@@ -233,7 +246,7 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         next_probs = target_probs_all[b:]
         best = expected_value(next_probs, z).argmax(-1)  # [B]
         chosen = next_probs.gather(1, best[:, None, None].expand(-1, 1, next_probs.shape[-1]))
-        target = project_categorical(chosen[:, 0], t.reward, t.done, lc.gamma, z)
+        target = project_categorical(chosen[:, 0], target_reward, target_done, target_gamma, z)
     # ---- online heads at s
     out = state.online(gather_window(book, t.row, cfg.window),
                        _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg))

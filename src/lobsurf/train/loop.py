@@ -65,6 +65,7 @@ def step_config(cfg: RunConfig) -> StepConfig:
                       reward=cfg.reward, policy=cfg.policy, gates=cfg.gates, aux=cfg.aux,
                       window=cfg.sim.window,
                       position_unit=max(cfg.sim.order_sizes_lots), batch_size=cfg.learner_batch,
+                      num_envs=cfg.train.envs,
                       controller_ema_rate=cfg.train.controller_ema_rate)
 
 
