@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    args._argv = argv  # a command that starts itself again (train --gpus) needs them
     if args.command is None:
         parser.print_help()
         return 0

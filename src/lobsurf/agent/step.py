@@ -22,6 +22,7 @@ warm-up compares a device step counter. The only Python branches are on static c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -272,14 +273,31 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
                   q_taken_mean=q_mean.gather(1, t.action[:, None]).mean())
 
 
-def learn(state: TrainState, book: BookTensors, cfg: StepConfig) -> Losses:
+class GradientSync(Protocol):
+    """The collectives a step needs (lobsurf.train.distributed.Collective; None: one process)."""
+
+    def grads_(self, params: list[torch.Tensor]) -> None: ...
+    def controllers_(self, ctl: ControllerState) -> None: ...
+
+
+def learn(state: TrainState, book: BookTensors, cfg: StepConfig,
+          sync: GradientSync | None = None) -> Losses:
     """One update from a prioritized sample; returns the (detached) losses."""
+    sample = state.replay.sample(cfg.batch_size, state.controllers.per_beta)
+    return learn_from(state, book, sample, cfg, sync)
+
+
+def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
+               sync: GradientSync | None = None) -> Losses:
+    """The update of ``learn`` from a given sample; with ``sync`` the gradients are averaged
+    over the ranks before clipping (data parallel: the same update on every rank)."""
     ctl, lc = state.controllers, cfg.learner
-    sample = state.replay.sample(cfg.batch_size, ctl.per_beta)
     ls = losses(state, book, sample, cfg)
     state.optimizer.zero_grad()
     ls.total.backward()
     params = [p for p in state.online.parameters() if p.grad is not None]
+    if sync is not None:
+        sync.grads_(params)
     # max_norm inf: measure the norm without clipping (clip disabled)
     max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
@@ -307,10 +325,18 @@ def learn(state: TrainState, book: BookTensors, cfg: StepConfig) -> Losses:
     return ls
 
 
-def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: bool) -> None:
-    """Resample the noise, collect one step, and learn when ``learning`` (host flag)."""
+def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: bool,
+               sync: GradientSync | None = None) -> None:
+    """Resample the noise, collect one step, and learn when ``learning`` (host flag).
+
+    With ``sync`` (several processes) the controllers are averaged over the ranks right
+    after ``collect``, the only place they move on local data, so ``learn`` and its
+    controller updates read the same values on every rank; then the gradients are averaged.
+    """
     state.online.resample_noise_(state.noise_generator)
     state.target.resample_noise_(state.noise_generator)
     collect(state, book, cfg)
+    if sync is not None:
+        sync.controllers_(state.controllers)
     if learning:
-        learn(state, book, cfg)
+        learn(state, book, cfg, sync)

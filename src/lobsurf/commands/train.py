@@ -8,6 +8,11 @@ the end where the run is and what to run next. ``--resume RUN`` continues a run 
 Before loading data it states the run's memory ceiling (lobsurf.train.resources) and refuses
 a config that cannot fit; Ctrl-C or SIGTERM stops after the current step with a checkpoint
 and prints the command that continues the run (exit status 128 + the signal).
+
+``--gpus N`` starts N processes, one per GPU, through torchrun's API
+(lobsurf.train.launch); ``torchrun --nproc-per-node N -m lobsurf train ...`` does the same
+by hand (``--device cpu``: N CPU processes over gloo). Rank 0 prints and writes the run
+folder; docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch device (default: train.device, auto = cuda if available)")
     parser.add_argument("--init-from", default=None, metavar="RUN",
                         help="start the normaliser and encoder from a lobsurf pretrain run")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="train on N GPUs, one process each (torchrun; docs/distributed.md)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="progress bar (shown only on a terminal)")
 
@@ -86,11 +93,30 @@ def _pretrained_base(init_from: str) -> tuple[dict, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lobsurf.train.distributed import launched_by_torchrun
+
+    if args.gpus is not None and not launched_by_torchrun():
+        if args.device == "cpu":
+            raise UserError("--gpus needs CUDA; for CPU processes run torchrun "
+                            "--nproc-per-node N -m lobsurf train --device cpu ...")
+        from lobsurf.train.launch import launch
+
+        return launch(args.gpus, args._argv)
+    from lobsurf.train.distributed import shutdown
+
+    try:
+        return _run(args)
+    finally:
+        shutdown()  # the process group of a torchrun launch, if one was started
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from lobsurf.devices import resolve_device
     from lobsurf.train.config import load_toml, resolve_run_config
     from lobsurf.train.data import default_store, load_training_data
+    from lobsurf.train.distributed import init_collective
     from lobsurf.train.loop import train
     from lobsurf.train.resources import check_fits, memory_estimate, store_rows
     from lobsurf.train.run_folder import CONFIG_NAME, prepare_run_folder, require_run_folder
@@ -114,21 +140,32 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.out or f"{DEFAULT_RUNS_DIR}/train-{time.strftime('%Y%m%d-%H%M%S')}")
 
     device = resolve_device(None if cfg.train.device == "auto" else cfg.train.device)
+    # one process per device under torchrun: rank, process group, this rank's device
+    collective, device = init_collective(device)
+    if not collective.is_main:
+        args.progress = False
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.fp32_precision = "tf32"
     store_path = Path(cfg.data.store) if cfg.data.store else default_store(args.progress)
     # ---- the memory ceiling, stated and checked before anything is loaded
     estimate = memory_estimate(cfg, store_rows(store_path, cfg.data.instrument_id), device)
     check_fits(estimate, device)
-    print(f"train: memory ceiling: {estimate.summary()}", file=sys.stderr)
-    if not args.resume:
+    say = print if collective.is_main else (lambda *a, **k: None)  # rank 0 speaks
+    say(f"train: memory ceiling: {estimate.summary()}", file=sys.stderr)
+    if not args.resume and collective.is_main:
         prepare_run_folder(run_dir, args.overwrite)
+    collective.barrier()  # the folder exists before any rank writes into it
     data = load_training_data(cfg, device, store_path)
-    print(f"train: {run_dir} | {cfg.train.envs} envs x {cfg.train.steps:,} steps on {device} | "
-          f"store {store_path} ({len(data.book):,} rows, training rows < {data.train_stop:,})",
-          file=sys.stderr)
+    ranks = f" x {collective.world_size} processes" if collective.active else ""
+    say(f"train: {run_dir} | {cfg.train.envs} envs{ranks} x {cfg.train.steps:,} steps on "
+        f"{device} | store {store_path} ({len(data.book):,} rows, training rows < "
+        f"{data.train_stop:,})", file=sys.stderr)
     result = train(cfg, run_dir, data, device, resume=bool(args.resume), pretrained=pretrained,
-                   progress=args.progress, init_note=cfg.train.init_from)
+                   progress=args.progress, init_note=cfg.train.init_from,
+                   collective=collective)
+    if not collective.is_main:
+        return (SIGNAL_EXIT_BASE + int(getattr(signal, result.interrupted))
+                if result.interrupted else 0)
     if result.interrupted:
         print(f"train: stopped by {result.interrupted} at step {result.step:,} (checkpoint "
               f"{result.checkpoint.name if result.checkpoint else 'none'}); continue with: "

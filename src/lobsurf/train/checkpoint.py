@@ -25,6 +25,11 @@ not yet marked, torn by a failing disk or truncated by a copy is never loaded
 (``load_payload`` raises ``CorruptCheckpoint``; ``newest_valid_checkpoint`` skips it with a
 warning and takes the previous one). The newest ``keep`` are kept.
 
+A multi-process run (docs/distributed.md) adds ``world_size`` to rank 0's file and each
+other rank R writes ``step_NNNNNNNN.rankR.pt`` (+ marker) beside it with the part it owns
+(``local_payload``: replay, simulator, generators, metric sums; lobsurf.train.rank_shards);
+pruning removes a step's shards with it.
+
 A failing write (disk full, read-only folder) raises a one-line ``UserError`` naming the
 file; the temporary file is removed and the previous checkpoints are untouched.
 """
@@ -87,6 +92,19 @@ def _fields(obj: SimState | SimStats) -> dict[str, torch.Tensor]:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
+def local_payload(state: TrainState) -> dict[str, Any]:
+    """What each rank of a multi-process run owns (see ``restore_local_``), on the host."""
+    return _cpu({
+        "replay": state.replay.state_dict(),
+        "sim_state": _fields(state.env.state),
+        "sim_stats": _fields(state.env.stats),
+        "env_generator": state.env.generator.get_state(),
+        "noise_generator": state.noise_generator.get_state(),
+        "acting_generator": state.acting_generator.get_state(),
+        "metric_sums": state.metrics.as_dict(),
+    })
+
+
 def checkpoint_payload(state: TrainState, step: int, config: dict, metrics_bytes: int,
                        meta: dict) -> dict[str, Any]:
     return _cpu({
@@ -99,13 +117,7 @@ def checkpoint_payload(state: TrainState, step: int, config: dict, metrics_bytes
         "online": state.online.state_dict(),
         "target": state.target.state_dict(),
         "optimizer": state.optimizer.state_dict(),
-        "replay": state.replay.state_dict(),
-        "sim_state": _fields(state.env.state),
-        "sim_stats": _fields(state.env.stats),
-        "env_generator": state.env.generator.get_state(),
-        "noise_generator": state.noise_generator.get_state(),
-        "acting_generator": state.acting_generator.get_state(),
-        "metric_sums": state.metrics.as_dict(),
+        **local_payload(state),
         "step_count": state.step_count,
         "metrics_bytes": metrics_bytes,
         "meta": meta,
@@ -180,7 +192,17 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
         raise UserError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
     payload = checkpoint_payload(state, step, config, metrics_bytes, meta)
     payload.update(extra or {})
+    write_marked(path, payload)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        for shard in rank_shard_paths(old):  # the other ranks' parts of a multi-process run
+            shard.unlink(missing_ok=True)
+        marker_path(old).unlink(missing_ok=True)
+        old.unlink()
+    return path
 
+
+def write_marked(path: Path, payload: dict[str, Any]) -> None:
+    """``torch.save`` ``payload`` to ``path`` atomically, then its complete-marker."""
     def write_payload(fh: BinaryIO) -> str:
         writer = _HashingWriter(fh)
         torch.save(payload, writer)
@@ -188,10 +210,16 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
 
     digest = _write_atomic(path, write_payload)
     _write_atomic(marker_path(path), lambda fh: fh.write(f"{digest}  {path.name}\n".encode()))
-    for old in list_checkpoints(run_dir)[:-keep]:
-        marker_path(old).unlink(missing_ok=True)
-        old.unlink()
-    return path
+
+
+def rank_shard_path(path: Path, rank: int) -> Path:
+    """step_N.rankR.pt: rank R's replay, simulator and generators beside main file ``path``."""
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def rank_shard_paths(path: Path) -> list[Path]:
+    """Every rank shard of main file ``path`` and their markers."""
+    return sorted(path.parent.glob(f"{path.stem}.rank*"))
 
 
 def file_sha256(path: Path) -> str:
@@ -243,10 +271,23 @@ def newest_valid_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]] | None
 
 def restore_state_(state: TrainState, payload: dict[str, Any]) -> None:
     """Copy a checkpoint into a freshly built TrainState, in place."""
+    restore_shared_(state, payload)
+    restore_local_(state, payload)
+
+
+def restore_shared_(state: TrainState, payload: dict[str, Any]) -> None:
+    """The part every rank of a multi-process run holds alike: networks, optimizer,
+    controllers, step counter."""
     state.online.load_state_dict(payload["online"])
     state.target.load_state_dict(payload["target"])
     state.optimizer.load_state_dict(payload["optimizer"])
     state.controllers.load_(payload["controllers"])
+    state.step_count.copy_(payload["step_count"])
+
+
+def restore_local_(state: TrainState, payload: dict[str, Any]) -> None:
+    """The part each rank owns: replay, simulator, generators, metric sums not yet logged
+    (a main checkpoint's, or a rank shard's: lobsurf.train.rank_shards)."""
     state.replay.load_state_dict(payload["replay"])
     for name, value in payload["sim_state"].items():
         getattr(state.env.state, name).copy_(value)
@@ -256,4 +297,3 @@ def restore_state_(state: TrainState, payload: dict[str, Any]) -> None:
     state.noise_generator.set_state(payload["noise_generator"])
     state.acting_generator.set_state(payload["acting_generator"])
     state.metrics.load_(payload["metric_sums"])
-    state.step_count.copy_(payload["step_count"])

@@ -83,6 +83,9 @@ class TrainConfig:
     """Divergence (NaN/Inf) rollbacks to the last good checkpoint before the run stops."""
     rollback_lr_factor: float = 0.5
     """Each rollback multiplies the learning rate by this."""
+    check_params_every: int = 1000
+    """Multi-process runs: steps between the debug check that every rank holds the same
+    parameters and controllers (one checksum all-reduce); 0 = never."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "envs", "log_every", "checkpoint_every", "keep_checkpoints"):
@@ -96,6 +99,8 @@ class TrainConfig:
             raise ValueError(f"max_rollbacks must be >= 0, got {self.max_rollbacks}")
         if not 0 < self.rollback_lr_factor < 1:
             raise ValueError(f"rollback_lr_factor must be in (0, 1), got {self.rollback_lr_factor}")
+        if self.check_params_every < 0:
+            raise ValueError(f"check_params_every must be >= 0, got {self.check_params_every}")
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,20 @@ rate times ``train.rollback_lr_factor``, at most ``train.max_rollbacks`` times
 SIGTERM stop the run after the current step with a final checkpoint
 (lobsurf.train.interrupts); the metric sums not yet logged travel in it, so the resumed
 metrics equal an uninterrupted run's.
+
+Several processes (torchrun, ``lobsurf train --gpus N``; docs/distributed.md): each rank
+builds its own state with rank-offset seeds, ``Collective`` averages gradients and
+controllers inside the step, rank 0 writes metrics.jsonl and the main checkpoint, every
+other rank its shard (lobsurf.train.rank_shards).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +56,16 @@ from lobsurf.progress import step_progress
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.train import faults
-from lobsurf.train.checkpoint import newest_valid_checkpoint, restore_state_, save_checkpoint
+from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
 from lobsurf.train.data import TrainingData
+from lobsurf.train.distributed import (RANK_SEED_STRIDE, Collective, check_identical,
+                                       state_tensors)
 from lobsurf.train.guard import DivergenceGuard
 from lobsurf.train.interrupts import StopOnSignal
+from lobsurf.train.rank_shards import restore_rank_, save_all_ranks
 from lobsurf.train.rollback import roll_back
-from lobsurf.train.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog
+from lobsurf.train.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog, NullLog
 
 #: offsets of the run seed for each generator, so no two draw the same stream
 SEED_OFFSETS = {"init": 0, "noise": 1, "acting": 2, "replay": 3}
@@ -95,16 +106,19 @@ def build_network(cfg: RunConfig, data: TrainingData, device: torch.device | str
 
 
 def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
-                pretrained: dict[str, torch.Tensor] | None = None) -> TrainState:
-    """Every piece of a step's state, freshly initialised from the config's seeds."""
-    seed = cfg.train.seed
+                pretrained: dict[str, torch.Tensor] | None = None, rank: int = 0
+                ) -> TrainState:
+    """Every piece of a step's state, freshly initialised from the config's seeds; rank r of
+    a multi-process run offsets every seed but the network's by r * RANK_SEED_STRIDE."""
+    seed = cfg.train.seed + rank * RANK_SEED_STRIDE
+    sim = dataclasses.replace(cfg.sim, seed=cfg.sim.seed + rank * RANK_SEED_STRIDE)
     online = build_network(cfg, data, device, pretrained)
     target = copy.deepcopy(online)
     for p in target.parameters():
         p.requires_grad_(False)
     optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps)
     try:
-        env = BatchedLobEnv(data.train_book, cfg.train.envs, cfg.sim)
+        env = BatchedLobEnv(data.train_book, cfg.train.envs, sim)
     except ValueError as exc:
         raise UserError(f"training rows too few for the simulator: {exc}") from exc
     env.reset()
@@ -185,7 +199,7 @@ def _start_run(cfg: RunConfig, run_dir: Path, meta: dict[str, Any]) -> MetricsLo
     return log
 
 
-def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int
+def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int, rank: int
             ) -> tuple[Path, int, int]:
     """Copy the newest complete checkpoint into ``state`` and cut metrics.jsonl back to it;
     returns (checkpoint, its step, rollbacks so far)."""
@@ -194,7 +208,10 @@ def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int
         raise UserError(f"{run_dir}: no complete checkpoint to resume from; start it again "
                         "with --overwrite")
     path, payload = found
-    restore_state_(state, payload)
+    source = restore_rank_(state, path, payload, rank)
+    if source == "fresh":
+        print(f"train: rank {rank} is new to {path.name}: a copy of rank 0's replay, a "
+              "fresh simulator", file=sys.stderr)
     start = int(payload["step"])
     log.truncate(int(payload["metrics_bytes"]))
     log.write({"event": "resume", "step": start, "checkpoint": path.name, "steps": steps})
@@ -203,24 +220,33 @@ def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int
 
 def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.device | str,
           resume: bool = False, pretrained: dict[str, torch.Tensor] | None = None,
-          progress: bool = True, init_note: str = "") -> RunResult:
-    """Run (or continue) training in ``run_dir`` up to ``cfg.train.steps`` total steps."""
+          progress: bool = True, init_note: str = "", collective: Collective | None = None
+          ) -> RunResult:
+    """Run (or continue) training in ``run_dir`` up to ``cfg.train.steps`` total steps
+    (``collective``: this process's rank of a multi-process run; None: one process)."""
+    coll = collective or Collective.local()
+    sync = coll if coll.active else None
     # ---- state: fresh, or the newest complete checkpoint copied into a fresh build
-    state = build_state(cfg, data, device, pretrained)
+    state = build_state(cfg, data, device, pretrained, coll.rank)
     scfg = step_config(cfg)
     tc = cfg.train
     config_dict = run_config_to_dict(cfg)
     meta = {"data": data.summary(), "versions": versions(), "device": device_name(device),
-            "init": init_note}
+            "init": init_note, "world_size": coll.world_size}
     guard = DivergenceGuard(device)
     log = None
+    progress = progress and coll.is_main
     try:
-        log = MetricsLog(run_dir / METRICS_NAME) if resume else _start_run(cfg, run_dir, meta)
+        if not coll.is_main:
+            log = NullLog()
+        else:
+            log = MetricsLog(run_dir / METRICS_NAME) if resume else _start_run(cfg, run_dir, meta)
         if resume:
-            last_path, start, rollbacks = _resume(state, run_dir, log, tc.steps)
+            last_path, start, rollbacks = _resume(state, run_dir, log, tc.steps, coll.rank)
             fresh_bytes = None  # a resumed run always has a checkpoint to roll back to
         else:
             last_path, start, rollbacks, fresh_bytes = None, 0, 0, log.size()
+        coll.broadcast_(state_tensors(state.online, state.target, state.controllers))
         # end of the newest rollback record: a later rollback to the same checkpoint keeps it
         kept_bytes = 0
         last_record = None
@@ -234,22 +260,31 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 # ---- collect (+ learn once the replay holds learning_starts steps), then
                 # the guard's device-side finiteness check (no host sync)
                 train_step(state, data.train_book, scfg,
-                           learning=step >= cfg.learner.learning_starts)
+                           learning=step >= cfg.learner.learning_starts, sync=sync)
                 guard.check_(state)
                 step += 1
                 faults.pause_point("step")
                 # a signal during the last step changes nothing: the run ends normally
-                stopping = stop.requested is not None and step < total
+                stopping = coll.any_(stop.requested is not None, device) and step < total
+                if sync is not None and tc.check_params_every and \
+                        step % tc.check_params_every == 0:
+                    check_identical(coll, list(state.online.parameters()), state.controllers,
+                                    step)
                 log_now = step % tc.log_every == 0 or step == total
                 save_now = step % tc.checkpoint_every == 0 or step == total or stopping
                 # ---- divergence: read the guard where the loop syncs anyway
                 if log_now or save_now:
                     bad = guard.read()
+                    if coll.any_(bad is not None, device) and bad is None:
+                        bad = (step, "value on another rank")
                     if bad is not None:
                         rollbacks += 1
                         state, good = roll_back(
                             state, cfg.train, run_dir, log, kept_bytes, fresh_bytes, bad,
-                            rollbacks, rebuild=lambda: build_state(cfg, data, device, pretrained))
+                            rollbacks,
+                            rebuild=lambda: build_state(cfg, data, device, pretrained, coll.rank),
+                            restore=lambda st, path, payload: restore_rank_(st, path, payload,
+                                                                            coll.rank))
                         kept_bytes = log.size()
                         guard.reset_()
                         step, last_path = good.step, good.checkpoint or last_path
@@ -260,8 +295,9 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 # ---- log: one host copy of the device sums every log_every steps
                 if log_now:
                     now = time.perf_counter()
+                    coll.metric_sums_(state.metrics)  # rank 0 logs every rank's steps
                     last_record = _metrics_record(state, step, now - t0, now - t_log,
-                                                  step - s_log, tc.envs)
+                                                  step - s_log, tc.envs * coll.world_size)
                     log.write(last_record)
                     t_log, s_log = now, step
                     advance(0, **_bar_fields(last_record))
@@ -270,9 +306,10 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                                "signal": stop.requested.name})
                 # ---- checkpoint (the metrics file size goes with it)
                 if save_now:
-                    last_path = save_checkpoint(run_dir, state, step, config_dict, log.size(),
-                                                meta, tc.keep_checkpoints,
-                                                extra={"rollbacks": rollbacks})
+                    last_path = save_all_ranks(run_dir, state, step, coll, functools.partial(
+                        save_checkpoint, run_dir, state, step, config_dict, log.size(), meta,
+                        tc.keep_checkpoints,
+                        extra={"rollbacks": rollbacks, "world_size": coll.world_size}))
                 advance(1)
                 if stopping:
                     break

@@ -22,6 +22,9 @@ from lobsurf.train.checkpoint import newest_valid_checkpoint, restore_state_
 from lobsurf.train.config import TrainConfig
 from lobsurf.train.run_folder import MetricsLog
 
+#: copies a checkpoint (path, payload) into a state, in place
+Restore = Callable[[TrainState, Path, dict], object]
+
 
 class TrainingDiverged(UserError):
     """NaN/Inf came back after ``train.max_rollbacks`` rollbacks."""
@@ -37,11 +40,12 @@ class GoodPoint:
 
 
 def _last_good(state: TrainState, run_dir: Path, fresh_bytes: int | None,
-               rebuild: Callable[[], TrainState]) -> tuple[TrainState, GoodPoint]:
+               rebuild: Callable[[], TrainState], restore: Restore
+               ) -> tuple[TrainState, GoodPoint]:
     found = newest_valid_checkpoint(run_dir)
     if found is not None:
         path, payload = found
-        restore_state_(state, payload)
+        restore(state, path, payload)
         return state, GoodPoint(int(payload["step"]), int(payload["metrics_bytes"]), path)
     if fresh_bytes is not None:
         return rebuild(), GoodPoint(0, fresh_bytes, None)
@@ -50,7 +54,8 @@ def _last_good(state: TrainState, run_dir: Path, fresh_bytes: int | None,
 
 def roll_back(state: TrainState, tc: TrainConfig, run_dir: Path, log: MetricsLog,
               kept_bytes: int, fresh_bytes: int | None, bad: tuple[int, str], rollbacks: int,
-              rebuild: Callable[[], TrainState]) -> tuple[TrainState, GoodPoint]:
+              rebuild: Callable[[], TrainState], restore: Restore | None = None
+              ) -> tuple[TrainState, GoodPoint]:
     """Roll back after the ``rollbacks``-th NaN/Inf, or stop past the budget.
 
     Args:
@@ -62,6 +67,8 @@ def roll_back(state: TrainState, tc: TrainConfig, run_dir: Path, log: MetricsLog
         bad: (step, quantity) from ``DivergenceGuard.read``.
         rollbacks: rollbacks so far, this one included.
         rebuild: builds a fresh state, for a fault before the first checkpoint.
+        restore: copies (state, checkpoint path, payload) in; default the whole payload
+            (a rank of a multi-process run reads its shard: lobsurf.train.rank_shards).
 
     Returns:
         The good state with the lowered learning rate, and where it stands.
@@ -75,7 +82,8 @@ def roll_back(state: TrainState, tc: TrainConfig, run_dir: Path, log: MetricsLog
             f"training diverged: {quantity} not finite at step {bad_step} after "
             f"{rollbacks - 1} rollbacks (lr now {float(lr):.3g}, train.max_rollbacks "
             f"{tc.max_rollbacks}); lower learner.lr or check the data")
-    state, good = _last_good(state, run_dir, fresh_bytes, rebuild)
+    state, good = _last_good(state, run_dir, fresh_bytes, rebuild,
+                             restore or (lambda st, _path, payload: restore_state_(st, payload)))
     # the lr in use at the fault, not the checkpoint's: two rollbacks to one checkpoint
     # lower it twice
     state.optimizer.lr.copy_(lr).mul_(tc.rollback_lr_factor)

@@ -135,3 +135,20 @@ class MetricsLog:
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Every record of a metrics.jsonl file."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class NullLog:
+    """The metrics log of a rank other than 0 in a multi-process run: rank 0 alone writes
+    metrics.jsonl (with the means over every rank), the others write nothing."""
+
+    def size(self) -> int:
+        return 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        pass
+
+    def truncate(self, size: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
