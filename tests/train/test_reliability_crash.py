@@ -39,6 +39,17 @@ def crash_toml(tmp_path):
     return path
 
 
+@pytest.fixture(autouse=True)
+def one_cpu_thread():
+    """The subprocess runs here use one thread (OMP_NUM_THREADS=1), and CPU results are bit
+    for bit only at a fixed thread count, so the in-process runs they are compared with use
+    one thread too (CI's default is one per core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def spawn(args, pause: str, marker) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env[faults.ENV_PAUSE], env[faults.ENV_PAUSE_FILE] = pause, str(marker)

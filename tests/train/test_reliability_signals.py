@@ -10,7 +10,8 @@ import pytest
 
 from lobsurf.train.checkpoint import list_checkpoints
 from lobsurf.train.run_folder import read_metrics
-from tests.train.test_reliability_crash import assert_same_run, spawn, wait_paused
+from tests.train.test_reliability_crash import (assert_same_run, one_cpu_thread,  # noqa: F401
+                                                spawn, wait_paused)
 from tests.train.test_train_command import train
 
 STOP_AFTER_STEP = 7  # between the tiny run's checkpoints (10, 20) and off its log grid (5)
