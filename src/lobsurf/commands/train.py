@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start the normaliser and encoder from a lobsurf pretrain run")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="train on N GPUs, one process each (torchrun; docs/distributed.md)")
+    parser.add_argument("--tensorboard", action="store_true", default=None,
+                        help="also write the metrics to RUN/tb for TensorBoard")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="progress bar (shown only on a terminal)")
 
@@ -69,6 +71,8 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         sets.append(f"train.device={_toml_string(args.device)}")
     if args.init_from is not None:
         sets.append(f"train.init_from={_toml_string(args.init_from)}")
+    if getattr(args, "tensorboard", None):
+        sets.append("train.tensorboard=true")
     return sets
 
 

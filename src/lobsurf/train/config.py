@@ -77,6 +77,9 @@ class TrainConfig:
     """Newest checkpoints kept in RUN/checkpoints."""
     controller_ema_rate: float = 0.01
     """EMA rate of the action-histogram controllers (action entropy, hold fraction)."""
+    tensorboard: bool = False
+    """Also write every metrics record to RUN/tb as TensorBoard scalars (train/, control/,
+    time/ tags; needs the tensorboard package: pip install -e '.[tensorboard]')."""
     init_from: str = ""
     """A lobsurf pretrain run (or checkpoint file) whose normaliser and encoder start the run."""
     max_rollbacks: int = 3

@@ -187,13 +187,22 @@ def _metrics_record(state: TrainState, step: int, wall_s: float, interval_s: flo
             "gate_threshold": ctl["gate_threshold"], "controllers": ctl}
 
 
+def _mirror(cfg: RunConfig, run_dir: Path):
+    """The TensorBoard mirror of the metrics (RUN/tb) when train.tensorboard is on."""
+    if not cfg.train.tensorboard:
+        return None
+    from lobsurf.telemetry.tensorboard import TB_DIR, TensorBoardLog
+
+    return TensorBoardLog(run_dir / TB_DIR)
+
+
 def _start_run(cfg: RunConfig, run_dir: Path, meta: dict[str, Any]) -> MetricsLog:
     """A new run: its config.toml and the run_start record."""
     try:
         (run_dir / CONFIG_NAME).write_text(run_config_to_toml(cfg))
     except OSError as exc:
         raise UserError(f"cannot write {run_dir / CONFIG_NAME}: {exc.strerror or exc}") from exc
-    log = MetricsLog(run_dir / METRICS_NAME)
+    log = MetricsLog(run_dir / METRICS_NAME, mirror=_mirror(cfg, run_dir))
     log.write({"event": "run_start", "config": run_config_to_dict(cfg),
                "controllers": controller_table(), **meta})
     return log
@@ -240,7 +249,8 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
         if not coll.is_main:
             log = NullLog()
         else:
-            log = MetricsLog(run_dir / METRICS_NAME) if resume else _start_run(cfg, run_dir, meta)
+            log = (MetricsLog(run_dir / METRICS_NAME, mirror=_mirror(cfg, run_dir)) if resume
+                   else _start_run(cfg, run_dir, meta))
         if resume:
             last_path, start, rollbacks = _resume(state, run_dir, log, tc.steps, coll.rank)
             fresh_bytes = None  # a resumed run always has a checkpoint to roll back to

@@ -80,10 +80,15 @@ def _finite(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Append-only JSONL writer of one run's metrics."""
+    """Append-only JSONL writer of one run's metrics.
 
-    def __init__(self, path: Path) -> None:
+    ``mirror`` (e.g. ``lobsurf.telemetry.tensorboard.TensorBoardLog``), when given, gets
+    every record too, after it is on disk, and is closed with the log.
+    """
+
+    def __init__(self, path: Path, mirror: Any = None) -> None:
         self.path = path
+        self.mirror = mirror
         try:
             self._fh = open(path, "ab")
         except OSError as exc:
@@ -114,6 +119,8 @@ class MetricsLog:
             self._fh.flush()
         except OSError as exc:
             raise self._error(exc) from exc
+        if self.mirror is not None:
+            self.mirror.write(record)
 
     def truncate(self, size: int) -> None:
         """Cut the file back to ``size`` bytes (the size a checkpoint recorded)."""
@@ -126,6 +133,8 @@ class MetricsLog:
         self._fh.seek(0, os.SEEK_END)
 
     def close(self) -> None:
+        if self.mirror is not None:
+            self.mirror.close()
         try:
             self._fh.close()
         except OSError:
