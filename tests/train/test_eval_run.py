@@ -64,3 +64,13 @@ def test_eval_of_a_folder_that_is_no_run(tmp_path, capsys):
     (tmp_path / "x").mkdir()
     assert main(["eval", str(tmp_path / "x"), "--no-progress"]) == 2
     assert "not a lobsurf training run" in capsys.readouterr().err
+
+
+def test_eval_skips_a_broken_newest_checkpoint(tiny_run, capsys):
+    from lobsurf.train.checkpoint import list_checkpoints
+
+    newest = list_checkpoints(tiny_run)[-1]
+    newest.write_bytes(newest.read_bytes()[:100])  # torn
+    result = evaluate(capsys, tiny_run)
+    assert result["settings"]["checkpoint"] == list_checkpoints(tiny_run)[-2].name
+    assert newest.exists()  # evaluation only reads the run

@@ -13,6 +13,7 @@ The result is ``lobsurf.eval.evaluate.evaluate_policies``'s dict with the agent 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -52,11 +53,15 @@ def load_run(run_dir: Path) -> tuple[RunConfig, dict[str, Any], Path]:
     if not found:
         raise UserError(f"{run_dir}: no checkpoint yet (is the run still in its first "
                         f"{cfg.train.checkpoint_every} steps?)")
-    try:
-        payload = load_payload(found[-1])
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(f"{found[-1]}: cannot load checkpoint: {exc}") from exc
-    return cfg, payload, found[-1]
+    # newest first; a broken one (a run still writing it, a bad disk) is skipped, not
+    # deleted: evaluation only reads the run
+    for path in reversed(found):
+        try:
+            return cfg, load_payload(path), path
+        except (OSError, ValueError, RuntimeError, EOFError) as exc:
+            print(f"lobsurf eval: warning: skipping checkpoint {path.name}: {exc}",
+                  file=sys.stderr)
+    raise UserError(f"{run_dir}: no checkpoint loads (every one failed its check)")
 
 
 def agent_policy(cfg: RunConfig, payload: dict[str, Any], env: BatchedLobEnv, mode: PolicyMode,
