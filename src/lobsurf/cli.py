@@ -23,7 +23,7 @@ COMMANDS = {
     "synth": "write synthetic MBP-10 data as genuine DBN files",
     "ingest": "build a snapshot store from DBN MBP-10/MBO or LOBSTER files",
     "info": "summarise a snapshot store",
-    "eval": "evaluate policies (e.g. baseline:all) on the held-out rows of a store",
+    "eval": "evaluate a trained run (lobsurf eval RUN) or baselines on held-out rows",
     "pretrain": "supervised pretraining of the encoder and auxiliary heads",
     "train": "train the RL agent (no arguments: the bundled default data set)",
     "report": "write RUN/report/index.html: held-out metrics, equity, training curves",
