@@ -182,5 +182,6 @@ def _run(args: argparse.Namespace) -> int:
               f"{cfg.train.log_every} steps  ({m['steps_per_s']:.1f} steps/s)")
     print(f"run saved in {run_dir} (checkpoint {result.checkpoint.name}, metrics.jsonl)")
     print(f"next: lobsurf eval {run_dir}   (held-out evaluation)\n"
+          f"      lobsurf report {run_dir}   (RUN/report/index.html: curves, equity, tables)\n"
           f"      lobsurf train --resume {run_dir} --steps {cfg.train.steps * 2}   (train longer)")
     return 0
