@@ -5,6 +5,7 @@
   from an explicit generator, and the sampling is tensor arithmetic: no ``multinomial``, no
   host sync, the same eagerly and in a captured graph.
 * ``greedy``: argmax over actions of E[Q] (evaluation).
+* ``pi``: a sample of the distilled policy.
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ from __future__ import annotations
 import torch
 
 from lobsurf.agent.distributional import expected_value
+
+
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row of categorical distributions over the last axis (inverse CDF of one
+    uniform each): [..., N] probabilities -> [...] int64 indices."""
+    u = torch.rand(probs.shape[:-1], generator=generator, device=probs.device, dtype=probs.dtype)
+    # the draw = number of outcomes whose cumulative probability is below u
+    return (probs.cumsum(-1) < u[..., None]).sum(-1).clamp_(max=probs.shape[-1] - 1)
 
 
 def thompson_actions(probs: torch.Tensor, z: torch.Tensor, generator: torch.Generator
@@ -25,11 +34,12 @@ def thompson_actions(probs: torch.Tensor, z: torch.Tensor, generator: torch.Gene
     Returns:
         [B] int64 actions.
     """
-    u = torch.rand(probs.shape[:-1], generator=generator, device=probs.device,
-                   dtype=probs.dtype)  # [B, A]
-    # sampled atom = number of atoms whose cumulative probability is below u
-    atom = (probs.cumsum(-1) < u[..., None]).sum(-1).clamp_(max=probs.shape[-1] - 1)
-    return z[atom].argmax(-1)
+    return z[sample_categorical(probs, generator)].argmax(-1)
+
+
+def pi_actions(pi_logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """[B, A] logits of the distilled policy -> [B] int64 sampled actions."""
+    return sample_categorical(torch.softmax(pi_logits, dim=-1), generator)
 
 
 def greedy_actions(probs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

@@ -26,14 +26,14 @@ from typing import Protocol
 
 import torch
 
-from lobsurf.agent.acting import greedy_actions, thompson_actions
+from lobsurf.agent.acting import greedy_actions, pi_actions, thompson_actions
 from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkConfig,
                                   PolicyConfig, ReplayConfig, RewardConfig)
 from lobsurf.agent.controllers import ControllerState, action_histogram_update, anneal_per_beta
 from lobsurf.agent.distributional import (categorical_cross_entropy, expected_value,
                                           project_categorical, support)
-from lobsurf.agent.gates import (apply_gates, exploration_slots, move_probabilities,
-                                 profit_confidence, update_gate_threshold)
+from lobsurf.agent.gates import (GateResult, apply_gates, exploration_slots,
+                                 move_probabilities, profit_confidence, update_gate_threshold)
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork, AgentOutput, agent_state_features
 from lobsurf.agent.optim import TensorAdam
@@ -121,6 +121,18 @@ def round_trip_cost_ticks(book: BookTensors, row: torch.Tensor, tables: StepTabl
     return ((ask - bid).to(torch.float64) + 2 * fee / tables.tick_value).to(torch.float32)
 
 
+def gate(out: AgentOutput, probs: torch.Tensor, z: torch.Tensor, proposed: torch.Tensor,
+         book: BookTensors, row: torch.Tensor, tables: StepTables, threshold: torch.Tensor,
+         active: torch.Tensor, explore_slots: int, gates: GateConfig) -> GateResult:
+    """The confidence gate (Q's profit confidence) and the FRD gate (the FRD head's odds of a
+    move beyond costs) on proposed actions; training and evaluation share this."""
+    frd_probs = torch.softmax(out.frd_logits[:, gates.frd_horizon_index], dim=-1)
+    p_up, p_down = move_probabilities(frd_probs, tables.bucket_lower, tables.bucket_upper,
+                                      round_trip_cost_ticks(book, row, tables))
+    return apply_gates(proposed, profit_confidence(probs, z), p_up, p_down, tables.order_lots,
+                       threshold, active, explore_slots, gates)
+
+
 def choose_actions(out: AgentOutput, z: torch.Tensor, state: TrainState, book: BookTensors,
                    row: torch.Tensor, cfg: StepConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """Training's acting policy: [B] actions and [B] gated flags (False when no gate ran)."""
@@ -129,22 +141,15 @@ def choose_actions(out: AgentOutput, z: torch.Tensor, state: TrainState, book: B
     if acting == "greedy":
         proposed = greedy_actions(probs, z)
     elif acting == "pi":
-        u = torch.rand(row.shape, generator=state.acting_generator, device=row.device)
-        cdf = torch.softmax(out.pi_logits, -1).cumsum(-1)
-        proposed = (cdf < u[:, None]).sum(-1).clamp_(max=cdf.shape[-1] - 1)
+        proposed = pi_actions(out.pi_logits, state.acting_generator)
     else:
         proposed = thompson_actions(probs, z, state.acting_generator)
     if acting != "thompson" or not cfg.gates.enabled:
         return proposed, torch.zeros_like(proposed, dtype=torch.bool)
-    # ---- gates: confidence of Q, then the FRD head's odds of a move beyond costs
-    frd_probs = torch.softmax(out.frd_logits[:, cfg.gates.frd_horizon_index], dim=-1)
-    p_up, p_down = move_probabilities(frd_probs, state.tables.bucket_lower,
-                                      state.tables.bucket_upper,
-                                      round_trip_cost_ticks(book, row, state.tables))
     active = state.step_count >= cfg.gates.warmup_steps
-    result = apply_gates(proposed, profit_confidence(probs, z), p_up, p_down,
-                         state.tables.order_lots, state.controllers.gate_threshold, active,
-                         exploration_slots(row.shape[0], cfg.gates), cfg.gates)
+    result = gate(out, probs, z, proposed, book, row, state.tables,
+                  state.controllers.gate_threshold, active,
+                  exploration_slots(row.shape[0], cfg.gates), cfg.gates)
     update_gate_threshold(state.controllers, active, cfg.gates)
     return result.actions, result.gated
 
@@ -234,12 +239,11 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         boot_row, boot_pos, boot_tit, boot_pnl = (t.next_row, t.next_position,
                                                   t.next_time_in_trade, t.next_unrealized_pnl)
         target_reward, target_done, target_gamma = t.reward, t.done, lc.gamma
+    s_inputs = _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg)
     # ---- target net at s (pi's distillation target) and s' (C51 target), one batched call
     with torch.no_grad():
         rows = torch.cat((t.row, boot_row))
-        inputs = torch.cat((
-            _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg),
-            _state_inputs(state, boot_pos, boot_tit, boot_pnl, cfg)))
+        inputs = torch.cat((s_inputs, _state_inputs(state, boot_pos, boot_tit, boot_pnl, cfg)))
         target_q = state.target.q_logits(state.target.embed(gather_window(book, rows,
                                                                           cfg.window)), inputs)
         target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
@@ -249,8 +253,7 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         chosen = next_probs.gather(1, best[:, None, None].expand(-1, 1, next_probs.shape[-1]))
         target = project_categorical(chosen[:, 0], target_reward, target_done, target_gamma, z)
     # ---- online heads at s
-    out = state.online(gather_window(book, t.row, cfg.window),
-                       _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg))
+    out = state.online(gather_window(book, t.row, cfg.window), s_inputs)
     taken = out.q_logits.gather(1, t.action[:, None, None].expand(-1, 1, z.shape[0]))[:, 0]
     q_per_sample = categorical_cross_entropy(taken, target)  # [B]
     l_q = (sample.weight * q_per_sample).mean()

@@ -18,14 +18,13 @@ from typing import Literal
 
 import torch
 
-from lobsurf.agent.acting import greedy_actions, thompson_actions
+from lobsurf.agent.acting import greedy_actions, pi_actions, thompson_actions
 from lobsurf.agent.config import GateConfig
 from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.distributional import support
-from lobsurf.agent.gates import apply_gates, move_probabilities, profit_confidence
 from lobsurf.agent.network import AgentNetwork, agent_state_features
 from lobsurf.agent.noisy import NoisyLinear
-from lobsurf.agent.step import StepTables, round_trip_cost_ticks
+from lobsurf.agent.step import StepTables, gate
 from lobsurf.data.dataset import gather_window
 from lobsurf.sim.env import BatchedLobEnv
 
@@ -71,13 +70,7 @@ class AgentPolicy:
         if self.mode == "greedy":
             return greedy_actions(probs, z)
         if self.mode == "pi":
-            u = torch.rand(s.cursor.shape, generator=self.generator, device=s.cursor.device)
-            cdf = torch.softmax(out.pi_logits, -1).cumsum(-1)
-            return (cdf < u[:, None]).sum(-1).clamp_(max=cdf.shape[-1] - 1)
+            return pi_actions(out.pi_logits, self.generator)
         proposed = thompson_actions(probs, z, self.generator)
-        frd = torch.softmax(out.frd_logits[:, self.gates.frd_horizon_index], dim=-1)
-        p_up, p_down = move_probabilities(frd, self.tables.bucket_lower, self.tables.bucket_upper,
-                                          round_trip_cost_ticks(env.book, s.cursor, self.tables))
-        return apply_gates(proposed, profit_confidence(probs, z), p_up, p_down,
-                           self.tables.order_lots, ctl.gate_threshold, self._active, 0,
-                           self.gates).actions
+        return gate(out, probs, z, proposed, env.book, s.cursor, self.tables,
+                    ctl.gate_threshold, self._active, 0, self.gates).actions
