@@ -27,6 +27,7 @@ COMMANDS = {
     "pretrain": "supervised pretraining of the encoder and auxiliary heads",
     "train": "train the RL agent (no arguments: the bundled default data set)",
     "report": "write RUN/report/index.html: held-out metrics, equity, training curves",
+    "bench": "time the training step, eager and as one CUDA graph, per batch size",
 }
 
 

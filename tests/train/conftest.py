@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tomli_w
 
-from tests.agent.conftest import TINY
+from tests.agent.conftest import TINY, tiny_setup  # noqa: F401  (a fixture for tests here)
 
 
 @pytest.fixture

@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train on N GPUs, one process each (torchrun; docs/distributed.md)")
     parser.add_argument("--tensorboard", action="store_true", default=None,
                         help="also write the metrics to RUN/tb for TensorBoard")
+    parser.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+                        help="replay the learning step as one CUDA graph (default: "
+                        "train.cuda_graph, on; ignored on CPU)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="progress bar (shown only on a terminal)")
 
@@ -73,6 +76,8 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         sets.append(f"train.init_from={_toml_string(args.init_from)}")
     if getattr(args, "tensorboard", None):
         sets.append("train.tensorboard=true")
+    if getattr(args, "cuda_graph", None) is not None:
+        sets.append(f"train.cuda_graph={'true' if args.cuda_graph else 'false'}")
     return sets
 
 

@@ -89,6 +89,12 @@ class TrainConfig:
     check_params_every: int = 1000
     """Multi-process runs: steps between the debug check that every rank holds the same
     parameters and controllers (one checksum all-reduce); 0 = never."""
+    cuda_graph: bool = True
+    """On CUDA, one process: the learning step is captured once as a CUDA graph and
+    replayed (lobsurf.train.cuda_graph); ignored on CPU and with several processes."""
+    compile: bool = False
+    """torch.compile (Inductor, static shapes) of the online and target encoders; on CUDA
+    inside the graph. Costs tens of seconds of compilation at the first learning steps."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "envs", "log_every", "checkpoint_every", "keep_checkpoints"):

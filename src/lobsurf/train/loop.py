@@ -4,6 +4,9 @@ data (store, split, training book) -> network (seeded init, normaliser fitted on
 rows, or a pretrain checkpoint) -> target network -> optimiser -> simulator -> replay ->
 controllers -> run folder -> loop of ``lobsurf.agent.step.train_step`` with metrics every
 ``log_every`` steps (one device-to-host copy) and checkpoints every ``checkpoint_every``.
+On CUDA (``train.cuda_graph``, one process) the learning step is one CUDA graph replayed
+(lobsurf.train.cuda_graph); the pre-learning steps, metrics and checkpoints stay eager,
+between replays on the same stream.
 
 ``--resume`` rebuilds the same state from the run's config, copies the newest complete
 checkpoint in (a torn or unmarked newer one is skipped with a warning), cuts metrics.jsonl
@@ -45,8 +48,8 @@ from lobsurf.agent.controllers import ControllerState, controller_table
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
-from lobsurf.agent.replay import PrioritizedReplay
 from lobsurf.agent.policy import reference_log_probs
+from lobsurf.agent.replay import PrioritizedReplay
 from lobsurf.agent.step import StepConfig, StepTables, TrainState, train_step
 from lobsurf.data.labels import compute_labels
 from lobsurf.errors import UserError
@@ -57,10 +60,11 @@ from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
+from lobsurf.train.compile import compile_encoders_
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
+from lobsurf.train.cuda_graph import GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import TrainingData
-from lobsurf.train.distributed import (RANK_SEED_STRIDE, Collective, check_identical,
-                                       state_tensors)
+from lobsurf.train.distributed import RANK_SEED_STRIDE, Collective, check_identical, state_tensors
 from lobsurf.train.guard import DivergenceGuard
 from lobsurf.train.interrupts import StopOnSignal
 from lobsurf.train.rank_shards import restore_rank_, save_all_ranks
@@ -236,7 +240,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
     coll = collective or Collective.local()
     sync = coll if coll.active else None
     # ---- state: fresh, or the newest complete checkpoint copied into a fresh build
-    state = build_state(cfg, data, device, pretrained, coll.rank)
+    state = _build(cfg, data, device, pretrained, coll.rank)
     scfg = step_config(cfg)
     tc = cfg.train
     config_dict = run_config_to_dict(cfg)
@@ -260,6 +264,8 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
         # end of the newest rollback record: a later rollback to the same checkpoint keeps it
         kept_bytes = 0
         last_record = None
+        graph_on = _graph_enabled(cfg, device, sync)
+        graphed = None
         t0 = time.perf_counter()
         t_log, s_log = t0, start
         total = tc.steps
@@ -268,10 +274,15 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
             advance(start)
             while step < total:
                 # ---- collect (+ learn once the replay holds learning_starts steps), then
-                # the guard's device-side finiteness check (no host sync)
-                train_step(state, data.train_book, scfg,
-                           learning=step >= cfg.learner.learning_starts, sync=sync)
-                guard.check_(state)
+                # the guard's device-side finiteness check (no host sync); the learning
+                # step replays one CUDA graph where it can (train.cuda_graph)
+                learning = step >= cfg.learner.learning_starts
+                if graph_on and learning:
+                    if graphed is None:
+                        graphed = _graphed_step(state, data.train_book, scfg, guard, device)
+                    graphed()
+                else:
+                    _guarded_step(state, data.train_book, scfg, guard, learning, sync)
                 step += 1
                 faults.pause_point("step")
                 # a signal during the last step changes nothing: the run ends normally
@@ -292,11 +303,12 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                         state, good = roll_back(
                             state, cfg.train, run_dir, log, kept_bytes, fresh_bytes, bad,
                             rollbacks,
-                            rebuild=lambda: build_state(cfg, data, device, pretrained, coll.rank),
+                            rebuild=lambda: _build(cfg, data, device, pretrained, coll.rank),
                             restore=lambda st, path, payload: restore_rank_(st, path, payload,
                                                                             coll.rank))
                         kept_bytes = log.size()
                         guard.reset_()
+                        graphed = None  # a rebuilt state: capture again
                         step, last_path = good.step, good.checkpoint or last_path
                         t_log, s_log = time.perf_counter(), step
                         if stopping:
@@ -332,6 +344,40 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
     finally:
         if log is not None:
             log.close()
+
+
+def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
+           pretrained: dict[str, torch.Tensor] | None, rank: int) -> TrainState:
+    """build_state, then the encoders compiled where train.compile asks for it."""
+    state = build_state(cfg, data, device, pretrained, rank)
+    if cfg.train.compile:
+        compile_encoders_(state)
+    return state
+
+
+def _guarded_step(state: TrainState, book, scfg: StepConfig, guard: DivergenceGuard,
+                  learning: bool, sync=None) -> None:
+    train_step(state, book, scfg, learning=learning, sync=sync)
+    guard.check_(state)
+
+
+def _graph_enabled(cfg: RunConfig, device: torch.device | str, sync) -> bool:
+    """train.cuda_graph on a device that can graph, one process (else eager, said once
+    where it was asked for on CUDA)."""
+    if not cfg.train.cuda_graph or torch.device(device).type != "cuda":
+        return False
+    why = graph_unsupported(device) or ("several processes (collectives inside the step)"
+                                        if sync is not None else None)
+    if why is not None:
+        print(f"train: CUDA graph off: {why}; the step runs eagerly", file=sys.stderr)
+    return why is None
+
+
+def _graphed_step(state: TrainState, book, scfg: StepConfig, guard: DivergenceGuard,
+                  device: torch.device | str) -> GraphedStep:
+    """The learning step plus the guard's check as one graph over this state."""
+    return GraphedStep(functools.partial(_guarded_step, state, book, scfg, guard, True),
+                       (state, guard), step_generators(state), device)
 
 
 def _bar_fields(record: dict[str, Any]) -> dict[str, str]:

@@ -1,0 +1,1 @@
+"""Measurements of the real training step (``lobsurf bench``): timing, phases, graphs."""

@@ -1,0 +1,107 @@
+"""Where an eager training step spends its time: named sub-phases, timed from outside.
+
+``timed_phases(state)`` wraps, for the duration of a ``with`` block only, the functions and
+methods the real step (lobsurf.agent.step) calls: the step's own code is not copied or
+edited, so the figures are of the code ``lobsurf train`` runs. Each wrapped call is
+bracketed by device synchronizes and timed on the host, under the path of the phases it
+runs inside (``learn/losses/target forward``); a parent's time minus its children's is its
+``(rest)``. The synchronizes add some microseconds per range on CUDA, so the sum of the
+phases is a little above an unprofiled step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+import lobsurf.agent.step as step_module
+
+#: (owner attribute path from the state, attribute, phase name); None owner = step module
+_METHODS = (
+    ("online", "resample_noise_", "noise"), ("target", "resample_noise_", "noise"),
+    ("env", "step", "simulator step"), ("replay", "add", "replay write"),
+    ("replay", "record_outcomes", "outcome labels"), ("replay", "sample", "replay sample"),
+    ("replay", "n_step_targets", "n-step targets"), ("online", "forward", "online forward"),
+    ("target", "embed", "target encoder"), ("target", "q_logits", "target heads"),
+    ("optimizer", "zero_grad", "zero grad"), ("optimizer", "step", "adam"),
+    ("replay", "update_priorities", "priorities"),
+)
+_FUNCTIONS = (
+    ("collect", "collect"), ("learn", "learn"), ("losses", "losses"),
+    ("gather_window", "window gather"), ("choose_actions", "act + gates"),
+    ("reward_pipeline", "reward pipeline"), ("mark_shaping", "reward shaping"), ("action_histogram_update", "controllers"),
+    ("project_categorical", "C51 projection"),
+)
+
+
+class PhaseTimer:
+    """Seconds per phase path, summed over the calls made while installed."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.cuda = torch.device(device).type == "cuda"
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.stack: list[str] = []
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def wrap(self, fn: Callable, name: str) -> Callable:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self.stack.append(name)
+            path = "/".join(self.stack)
+            self.sync()
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.sync()
+                self.seconds[path] += time.perf_counter() - t0
+                self.stack.pop()
+        return timed
+
+    def per_step_ms(self, steps: int) -> dict[str, float]:
+        """ms per step of each path, plus ``<parent>/(rest)`` for parents with children."""
+        ms = {k: v * 1e3 / steps for k, v in self.seconds.items()}
+        out = dict(ms)
+        for parent in ms:
+            children = [v for k, v in ms.items()
+                        if k.startswith(parent + "/") and "/" not in k[len(parent) + 1:]]
+            if children:
+                out[parent + "/(rest)"] = ms[parent] - sum(children)
+        return {k: round(v, 4) for k, v in sorted(out.items())}
+
+
+@contextlib.contextmanager
+def timed_phases(state: Any, device: torch.device | str) -> Iterator[PhaseTimer]:
+    """Install the phase wrappers on ``state`` and the step module; removed on exit."""
+    timer = PhaseTimer(device)
+    undo: list[Callable[[], None]] = []
+
+    def patch(owner: Any, attr: str, name: str, instance: bool) -> None:
+        original = getattr(owner, attr)
+        setattr(owner, attr, timer.wrap(original, name))
+        if instance:  # an instance attribute shadows the class's method; delete it after
+            undo.append(lambda: delattr(owner, attr))
+        else:
+            undo.append(lambda: setattr(owner, attr, original))
+
+    try:
+        for path, attr, name in _METHODS:
+            patch(getattr(state, path), attr, name, instance=True)
+        for attr, name in _FUNCTIONS:
+            if hasattr(step_module, attr):
+                patch(step_module, attr, name, instance=False)
+        patch(torch.Tensor, "backward", "backward", instance=False)
+        patch(torch.nn.utils, "clip_grad_norm_", "grad clip", instance=False)
+        yield timer
+    finally:
+        for fn in reversed(undo):
+            fn()

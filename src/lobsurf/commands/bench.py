@@ -1,0 +1,147 @@
+"""``lobsurf bench``: the real training step, eager and as one CUDA graph, per batch size.
+
+Makes a synthetic store (``lobsurf synth``'s generator) in a temporary folder, then for
+each (layers, B) measures the step ``lobsurf train`` runs (lobsurf.bench.measure): train
+steps/s, transitions learned/s, env steps/s, eager and graphed side by side in one process,
+ms per sub-phase from a profiled eager pass, the graph-mode collect/learn split, device
+ops per eager step, graph nodes, FLOPs and achieved TFLOP/s, peak GPU memory, with the
+device name, versions and date. On CPU it runs eagerly only (the graphed columns are
+empty). docs/bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lobsurf.errors import UserError
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from lobsurf.bench.measure import BenchConfig
+
+    d = BenchConfig()
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.add_argument("--batch", type=_ints, default=[16, 256, 1024],
+                        help="batch sizes B (envs; the learner batch too), comma-separated")
+    parser.add_argument("--layers", type=_ints, default=[2], help="Mamba2 layers, "
+                        "comma-separated")
+    parser.add_argument("--steps", type=int, default=d.steps, help="timed steps per block")
+    parser.add_argument("--repeats", type=int, default=d.repeats, help="timed blocks per mode")
+    parser.add_argument("--snapshots", type=int, default=d.snapshots_per_day,
+                        help="synthetic snapshots per day (2 days)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the graphed step with the encoders compiled "
+                        "(train.compile; compilation takes tens of seconds per shape)")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
+
+
+def _config(args: argparse.Namespace):
+    from lobsurf.bench.measure import BenchConfig
+
+    try:
+        return BenchConfig(steps=args.steps, repeats=args.repeats,
+                           snapshots_per_day=args.snapshots)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def header(device: str) -> dict:
+    import torch
+
+    from lobsurf.train.loop import device_name, versions
+
+    return {"device": device_name(device), "versions": versions(),
+            "date": time.strftime("%Y-%m-%d"), "tf32": device.startswith("cuda"),
+            "model": "K=64 d_model=128 Mamba2, 11 actions x 21 atoms (training defaults)",
+            "torch_threads": torch.get_num_threads()}
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'B':>5} {'L':>2} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
+             f"{'env/s':>10} {'nodes':>6} {'ops/step':>8} {'busy ms':>8} {'collect':>8} "
+             f"{'learn':>8} {'TFLOP/s':>8} {'GiB':>6}"]
+    for r in rows:
+        best = r["graphed"] or r["eager"]
+        gp = r["graph_phase_ms"] or {}
+        lines.append(
+            f"{r['batch']:>5} {r['layers']:>2} {r['eager']['steps_per_s']:>8.1f} "
+            f"{_fmt(r['graphed'] and r['graphed']['steps_per_s'], '8.1f'):>8} "
+            f"{_fmt(r.get('speedup'), '5.2f'):>5} {best['transitions_learned_per_s']:>10,.0f} "
+            f"{best['env_steps_per_s']:>10,.0f} {_fmt(r['graph_nodes'], 'd'):>6} "
+            f"{_fmt(r['device_ops_per_step'], '.0f'):>8} "
+            f"{_fmt(r['device_busy_ms_per_step'], '.2f'):>8} {_fmt(gp.get('collect'), '.2f'):>8} "
+            f"{_fmt(gp.get('learn'), '.2f'):>8} {r['achieved_tflops']:>8.2f} "
+            f"{_fmt(r['peak_gib'], '.2f'):>6}")
+    return "\n".join(lines)
+
+
+def phase_table(row: dict) -> str:
+    lines = [f"phases of one eager step, B={row['batch']} layers={row['layers']} "
+             "(ms, a synchronize around each range):"]
+    lines += [f"  {path:<48} {ms:>9.3f}" for path, ms in row["phase_ms"].items()]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from lobsurf.bench.measure import make_store, measure
+    from lobsurf.devices import resolve_device
+
+    cfg = _config(args)
+    device = resolve_device(None if args.device == "auto" else args.device)
+    if device.startswith("cuda"):
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+    out = {**header(device), "config": vars(cfg), "rows": []}
+    with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
+        store = make_store(Path(tmp), cfg)
+        for layers in args.layers:
+            for batch in args.batch:
+                row = measure(store, device, batch, layers, cfg, args.compile)
+                out["rows"].append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+    for row in out["rows"]:
+        print(phase_table(row))
+    v = out["versions"]
+    print(f"lobsurf bench on {out['device']}, torch {v['torch']}, CUDA {v['cuda']}, "
+          f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}")
+    print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
+          "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
+          "eager step and their summed time; collect/learn = ms of each as its own graph")
+    print(table(out["rows"]))
+    for r in out["rows"]:
+        c = r["compiled"]
+        if c is not None:
+            print(f"B={r['batch']} layers={r['layers']} with compiled encoders: " + (
+                c["error"] if "error" in c else
+                f"{c['steps_per_s']:.1f} steps/s ({c['ms_per_step']:.2f} ms), "
+                f"{c['transitions_learned_per_s']:,.0f} transitions/s, nodes "
+                f"{c['graph_nodes']}, prepared in {c['prepare_s']:.0f} s"))
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        except OSError as exc:
+            raise UserError(f"cannot write {args.json}: {exc.strerror or exc}") from exc
+    return 0

@@ -1,0 +1,118 @@
+"""CPU side of the CUDA-graph wrapper: it refuses cleanly off CUDA, the loop ignores
+train.cuda_graph there, and the capture-safety check passes the real step and catches a
+step that rebinds a tensor or moves a host value (which a graph would freeze)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lobsurf.agent.replay import PrioritizedReplay
+from lobsurf.agent.step import train_step
+from lobsurf.commands.train import _flag_overrides
+from lobsurf.sim.env import BatchedLobEnv
+from lobsurf.train.cuda_graph import (
+    GraphConfig,
+    GraphedStep,
+    fingerprint_changes,
+    graph_unsupported,
+    state_fingerprint,
+    step_generators,
+)
+from lobsurf.train.loop import _graph_enabled
+
+
+def _learning_steps(state, data, scfg, n):
+    for _ in range(n):
+        train_step(state, data.train_book, scfg, learning=True)
+
+
+def test_graph_refused_on_cpu_with_the_reason(tiny_setup) -> None:
+    cfg, data, state, scfg = tiny_setup
+    assert "CUDA" in graph_unsupported("cpu")
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        GraphedStep(lambda: None, state, step_generators(state), "cpu")
+    with pytest.raises(ValueError, match="warmup_steps"):
+        GraphConfig(warmup_steps=1)
+
+
+def test_loop_ignores_cuda_graph_on_cpu(tiny_setup, capsys) -> None:
+    cfg = tiny_setup[0]
+    assert cfg.train.cuda_graph  # on by default
+    assert _graph_enabled(cfg, "cpu", None) is False
+    assert capsys.readouterr().err == ""  # no complaint on CPU
+
+
+def test_cli_flag_sets_train_cuda_graph() -> None:
+    from argparse import Namespace
+
+    base = {"store": None, "steps": None, "envs": None, "device": None,
+            "init_from": None, "tensorboard": None}
+    assert "train.cuda_graph=false" in _flag_overrides(Namespace(**base, cuda_graph=False))
+    assert "train.cuda_graph=true" in _flag_overrides(Namespace(**base, cuda_graph=True))
+    assert not any("cuda_graph" in s for s in _flag_overrides(Namespace(**base,
+                                                                        cuda_graph=None)))
+
+
+def test_generators_are_every_custom_generator_of_the_state(tiny_setup) -> None:
+    state = tiny_setup[2]
+    gens = step_generators(state)
+    assert len({id(g) for g in gens}) == 4
+    found = {id(v) for v in (state.noise_generator, state.acting_generator,
+                             state.replay.generator, state.env.generator)}
+    assert {id(g) for g in gens} == found
+
+
+def test_real_step_keeps_every_address_and_host_value(tiny_setup) -> None:
+    cfg, data, state, scfg = tiny_setup
+    _learning_steps(state, data, scfg, 2)  # gradients and caches exist from here on
+    before = state_fingerprint(state)
+    assert sum(v[0] == "tensor" for v in before.values()) > 100
+    assert any(k.endswith(".grad") for k in before)
+    _learning_steps(state, data, scfg, 1)
+    assert fingerprint_changes(before, state_fingerprint(state)) == []
+
+
+def test_a_rebound_tensor_is_caught(tiny_setup, monkeypatch) -> None:
+    cfg, data, state, scfg = tiny_setup
+    _learning_steps(state, data, scfg, 2)
+    original = PrioritizedReplay.add
+
+    def rebinding_add(self, batch):
+        original(self, batch)
+        self.pointer = self.pointer.clone()  # the planted bug: a graph would keep the old one
+
+    monkeypatch.setattr(PrioritizedReplay, "add", rebinding_add)
+    before = state_fingerprint(state)
+    _learning_steps(state, data, scfg, 1)
+    assert fingerprint_changes(before, state_fingerprint(state)) == ["state.replay.pointer"]
+
+
+def test_a_host_counter_is_caught(tiny_setup, monkeypatch) -> None:
+    cfg, data, state, scfg = tiny_setup
+    _learning_steps(state, data, scfg, 2)
+    original = BatchedLobEnv.step
+    state.env.calls = 0
+
+    def counting_step(self, action, force_end=None):
+        self.calls += 1  # the planted bug: a host value a replay would never move
+        return original(self, action, force_end)
+
+    monkeypatch.setattr(BatchedLobEnv, "step", counting_step)
+    before = state_fingerprint(state)
+    _learning_steps(state, data, scfg, 1)
+    assert fingerprint_changes(before, state_fingerprint(state)) == ["state.env.calls"]
+    assert torch.is_tensor(state.replay.pointer)
+
+
+def test_train_compile_compiles_both_encoders(tiny_store) -> None:
+    from lobsurf.train.data import load_training_data
+    from lobsurf.train.loop import _build
+    from tests.agent.conftest import tiny_config
+
+    for on in (False, True):
+        cfg = tiny_config(tiny_store.path, train={"compile": on})
+        state = _build(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu", None, 0)
+        for net in (state.online, state.target):
+            assert (net.encoder._compiled_call_impl is not None) is on
+            assert all(not k.startswith("_orig_mod") for k in net.state_dict())

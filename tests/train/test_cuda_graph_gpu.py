@@ -1,0 +1,107 @@
+"""GPU only: the graphed learning step equals the eager one, and the eager step never syncs.
+
+Eager is the reference. Two runs from one seed and config take the same steps, one all
+eager, one through the loop's graphed step (eager pre-learning, eager warm-up, capture,
+replays), across the gate warm-up boundary (gates.warmup_steps falls inside the replays).
+Tolerances: actions, rows, positions, rewards, done flags and every generator's state
+must be identical (the same kernels draw the same numbers); losses within 1e-4 relative
+and parameters within 1e-5 absolute (atomic adds in the backward of gathers may sum in
+another order, nothing else differs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from lobsurf.agent.metrics import MetricSums
+from lobsurf.agent.step import train_step
+from lobsurf.train.cuda_graph import step_generators
+from lobsurf.train.data import load_training_data
+from lobsurf.train.guard import DivergenceGuard
+from lobsurf.train.loop import _graphed_step, _guarded_step, build_state, step_config
+from tests.agent.conftest import tiny_config
+
+pytestmark = pytest.mark.gpu
+
+LEARNING_STARTS = 3
+GATE_WARMUP = 9  # device step counter: gates switch on inside the graphed stretch
+STEPS = 18
+LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm", "gated",
+          "net_pnl", "reward")
+
+
+def _run(store, graphed: bool):
+    cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
+                      gates={"warmup_steps": GATE_WARMUP}, train={"envs": 32},
+                      replay={"capacity": 4096})
+    data = load_training_data(cfg, "cuda", store)
+    state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
+    runner = _graphed_step(state, data.train_book, scfg, guard, "cuda") if graphed else None
+    per_step = []
+    for step in range(STEPS):
+        learning = step >= LEARNING_STARTS
+        if runner is not None and learning:
+            runner()
+        else:
+            _guarded_step(state, data.train_book, scfg, guard, learning)
+        per_step.append(torch.stack([getattr(state.metrics, k) for k in LOSSES]).clone())
+    torch.cuda.synchronize()
+    return state, torch.stack(per_step), runner, guard
+
+
+def test_graphed_steps_equal_eager_steps(tiny_store) -> None:
+    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False)
+    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True)
+    assert runner.captured and runner.nodes is not None and runner.nodes[1] > 100
+    n = STEPS * 32
+    for name in ("action", "row", "position", "reward", "done", "trade_closed", "next_row"):
+        a = getattr(eager.replay.storage, name)[:n]
+        b = getattr(graph.replay.storage, name)[:n]
+        bad = (a != b).nonzero()
+        assert bad.numel() == 0, f"{name} differs first at transition {bad[0].item()}"
+    for ge, gg in zip(step_generators(eager), step_generators(graph)):
+        assert torch.equal(ge.get_state(), gg.get_state())
+    assert int(graph.step_count) == STEPS and guard.read() is None
+    torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-4, atol=1e-6)
+    # the gates ran in the graphed stretch: the counter passed the warm-up boundary there
+    assert float(graph_losses[-1, LOSSES.index("gated")]) == float(
+        eager_losses[-1, LOSSES.index("gated")])
+    for pe, pg in zip(eager.online.parameters(), graph.online.parameters()):
+        torch.testing.assert_close(pg, pe, rtol=0, atol=1e-5)
+
+
+def test_eager_step_makes_no_host_sync(tiny_store) -> None:
+    cfg = tiny_config(tiny_store.path, learner={"learning_starts": 2}, train={"envs": 32})
+    data = load_training_data(cfg, "cuda", tiny_store.path)
+    state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
+    for step in range(4):  # first calls make handles and gradients
+        _guarded_step(state, data.train_book, scfg, guard, step >= 2)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        train_step(state, data.train_book, scfg, learning=False)
+        for _ in range(3):
+            _guarded_step(state, data.train_book, scfg, guard, True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert int(state.step_count) == 8
+
+
+def test_metric_sums_read_between_replays(tiny_store) -> None:
+    """The loop's readout outside the graph: reading and zeroing the sums between replays
+    leaves the next replays counting from zero."""
+    cfg = tiny_config(tiny_store.path, learner={"learning_starts": 0}, train={"envs": 32})
+    data = load_training_data(cfg, "cuda", tiny_store.path)
+    state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
+    runner = _graphed_step(state, data.train_book, scfg, guard, "cuda")
+    for _ in range(6):
+        runner()
+    assert state.metrics.read_and_reset()["learn_steps"] == 6
+    for _ in range(2):
+        runner()
+    values = state.metrics.read_and_reset()
+    assert values["learn_steps"] == 2 and values["env_steps"] == 64
+    assert isinstance(state.metrics, MetricSums) and dataclasses.is_dataclass(state.metrics)
