@@ -6,7 +6,7 @@ import json
 
 from lobsurf.cli import main
 
-ROW_KEYS = {"batch", "layers", "learner_batch", "replay_capacity", "eager", "graphed",
+ROW_KEYS = {"batch", "layers", "precision", "learner_batch", "replay_capacity", "eager", "graphed",
             "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
             "achieved_tflops", "graph_phase_ms", "compiled"}
@@ -42,6 +42,25 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
         assert r["gflop_per_step"] > 0
     printed = capsys.readouterr().out
     assert "eager/s" in printed and "phases of one eager step" in printed
+
+
+def test_bench_runs_each_precision(tmp_path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
+               "--repeats", "1", "--snapshots", "3000", "--precision", "fp32,bf16",
+               "--json", str(out)])
+    assert rc == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["precision"] for r in rows] == ["fp32", "bf16"]
+    assert " bf16 " in capsys.readouterr().out
+
+
+def test_bench_rejects_a_bad_precision(capsys) -> None:
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--precision", "fp32,fp16"])
+    assert "fp32, bf16" in capsys.readouterr().err
 
 
 def test_bench_rejects_a_bad_batch_list(capsys) -> None:

@@ -43,6 +43,7 @@ from lobsurf.agent.reward import reward_pipeline
 from lobsurf.data.dataset import BookTensors, gather_window
 from lobsurf.data.labels import Labels
 from lobsurf.models.heads import direction_loss, frd_loss, outcome_loss
+from lobsurf.models.precision import float_outputs, forward_precision
 from lobsurf.sim.env import BatchedLobEnv
 
 
@@ -66,6 +67,9 @@ class StepConfig:
     """B: transitions written to replay per step (n-step returns walk the ring by B)."""
     controller_ema_rate: float
     """EMA rate of the action-histogram controllers (entropy, hold fraction)."""
+    precision: str = "fp32"
+    """Network forwards in "fp32" or under "bf16" autocast (train.precision; the heads'
+    outputs, the C51 projection and every loss stay fp32: lobsurf.models.precision)."""
 
 
 @dataclass
@@ -162,9 +166,10 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
     position, time_in_trade = s.position.clone(), s.time_in_trade.clone()
     unrealized = s.unrealized_pnl.clone()
     z = support(ctl.v_min, ctl.v_max, cfg.network.num_atoms)
-    with torch.no_grad():
+    with torch.no_grad(), forward_precision(cfg.precision, row.device):
         out = state.online(gather_window(book, row, cfg.window),
                            _state_inputs(state, position, time_in_trade, unrealized, cfg))
+    out = float_outputs(out)
     # ---- act: Thompson sample -> confidence gate -> FRD gate
     action, gated = choose_actions(out, z, state, book, row, cfg)
     result = env.step(action)
@@ -244,8 +249,9 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     with torch.no_grad():
         rows = torch.cat((t.row, boot_row))
         inputs = torch.cat((s_inputs, _state_inputs(state, boot_pos, boot_tit, boot_pnl, cfg)))
-        target_q = state.target.q_logits(state.target.embed(gather_window(book, rows,
-                                                                          cfg.window)), inputs)
+        with forward_precision(cfg.precision, rows.device):
+            target_q = state.target.q_logits(state.target.embed(gather_window(
+                book, rows, cfg.window)), inputs).float()
         target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
         target_mean_s = expected_value(target_probs_all[:b], z)  # [B, A]
         next_probs = target_probs_all[b:]
@@ -253,7 +259,9 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         chosen = next_probs.gather(1, best[:, None, None].expand(-1, 1, next_probs.shape[-1]))
         target = project_categorical(chosen[:, 0], target_reward, target_done, target_gamma, z)
     # ---- online heads at s
-    out = state.online(gather_window(book, t.row, cfg.window), s_inputs)
+    with forward_precision(cfg.precision, t.row.device):
+        out = state.online(gather_window(book, t.row, cfg.window), s_inputs)
+    out = float_outputs(out)
     taken = out.q_logits.gather(1, t.action[:, None, None].expand(-1, 1, z.shape[0]))[:, 0]
     q_per_sample = categorical_cross_entropy(taken, target)  # [B]
     l_q = (sample.weight * q_per_sample).mean()

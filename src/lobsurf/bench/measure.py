@@ -77,11 +77,11 @@ def make_store(root: Path, cfg: BenchConfig) -> Path:
     return path
 
 
-def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConfig
-               ) -> RunConfig:
+def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConfig,
+               precision: str = "fp32") -> RunConfig:
     return run_config_from_dict({
         "data": {"store": str(store)}, "encoder": {"n_layers": layers},
-        "train": {"envs": batch, "device": device, "seed": cfg.seed},
+        "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
 
@@ -171,10 +171,10 @@ def graphed_phases(state, book, scfg, device: str, cfg: BenchConfig) -> dict[str
 
 
 def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
-            compile_: bool = False) -> dict[str, Any]:
-    """Every figure of one (B, layers) configuration (module docstring)."""
+            compile_: bool = False, precision: str = "fp32") -> dict[str, Any]:
+    """Every figure of one (B, layers, precision) configuration (module docstring)."""
     run_cfg = run_config(store, batch, layers, "cuda" if device.startswith("cuda") else "cpu",
-                         cfg)
+                         cfg, precision)
     data = load_training_data(run_cfg, device, store)
     state = build_state(run_cfg, data, device)
     scfg, book = step_config(run_cfg), data.train_book
@@ -185,7 +185,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
         step()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    row: dict[str, Any] = {"batch": batch, "layers": layers,
+    row: dict[str, Any] = {"batch": batch, "layers": layers, "precision": precision,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

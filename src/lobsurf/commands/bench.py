@@ -1,7 +1,7 @@
 """``lobsurf bench``: the real training step, eager and as one CUDA graph, per batch size.
 
 Makes a synthetic store (``lobsurf synth``'s generator) in a temporary folder, then for
-each (layers, B) measures the step ``lobsurf train`` runs (lobsurf.bench.measure): train
+each (precision, layers, B) measures the step ``lobsurf train`` runs (lobsurf.bench.measure): train
 steps/s, transitions learned/s, env steps/s, eager and graphed side by side in one process,
 ms per sub-phase from a profiled eager pass, the graph-mode collect/learn split, device
 ops per eager step, graph nodes, FLOPs and achieved TFLOP/s, peak GPU memory, with the
@@ -31,6 +31,16 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _precisions(text: str) -> list[str]:
+    from lobsurf.models.precision import PRECISIONS
+
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or any(v not in PRECISIONS for v in values):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of "
+                                         f"{', '.join(PRECISIONS)}, got {text!r}")
+    return values
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lobsurf.bench.measure import BenchConfig
 
@@ -40,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="batch sizes B (envs; the learner batch too), comma-separated")
     parser.add_argument("--layers", type=_ints, default=[2], help="Mamba2 layers, "
                         "comma-separated")
+    parser.add_argument("--precision", type=_precisions, default=["fp32"],
+                        help="network forward precisions (train.precision: fp32, bf16 "
+                        "autocast), comma-separated")
     parser.add_argument("--steps", type=int, default=d.steps, help="timed steps per block")
     parser.add_argument("--repeats", type=int, default=d.repeats, help="timed blocks per mode")
     parser.add_argument("--snapshots", type=int, default=d.snapshots_per_day,
@@ -77,14 +90,15 @@ def _fmt(value, spec: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'B':>5} {'L':>2} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
+    lines = [f"{'B':>5} {'L':>2} {'prec':>4} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
              f"{'env/s':>10} {'nodes':>6} {'ops/step':>8} {'busy ms':>8} {'collect':>8} "
              f"{'learn':>8} {'TFLOP/s':>8} {'GiB':>6}"]
     for r in rows:
         best = r["graphed"] or r["eager"]
         gp = r["graph_phase_ms"] or {}
         lines.append(
-            f"{r['batch']:>5} {r['layers']:>2} {r['eager']['steps_per_s']:>8.1f} "
+            f"{r['batch']:>5} {r['layers']:>2} {r['precision']:>4} "
+            f"{r['eager']['steps_per_s']:>8.1f} "
             f"{_fmt(r['graphed'] and r['graphed']['steps_per_s'], '8.1f'):>8} "
             f"{_fmt(r.get('speedup'), '5.2f'):>5} {best['transitions_learned_per_s']:>10,.0f} "
             f"{best['env_steps_per_s']:>10,.0f} {_fmt(r['graph_nodes'], 'd'):>6} "
@@ -97,6 +111,7 @@ def table(rows: list[dict]) -> str:
 
 def phase_table(row: dict) -> str:
     lines = [f"phases of one eager step, B={row['batch']} layers={row['layers']} "
+             f"{row['precision']} "
              "(ms, a synchronize around each range):"]
     lines += [f"  {path:<48} {ms:>9.3f}" for path, ms in row["phase_ms"].items()]
     return "\n".join(lines)
@@ -115,13 +130,14 @@ def run(args: argparse.Namespace) -> int:
     out = {**header(device), "config": vars(cfg), "rows": []}
     with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
         store = make_store(Path(tmp), cfg)
-        for layers in args.layers:
-            for batch in args.batch:
-                row = measure(store, device, batch, layers, cfg, args.compile)
-                out["rows"].append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-                if device.startswith("cuda"):
-                    torch.cuda.empty_cache()
+        for precision in args.precision:
+            for layers in args.layers:
+                for batch in args.batch:
+                    row = measure(store, device, batch, layers, cfg, args.compile, precision)
+                    out["rows"].append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    if device.startswith("cuda"):
+                        torch.cuda.empty_cache()
     for row in out["rows"]:
         print(phase_table(row))
     v = out["versions"]
@@ -134,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     for r in out["rows"]:
         c = r["compiled"]
         if c is not None:
-            print(f"B={r['batch']} layers={r['layers']} with compiled encoders: " + (
+            print(f"B={r['batch']} layers={r['layers']} {r['precision']} with compiled "
+                  "encoders: " + (
                 c["error"] if "error" in c else
                 f"{c['steps_per_s']:.1f} steps/s ({c['ms_per_step']:.2f} ms), "
                 f"{c['transitions_learned_per_s']:,.0f} transitions/s, nodes "

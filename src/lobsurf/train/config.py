@@ -95,6 +95,10 @@ class TrainConfig:
     compile: bool = False
     """torch.compile (Inductor, static shapes) of the online and target encoders; on CUDA
     inside the graph. Costs tens of seconds of compilation at the first learning steps."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Network forwards (acting, target, online) in fp32, or under bf16 autocast (CUDA and
+    CPU); the SSD decay, softmaxes, the C51 projection and every loss stay fp32 and the
+    parameters and Adam state stay fp32 (lobsurf.models.precision)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "envs", "log_every", "checkpoint_every", "keep_checkpoints"):
@@ -110,6 +114,8 @@ class TrainConfig:
             raise ValueError(f"rollback_lr_factor must be in (0, 1), got {self.rollback_lr_factor}")
         if self.check_params_every < 0:
             raise ValueError(f"check_params_every must be >= 0, got {self.check_params_every}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,8 @@ def step_config(cfg: RunConfig) -> StepConfig:
                       window=cfg.sim.window,
                       position_unit=max(cfg.sim.order_sizes_lots), batch_size=cfg.learner_batch,
                       num_envs=cfg.train.envs,
-                      controller_ema_rate=cfg.train.controller_ema_rate)
+                      controller_ema_rate=cfg.train.controller_ema_rate,
+                      precision=cfg.train.precision)
 
 
 def _generator(device: torch.device | str, seed: int) -> torch.Generator:
