@@ -61,12 +61,17 @@ def test_every_training_path_runs_the_whole_pipeline(tiny_setup, learning):
     scale_before = float(ctl.reward_scale)
     # a step of this path: rewards in replay must be clamp(raw * scale) + beta log pi_ref(a),
     # and the span must move
-    seen = []
+    seen, shaped = [], []
     orig = state.env.step
+    gamma = cfg.learner.gamma
 
     def spy(action, force_end=None):
+        before = state.env.state.unrealized_pnl.clone()
         result = orig(action, force_end)
         seen.append(result.reward.clone())
+        # mark-to-market shaping, written out: gamma * mark(s') (0 at an episode end) - mark(s)
+        after = state.env.state.unrealized_pnl * (~result.episode_end) * gamma
+        shaped.append(result.reward + after - before)
         return result
 
     state.env.step = spy
@@ -75,9 +80,45 @@ def test_every_training_path_runs_the_whole_pipeline(tiny_setup, learning):
         train_step(state, data.train_book, scfg, learning=learning)
         stored = state.replay.storage.reward[ptr:ptr + cfg.train.envs]
         actions = state.replay.storage.action[ptr:ptr + cfg.train.envs]
-        want = (seen[-1] * ctl.reward_scale).clamp(-cfg.reward.loss, cfg.reward.win).float()
+        want = (shaped[-1] * ctl.reward_scale).clamp(-cfg.reward.loss, cfg.reward.win).float()
         want = want + ctl.kl_beta.float() * state.tables.log_pi_ref[actions]  # KL reference
         torch.testing.assert_close(stored, want)
     assert float(ctl.v_min) < span_before  # atom span update ran
     assert sum(int((r != 0).sum()) for r in seen) > 0, "no trade closed: pipeline untested"
+    assert any(bool(((m - r) != 0).any()) for m, r in zip(shaped, seen)), "no mark moved"
     assert float(ctl.reward_scale) != scale_before or float(ctl.pnl_magnitude) > 0
+
+
+def test_mark_shaping_telescopes_to_the_realized_pnl_and_leaves_the_magnitude_alone():
+    """At gamma 1 a trade's shaped step PnLs add up to its realized net PnL (fees and the
+    spread included); the pnl_magnitude controller still reads whole trades only."""
+    from lobsurf.agent.reward import mark_shaping
+    from lobsurf.sim import SimConfig
+    from lobsurf.sim.books import random_walk_book
+    from lobsurf.sim.env import BatchedLobEnv
+
+    book = random_walk_book(4000, 1, seed=5)
+    env = BatchedLobEnv(book, 8, SimConfig(window=8, fee_per_lot=1.0, max_episode_steps=40))
+    env.reset()
+    gen = torch.Generator().manual_seed(0)
+    realized = torch.zeros(8, dtype=torch.float64)
+    shaped = torch.zeros(8, dtype=torch.float64)
+    moved = 0
+    for _ in range(200):
+        before = env.state.unrealized_pnl.clone()
+        res = env.step(torch.randint(0, env.cfg.num_actions, (8,), generator=gen))
+        term = mark_shaping(before, env.state.unrealized_pnl, res.episode_end, 1.0)
+        moved += int((term != 0).sum())
+        realized += res.reward
+        shaped += res.reward + term
+    open_mark = env.state.unrealized_pnl  # trades still open at the end: their mark so far
+    torch.testing.assert_close(shaped, realized + open_mark, rtol=0, atol=1e-9)
+    assert bool((realized != 0).any()) and moved > 100
+
+    cfg = RewardConfig(magnitude_ema_rate=0.5)
+    state = ControllerState.bootstrap("cpu")
+    closed = torch.tensor([True, False])
+    r = reward_pipeline(torch.tensor([100.0, 0.0], dtype=torch.float64), closed, state, cfg,
+                        shaping=torch.tensor([-40.0, 30.0], dtype=torch.float64))
+    assert float(state.pnl_magnitude) == 100.0
+    assert r.tolist() == pytest.approx([0.5 * 60 / 100, 0.5 * 30 / 100])

@@ -65,6 +65,13 @@ def test_eval_text_and_json_agree_on_steps(store_path: str) -> None:
                             "--envs", "3", "--window", "8")
     # every row but the first 7 of each segment; the last of each cannot fill (latency 1)
     assert code == 0 and f"{3500 - 2 * 7 - 2:,} steps (one per row)" in out
+    code, out, _ = run_main("baseline:hold", "--store", store_path, "--split", "all",
+                            "--envs", "3", "--window", "8", "--stride", "5", "--json")
+    result = json.loads(out)
+    rows = 3500 - 2 * 7 - 2
+    assert result["split"]["rows"] == rows and result["settings"]["sim"]["stride"] == 5
+    # two runs (one per segment), each decided every 5th row from its first
+    assert result["split"]["decision_rows"] == result["settings"]["steps"] < rows / 4
 
 
 def test_eval_rejects_unknown_policy(store_path: str) -> None:
@@ -112,7 +119,7 @@ def test_eval_user_errors_are_one_line_and_name_flags(store_path: str, tmp_path)
         ("--fee-bps", "-1"): "--fee-per-lot and --fee-bps must be finite and >= 0",
         ("--horizon", "0"): "--horizon must be >= 1",
         ("--size-index", "9"): "--size-index 9 outside the 5 order sizes",
-        ("--stride", "2"): "--split random for a larger stride",
+        ("--stride", "0"): "stride must be >= 1",
         ("--store", str(two.path)): "choose one with instrument_id (--instrument-id)",
         ("--store", str(two.path), "--instrument-id", "9"): "instrument 9 not in store",
     }

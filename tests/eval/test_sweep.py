@@ -77,9 +77,41 @@ def test_hold_is_zero_and_the_result_shape() -> None:
     assert out["settings"]["num_envs"] == 5
 
 
+@pytest.mark.parametrize("stride", [2, 5])
+def test_a_strided_sweep_steps_through_every_row_once(stride: int) -> None:
+    """Decision rows are every stride-th row of each contiguous run (a plain loop decides
+    which); the rows a step holds through partition the held-out rows."""
+    sim = SimConfig(window=17, fee_per_lot=1.0, max_episode_steps=50, stride=stride)
+    rec = Recorder()
+    _, tiling = sweep(BOOK, ROWS, {"rec": rec}, sim, SweepConfig(num_envs=7))
+    kept = [int(r) for r in ROWS if int(r) not in (1499, 2999)]
+    expected, run_start = [], None
+    for i, r in enumerate(kept):
+        if i == 0 or r != kept[i - 1] + 1 or (r >= 1500) != (kept[i - 1] >= 1500):
+            run_start = r
+        if (r - run_start) % stride == 0:
+            expected.append(r)
+    assert tiling.rows.tolist() == expected and tiling.ranges == 3
+    seen = torch.stack(rec.cursors)
+    flat = torch.arange(7) * tiling.steps + torch.arange(tiling.steps)[:, None]
+    assert seen[flat < len(expected)].sort().values.tolist() == expected
+    covered = sorted(r for d in expected for r in range(d, d + stride) if r in set(kept))
+    assert covered == kept  # every kept row lies in exactly one step
+    # a step continues its episode only to the next decision row of the same run
+    nxt = tiling.continues.nonzero()[:, 0]
+    assert torch.equal(tiling.rows[nxt + 1] - tiling.rows[nxt], torch.full_like(nxt, stride))
+    assert int((~tiling.continues).sum()) == 3
+
+
+def test_a_strided_sweep_closes_every_position() -> None:
+    sim = SimConfig(window=17, fee_per_lot=1.0, max_episode_steps=50, stride=4)
+    records, _ = sweep(BOOK, ROWS, baselines(BOOK), sim, SweepConfig(num_envs=5))
+    for name, rec in records.items():
+        assert rec.step_pnl.sum() == pytest.approx(rec.trade_pnl.sum(), abs=1e-6), name
+    assert len(records["oracle"].trade_pnl) > 0
+
+
 def test_tile_rows_refuses_what_it_cannot_sweep() -> None:
-    with pytest.raises(ValueError, match="stride must be 1"):
-        tile_rows(BOOK, ROWS, SimConfig(window=16, stride=2), 4)
     with pytest.raises(ValueError, match="strictly increasing"):
         tile_rows(BOOK, ROWS.flip(0), SIM, 4)
     with pytest.raises(ValueError, match="rows of their segment before them"):

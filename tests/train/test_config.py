@@ -25,6 +25,17 @@ def test_file_then_set_overrides(tmp_path):
     assert cfg.sim.num_actions == 5
 
 
+def test_a_section_override_keeps_the_runs_other_defaults_of_that_section():
+    """RunConfig's sim default differs from SimConfig's (fee 1.0 per lot, stride 10): setting
+    one sim key must not reset the others to SimConfig's (fee 0 made every run free)."""
+    default = RunConfig().sim
+    assert default.fee_per_lot == 1.0 and default.stride == 10
+    cfg = resolve_run_config(None, ["sim.window=32"])
+    assert cfg.sim.window == 32
+    assert (cfg.sim.fee_per_lot, cfg.sim.stride) == (default.fee_per_lot, default.stride)
+    assert resolve_run_config(None, ["sim.stride=1"]).sim.fee_per_lot == 1.0
+
+
 @pytest.mark.parametrize("overrides,message", [
     (["learner.lrr=1"], "unknown key learner.lrr"),
     (["nosuch.x=1"], "unknown key nosuch"),

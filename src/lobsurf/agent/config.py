@@ -90,6 +90,13 @@ class RewardConfig:
     """EWMA rate at which [v_min, v_max] follows [-loss, +win] (half-life ~700 steps)."""
     span_floor: float = 1.0
     """The span never shrinks inside [-span_floor, +span_floor]."""
+    mark_to_market: bool = True
+    """Add the potential-based shaping gamma * M(s') - M(s) to the realized PnL, M the open
+    trade's net mark at the mid (currency): the reward of a step holds its mark change, so
+    a held position is credited while the move happens, not only when the trade closes.
+    Over a trade the terms telescope to its realized net PnL (exactly so at gamma 1), and
+    potential-based shaping leaves the optimal policy unchanged (Ng, Harada, Russell 1999).
+    False: the realized PnL alone (the original's sparse reward on closed trades)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("win", "loss", "scaled_magnitude", "span_floor"))

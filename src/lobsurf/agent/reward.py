@@ -1,6 +1,8 @@
 """The reward pipeline, run on every collected step in this order:
 
-1. **scale**: raw net PnL (currency) x reward_scale, where reward_scale maps the running mean
+0. **shape** (RewardConfig.mark_to_market): add gamma * M(s') - M(s), M the open trade's
+   net mark (currency), to the realized PnL of the step;
+1. **scale**: the step's PnL (currency) x reward_scale, where reward_scale maps the running mean
    |net PnL| of closed trades (the pnl_magnitude controller) to ``scaled_magnitude`` reward
    units, so rewards land inside the atom span whatever the instrument's money scale;
 2. **clamp** to [-LOSS, +WIN] (RewardConfig.loss, .win; asymmetric: loss aversion);
@@ -56,10 +58,30 @@ def update_atom_span(state: ControllerState, cfg: RewardConfig) -> None:
                                  cfg.span_ema_rate).clamp(min=cfg.span_floor))
 
 
+def mark_shaping(mark_before: torch.Tensor, mark_after: torch.Tensor, done: torch.Tensor,
+                 gamma: float) -> torch.Tensor:
+    """[B] float64 potential-based shaping gamma * M(s') - M(s) (M(s') = 0 at a terminal s').
+
+    Args:
+        mark_before, mark_after: [B] float64 net mark of the open trade (currency, 0 when
+            flat; ``SimState.unrealized_pnl``) before and after the step.
+        done: [B] bool s' is terminal (the episode ended; the position was closed).
+    """
+    return torch.where(done, 0.0, mark_after * gamma) - mark_before
+
+
 def reward_pipeline(raw_pnl: torch.Tensor, closed: torch.Tensor, state: ControllerState,
-                    cfg: RewardConfig) -> torch.Tensor:
-    """Scale -> clamp -> atom span update (module docstring); returns [B] float32 rewards."""
+                    cfg: RewardConfig, shaping: torch.Tensor | None = None) -> torch.Tensor:
+    """Shape -> scale -> clamp -> atom span update (module docstring); [B] float32 rewards.
+
+    Args:
+        raw_pnl: [B] float64 realized net PnL (currency), 0 where nothing closed; it alone
+            drives the pnl_magnitude controller (the money scale of a whole trade).
+        closed: [B] bool, a trade closed this step.
+        shaping: [B] float64 ``mark_shaping`` term added before scaling, or None.
+    """
     update_pnl_magnitude(state, raw_pnl, closed, cfg)
-    reward = scale_and_clamp(raw_pnl, state, cfg)
+    step_pnl = raw_pnl if shaping is None else raw_pnl + shaping
+    reward = scale_and_clamp(step_pnl, state, cfg)
     update_atom_span(state, cfg)
     return reward

@@ -5,7 +5,8 @@ named state.
 Read top to bottom, a step is:
     resample noise -> gather the K-windows at the envs' cursors -> features -> encoder -> heads
     -> Thompson sample of Q -> confidence gate -> FRD gate -> simulator step
-    -> reward pipeline (scale -> clamp -> atom span) -> + beta log pi_ref(a) -> replay write
+    -> reward pipeline (mark-to-market shaping -> scale -> clamp -> atom span)
+    -> + beta log pi_ref(a) -> replay write
     (+ outcome labels of the trades that closed; terminal only at episode ends) -> controllers (post-gate action histogram,
     gate threshold) -> metrics
     -> [learn] replay sample -> target net on s and s' -> C51 projection of the target's
@@ -39,7 +40,7 @@ from lobsurf.agent.network import AgentNetwork, AgentOutput, agent_state_feature
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.policy import agreement, pi_loss, update_alpha_tau, value_loss
 from lobsurf.agent.replay import PrioritizedReplay, Sample, Transitions
-from lobsurf.agent.reward import reward_pipeline
+from lobsurf.agent.reward import mark_shaping, reward_pipeline
 from lobsurf.data.dataset import BookTensors, gather_window
 from lobsurf.data.labels import Labels
 from lobsurf.models.heads import direction_loss, frd_loss, outcome_loss
@@ -173,14 +174,16 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
     # ---- act: Thompson sample -> confidence gate -> FRD gate
     action, gated = choose_actions(out, z, state, book, row, cfg)
     result = env.step(action)
-    # ---- reward pipeline: scale -> clamp -> atom span (every training path comes here),
-    # then the KL reference term beta * log pi_ref(a), stored with the reward
-    reward = reward_pipeline(result.reward, result.trade_closed, ctl, cfg.reward)
-    reward = reward + ctl.kl_beta.to(reward.dtype) * state.tables.log_pi_ref[action]
+    # ---- reward pipeline: shaping -> scale -> clamp -> atom span (every training path
+    # comes here), then the KL reference term beta * log pi_ref(a), stored with the reward
     # Terminal only where the episode ended: a closed trade bootstraps into the flat state
     # after it. Were a close terminal, every per-step cost (the KL term on Hold) would make
     # ending a trade look cheaper than staying flat, and Q would learn to churn.
     done = result.episode_end
+    shaping = (mark_shaping(unrealized, s.unrealized_pnl, done, cfg.learner.gamma)
+               if cfg.reward.mark_to_market else None)
+    reward = reward_pipeline(result.reward, result.trade_closed, ctl, cfg.reward, shaping)
+    reward = reward + ctl.kl_beta.to(reward.dtype) * state.tables.log_pi_ref[action]
     no = torch.zeros_like(done)
     batch = Transitions(row=row, position=position, time_in_trade=time_in_trade,
                         unrealized_pnl=unrealized, action=action, reward=reward, done=done,

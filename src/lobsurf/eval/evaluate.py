@@ -4,7 +4,7 @@ The shape (``lobsurf eval`` prints it with ``--json``; a trained agent joins as 
 policy)::
 
     {"policies": {"hold": {metric: value, ...}, "imbalance": {...}, ...},
-     "split":    {"mode", "rows", "ranges", "dropped_rows", ...caller's split info},
+     "split":    {"mode", "rows", "decision_rows", "ranges", "dropped_rows", ...caller's split info},
      "settings": {"sim": {...SimConfig}, "num_envs", "steps", "steps_per_env",
                   "metrics": {...}, ...caller's}}
 
@@ -96,7 +96,7 @@ def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dic
         book: the device dataset.
         split_rows: [R] int64 sorted decision rows, e.g. ``time_split(...).test_rows``.
         policies: name → Policy; every policy trades the same rows on its own envs.
-        sim_cfg: simulator settings (stride 1).
+        sim_cfg: simulator settings (``stride`` rows per decision).
         sweep_cfg: environments per policy.
         metrics_cfg: bootstrap and annualisation settings.
         split_info: extra keys for ``"split"`` (e.g. mode, cut_row, train_fraction).
@@ -133,7 +133,8 @@ def summarise(records: dict[str, BacktestRecord], tiling: Tiling, sim_cfg: SimCo
     add_capture(metrics)
     return {
         "policies": metrics,
-        "split": {**(split_info or {}), "rows": len(tiling.rows), "ranges": tiling.ranges,
+        "split": {**(split_info or {}), "rows": tiling.swept_rows,
+                  "decision_rows": len(tiling.rows), "ranges": tiling.ranges,
                   "dropped_rows": tiling.dropped},
         "settings": {**(settings or {}), "sim": asdict(sim_cfg), "num_envs": tiling.num_envs,
                      "steps": len(tiling.rows), "steps_per_env": tiling.steps,

@@ -1,11 +1,15 @@
 """Deterministic sweep: every held-out row traded through exactly once by every policy.
 
 The held-out end rows (e.g. ``lobsurf.pretrain.split.time_split(...).test_rows``, in time
-order) are laid end to end and cut into B equal pieces, one per environment: env j walks
-rows[j*T : (j+1)*T] one row per step (T = ceil(R / B)); no random cursors. Where the next
-row of a piece is not the next row of the book (a gap in the held-out set or a segment
-end) and at the end of each piece, the step is the episode's last (the position is closed
-at market), so each env's cursor can jump to the next contiguous run. Envs whose piece is
+order) are cut into contiguous runs (a gap in the held-out set or a segment change starts a
+new run); with a decision stride k (``SimConfig.stride``) every k-th row of each run, from
+its first, is a decision row, and the k - 1 rows after it are traded through by holding,
+so every held-out snapshot lies in exactly one step. The decision rows are laid end to end
+and cut into B equal pieces, one per environment: env j walks decisions[j*T : (j+1)*T], one
+per step (T = ceil(R / B)); no random cursors. Where the next decision row of a piece is
+not in the same run (or not ``stride`` rows on) and at the end of each piece, the step is
+the episode's last (the position is closed at market), so each env's cursor can jump to
+the next run. Envs whose piece is
 shorter hold at a parked row for the remaining steps and are masked out of the records.
 
 Every policy runs in the same loop on its own ``BatchedLobEnv`` over identical pieces, so
@@ -49,23 +53,30 @@ class Tiling:
 
     Attributes:
         rows: [R] int64 decision rows in time order (each is one step of one env).
+        continues: [R] bool the next decision row follows this one ``stride`` rows on in
+            the same contiguous run (False: this step ends the episode).
         steps: T, steps of the sweep (the longest piece).
         num_envs: B.
         dropped: held-out rows left out because their fill row (row + latency_rows) lies
             past their segment's end (no order placed there could fill).
+        stride: rows per step (SimConfig.stride).
+        swept_rows: held-out rows traded through (kept rows; each in exactly one step).
     """
 
     rows: torch.Tensor
+    continues: torch.Tensor
     steps: int
     num_envs: int
     dropped: int
+    stride: int = 1
+    swept_rows: int = 0
 
     @property
     def ranges(self) -> int:
-        """Contiguous runs of book rows in ``rows`` (host read; setup time)."""
+        """Contiguous runs of decision rows in ``rows`` (host read; setup time)."""
         if len(self.rows) == 0:
             return 0
-        return int((self.rows.diff() != 1).sum()) + 1
+        return int((~self.continues[:-1]).sum()) + 1
 
     def flat_index(self, t: int) -> torch.Tensor:
         """[B] int64 index into ``rows`` of each env's step t (may be >= R: inactive)."""
@@ -80,14 +91,12 @@ def tile_rows(book: BookTensors, rows: torch.Tensor, sim: SimConfig, num_envs: i
         book: the device dataset.
         rows: [R0] int64 end rows (sorted ascending), e.g. a time split's test_rows; each
             must have ``sim.window - 1`` rows of its segment before it.
-        sim: simulator settings (stride must be 1: every row is a step).
+        sim: simulator settings; ``sim.stride`` rows per step.
         num_envs: B.
 
     Raises:
-        ValueError: stride is not 1, rows are unsorted, lack their window, or none remain.
+        ValueError: rows are unsorted, lack their window, or none remain.
     """
-    if sim.stride != 1:
-        raise ValueError(f"a sweep trades every row: stride must be 1, got {sim.stride}")
     rows = rows.to(book.device, torch.int64)
     if len(rows) and bool((rows.diff() <= 0).any()):  # setup-time host read
         raise ValueError("sweep rows must be strictly increasing")
@@ -99,8 +108,26 @@ def tile_rows(book: BookTensors, rows: torch.Tensor, sim: SimConfig, num_envs: i
     kept = rows[tradeable]
     if len(kept) == 0:
         raise ValueError("no row to sweep: every row's fill row lies past its segment's end")
-    steps = -(-len(kept) // num_envs)  # ceil
-    return Tiling(rows=kept, steps=steps, num_envs=num_envs, dropped=len(rows) - len(kept))
+    decisions, continues = _decision_rows(kept, book.segment_of_row[kept], sim.stride)
+    steps = -(-len(decisions) // num_envs)  # ceil
+    return Tiling(rows=decisions, continues=continues, steps=steps, num_envs=num_envs,
+                  dropped=len(rows) - len(kept), stride=sim.stride, swept_rows=len(kept))
+
+
+def _decision_rows(rows: torch.Tensor, segment: torch.Tensor, stride: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every ``stride``-th row of each contiguous run of ``rows`` (from the run's first) and
+    whether each one's successor is ``stride`` rows on in the same run."""
+    n = len(rows)
+    index = torch.arange(n, device=rows.device)
+    starts = torch.ones(n, dtype=torch.bool, device=rows.device)
+    starts[1:] = (rows.diff() != 1) | (segment.diff() != 0)
+    run_start = torch.cummax(torch.where(starts, index, 0), 0).values
+    keep = (index - run_start) % stride == 0
+    decisions, run = rows[keep], run_start[keep]
+    continues = torch.zeros(len(decisions), dtype=torch.bool, device=rows.device)
+    continues[:-1] = (run[1:] == run[:-1]) & (decisions[1:] == decisions[:-1] + stride)
+    return decisions, continues
 
 
 @dataclass
@@ -137,9 +164,9 @@ def schedule(tiling: Tiling, book: BookTensors, t: int
     active = f < r
     cursor = tiling.rows[f.clamp(max=r - 1)]
     nxt = f + 1
-    # the piece continues only to the book's next row, inside this env's piece
+    # the piece continues only to the next decision row of the same run, inside this piece
     continues = (nxt < r) & (t + 1 < tiling.steps)
-    continues &= tiling.rows[nxt.clamp(max=r - 1)] == cursor + 1
+    continues &= tiling.continues[f.clamp(max=r - 1)]
     stop = book.segment_stop[book.segment_of_row[cursor]]
     return active, cursor, stop, ~continues
 
@@ -197,7 +224,8 @@ def sweep(book: BookTensors, rows: torch.Tensor, policies: dict[str, Policy], si
         book: the device dataset.
         rows: [R0] int64 sorted decision rows (e.g. held-out end rows).
         policies: name → Policy (``act(env) -> [B] int64``); each gets its own env.
-        sim: simulator settings (stride 1); ``sim.seed`` does not matter (no random cursors).
+        sim: simulator settings (``stride`` rows per step); ``sim.seed`` does not matter (no
+            random cursors).
         cfg: number of environments.
         progress: called with 1 after every step (host only, no device read).
 

@@ -31,6 +31,11 @@ from lobsurf.sim.config import SimConfig
 #: Training's default fee per lot (currency): an ES-like exchange-and-broker fee, so a
 #: default run learns net of a realistic cost (SimConfig alone defaults to no fee).
 DEFAULT_FEE_PER_LOT = 1.0
+#: Training's default decision interval (snapshots per step): the agent decides every 10th
+#: snapshot and holds through the rows between. The edge of a top-of-book signal needs
+#: holds of tens of snapshots; at one decision per snapshot a trade spans ~50 steps of
+#: bootstrapping and the learner first learns only the entry cost (docs/log.md).
+DEFAULT_STRIDE = 10
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,8 @@ class RunConfig:
     """Everything one training run needs."""
 
     data: DataConfig = field(default_factory=DataConfig)
-    sim: SimConfig = field(default_factory=lambda: SimConfig(fee_per_lot=DEFAULT_FEE_PER_LOT))
+    sim: SimConfig = field(default_factory=lambda: SimConfig(fee_per_lot=DEFAULT_FEE_PER_LOT,
+                                                                 stride=DEFAULT_STRIDE))
     labels: LabelConfig = field(default_factory=LabelConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -184,7 +190,11 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
     raise UserError(f"{key}: unsupported setting type {hint}")
 
 
-def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+def _build(cls: type, values: dict[str, Any], prefix: str, base: Any = None) -> Any:
+    """``base`` (default ``cls()``) with the given values replaced. A section starts from
+    the run's own default of that section, not from its class's: ``--set sim.window=32``
+    keeps the run's fee and stride (RunConfig's sim default), not SimConfig's."""
+    base = cls() if base is None else base
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -196,11 +206,11 @@ def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise UserError(f"{dotted}: expected a table of settings, got {value!r}")
-            kwargs[key] = _build(hint, value, f"{dotted}.")
+            kwargs[key] = _build(hint, value, f"{dotted}.", getattr(base, key))
         else:
             kwargs[key] = _convert(value, hint, dotted)
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **kwargs)
     except ValueError as exc:
         where = prefix.rstrip(".") or "config"
         raise UserError(f"invalid setting in [{where}]: {exc}") from exc
