@@ -25,7 +25,7 @@ def _record_dtypes(state) -> list[tuple[str, torch.dtype]]:
 @pytest.mark.parametrize("precision,dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
 def test_every_forward_runs_in_the_chosen_precision(tiny_setup, monkeypatch, precision,
                                                     dtype):
-    cfg, data, state, scfg = tiny_setup
+    _cfg, data, state, scfg = tiny_setup
     past_heads: list[tuple[str, torch.dtype]] = []  # what acting and the losses receive
 
     def spy(name, fn, pick):
@@ -62,7 +62,7 @@ def test_every_forward_runs_in_the_chosen_precision(tiny_setup, monkeypatch, pre
 
 
 def test_bf16_losses_and_gradients_are_close_to_fp32(tiny_setup):
-    cfg, data, state, scfg = tiny_setup
+    _cfg, data, state, scfg = tiny_setup
     for _ in range(8):
         train_step(state, data.train_book, scfg, learning=False)
     sample = state.replay.sample(scfg.batch_size, state.controllers.per_beta)

@@ -157,3 +157,16 @@ def test_normalizer_fits_training_rows_and_round_trips() -> None:
     other = FeatureNormalizer(4, cfg)
     other.load_state_dict(norm.state_dict())
     assert torch.equal(other(train), z)
+
+
+def test_cumsum_levels_is_the_cumulative_size_over_levels() -> None:
+    from lobsurf.models.features import cumsum_levels
+
+    g = torch.Generator().manual_seed(0)
+    sizes = torch.randint(0, 5000, (3, 7, 10), generator=g).to(torch.float32)
+    expected = np.cumsum(sizes.numpy().astype(np.float64), axis=-1)
+    got = cumsum_levels(sizes)
+    assert got.shape == sizes.shape
+    np.testing.assert_array_equal(got.numpy(), expected)  # integer sizes: exact
+    strided = sizes.transpose(0, 1)  # a non-contiguous input
+    np.testing.assert_array_equal(cumsum_levels(strided).numpy(), expected.transpose(1, 0, 2))

@@ -105,7 +105,8 @@ def test_a_host_counter_is_caught(tiny_setup, monkeypatch) -> None:
     assert torch.is_tensor(state.replay.pointer)
 
 
-def test_train_compile_compiles_both_encoders(tiny_store) -> None:
+def test_train_compile_compiles_both_networks(tiny_store) -> None:
+    from lobsurf.train.compile import compiled
     from lobsurf.train.data import load_training_data
     from lobsurf.train.loop import _build
     from tests.agent.conftest import tiny_config
@@ -114,5 +115,5 @@ def test_train_compile_compiles_both_encoders(tiny_store) -> None:
         cfg = tiny_config(tiny_store.path, train={"compile": on})
         state = _build(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu", None, 0)
         for net in (state.online, state.target):
-            assert (net.encoder._compiled_call_impl is not None) is on
+            assert compiled(net) is on
             assert all(not k.startswith("_orig_mod") for k in net.state_dict())

@@ -33,9 +33,10 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
           "net_pnl", "reward")
 
 
-def _run(store, graphed: bool):
+def _run(store, graphed: bool, precision: str = "fp32"):
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
-                      gates={"warmup_steps": GATE_WARMUP}, train={"envs": 32},
+                      gates={"warmup_steps": GATE_WARMUP},
+                      train={"envs": 32, "precision": precision},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
     state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
@@ -52,9 +53,11 @@ def _run(store, graphed: bool):
     return state, torch.stack(per_step), runner, guard
 
 
-def test_graphed_steps_equal_eager_steps(tiny_store) -> None:
-    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False)
-    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True)
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_graphed_steps_equal_eager_steps(tiny_store, precision) -> None:
+    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False, precision=precision)
+    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True,
+                                              precision=precision)
     assert runner.captured and runner.nodes is not None and runner.nodes[1] > 100
     n = STEPS * 32
     for name in ("action", "row", "position", "reward", "done", "trade_closed", "next_row"):

@@ -13,7 +13,7 @@ fills the replay with a few collect-only steps, and then, in one process, on tha
    (torch.utils.flop_counter: matrix products and convolutions);
 4. graphed phases (CUDA): noise + collect and learn captured as two separate graphs and
    replayed between CUDA events, so the graph-mode split of the step is measured too;
-5. with ``compile_`` (``lobsurf bench --compile``): the encoders compiled
+5. with ``compile_`` (``lobsurf bench --compile``): the networks compiled
    (lobsurf.train.compile, what ``train.compile`` does) and the graphed step timed again.
 
 Peak memory is read after 1-2 (the phase graphs of 4 hold their own pools).
@@ -34,7 +34,7 @@ import torch
 from lobsurf.agent.step import collect, learn, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.data.synth import SynthConfig, write_synth_store
-from lobsurf.train.compile import compile_encoders_
+from lobsurf.train.compile import compile_networks_
 from lobsurf.train.config import RunConfig, run_config_from_dict
 from lobsurf.train.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import load_training_data
@@ -128,7 +128,7 @@ def device_ops(step: Callable[[], None], device: str, steps: int) -> dict[str, A
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:10]
     return {"device_ops_per_step": len(ops) / steps,
             "device_busy_ms_per_step": busy_us / 1e3 / steps,
-            "top_ops": [{"name": n[:80], "ms_per_step": round(us / 1e3 / steps, 4)}
+            "top_ops": [{"name": n[:160], "ms_per_step": round(us / 1e3 / steps, 4)}
                         for n, us in top]}
 
 
@@ -222,7 +222,7 @@ def compiled_graph(state, step: Callable[[], None], device: str, batch: int,
                    learner_batch: int, cfg: BenchConfig) -> dict[str, Any]:
     """The graphed step again with the encoders compiled (train.compile), last: the
     compilation changes the state's modules for good. Compile time and failures are kept."""
-    compile_encoders_(state)
+    compile_networks_(state)
     t0 = time.perf_counter()
     try:
         if graph_unsupported(device) is not None:
@@ -239,6 +239,8 @@ def compiled_graph(state, step: Callable[[], None], device: str, batch: int,
     except Exception as exc:  # noqa: BLE001  (reported in the row, the bench goes on)
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
     nodes = getattr(run, "nodes", None)
+    ops = device_ops(step, device, cfg.profile_steps)  # the compiled step's kernels, eager
     return {**timed, **rates(timed["ms_per_step"], batch, learner_batch),
             "prepare_s": prepare_s, "graph_nodes": nodes[0] if nodes else None,
-            "graph_kernel_nodes": nodes[1] if nodes else None}
+            "graph_kernel_nodes": nodes[1] if nodes else None,
+            "device_busy_ms_per_step": ops["device_busy_ms_per_step"], "top_ops": ops["top_ops"]}

@@ -87,8 +87,9 @@ def timed_phases(state: Any, device: torch.device | str) -> Iterator[PhaseTimer]
 
     def patch(owner: Any, attr: str, name: str, instance: bool) -> None:
         original = getattr(owner, attr)
+        had_own = instance and attr in vars(owner)  # e.g. a compiled method (train.compile)
         setattr(owner, attr, timer.wrap(original, name))
-        if instance:  # an instance attribute shadows the class's method; delete it after
+        if instance and not had_own:  # the instance attribute shadows the class's; delete it
             undo.append(lambda: delattr(owner, attr))
         else:
             undo.append(lambda: setattr(owner, attr, original))

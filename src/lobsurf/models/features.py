@@ -101,6 +101,14 @@ def _imbalance(bid: torch.Tensor, ask: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, (bid - ask) / total.clamp(min=1e-12), torch.zeros_like(total))
 
 
+def cumsum_levels(v: torch.Tensor) -> torch.Tensor:
+    """``v.cumsum(-1)`` over the (few) book levels of a [..., L] tensor, as a scan along a
+    leading axis of a level-major copy: CUDA's innermost-axis scan runs one warp per row and
+    on rows of 10 levels it was the step's largest kernel after the element-wise ones (3.1 ms
+    per step at B = 1024); the outer-axis scan walks the levels in each thread, coalesced."""
+    return v.movedim(-1, 0).contiguous().cumsum(0).movedim(0, -1)
+
+
 def _shift_prev(v: torch.Tensor) -> torch.Tensor:
     # [B, K, ...] → the previous snapshot's value along K; position 0 repeats itself.
     return torch.cat([v[:, :1], v[:, :-1]], dim=1)
@@ -163,7 +171,7 @@ def snapshot_features(window: Window, cfg: FeatureConfig) -> FeatureOutput:
         torch.log1p(ask_sz),
         spread,
         _imbalance(bid_sz, ask_sz),
-        _imbalance(bid_sz.cumsum(-1), ask_sz.cumsum(-1)),
+        _imbalance(cumsum_levels(bid_sz), cumsum_levels(ask_sz)),
         log_dt[..., None],
         mid_change,
         torch.sign(ofi) * torch.log1p(ofi.abs()),

@@ -61,7 +61,9 @@ def _chunked_inputs(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch
         B = F.pad(B, (0, 0, 0, pad))
         C = F.pad(C, (0, 0, 0, pad))
     xdt = xdt.reshape(batch, nc, Q, heads, headdim)  # [B, nc, Q, H, P]
-    cum = a.reshape(batch, nc, Q, heads).permute(0, 1, 3, 2).cumsum(-1)  # [B, nc, H, Q]
+    # Scan along Q where it is not the innermost axis (CUDA's outer-axis scan, coalesced over
+    # heads, no transposed copy), then view as [B, nc, H, Q].
+    cum = a.reshape(batch, nc, Q, heads).cumsum(2).permute(0, 1, 3, 2)  # [B, nc, H, Q]
     Bc = B.reshape(batch, nc, Q, -1)  # [B, nc, Q, N]
     Cc = C.reshape(batch, nc, Q, -1)  # [B, nc, Q, N]
     return xdt, cum, Bc, Cc, Q, nc

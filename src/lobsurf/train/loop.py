@@ -60,7 +60,7 @@ from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
-from lobsurf.train.compile import compile_encoders_
+from lobsurf.train.compile import compile_networks_
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
 from lobsurf.train.cuda_graph import GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import TrainingData
@@ -349,10 +349,10 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
 
 def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
            pretrained: dict[str, torch.Tensor] | None, rank: int) -> TrainState:
-    """build_state, then the encoders compiled where train.compile asks for it."""
+    """build_state, then the networks compiled where train.compile asks for it."""
     state = build_state(cfg, data, device, pretrained, rank)
     if cfg.train.compile:
-        compile_encoders_(state)
+        compile_networks_(state)
     return state
 
 
