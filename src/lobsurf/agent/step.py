@@ -22,7 +22,8 @@ warm-up compares a device step counter. The only Python branches are on static c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -109,6 +110,8 @@ class TrainState:
     tables: StepTables
     labels: Labels
     """Auxiliary labels of the training book's rows."""
+    kernels: StepKernels = field(default_factory=lambda: StepKernels())
+    """The step's pure tensor functions (eager; ``train.compile`` swaps in compiled ones)."""
 
 
 def _state_inputs(state: TrainState, position: torch.Tensor, time_in_trade: torch.Tensor,
@@ -152,9 +155,9 @@ def choose_actions(out: AgentOutput, z: torch.Tensor, state: TrainState, book: B
     if acting != "thompson" or not cfg.gates.enabled:
         return proposed, torch.zeros_like(proposed, dtype=torch.bool)
     active = state.step_count >= cfg.gates.warmup_steps
-    result = gate(out, probs, z, proposed, book, row, state.tables,
-                  state.controllers.gate_threshold, active,
-                  exploration_slots(row.shape[0], cfg.gates), cfg.gates)
+    result = state.kernels.gate(out, probs, z, proposed, book, row, state.tables,
+                                state.controllers.gate_threshold, active,
+                                exploration_slots(row.shape[0], cfg.gates), cfg.gates)
     update_gate_threshold(state.controllers, active, cfg.gates)
     return result.actions, result.gated
 
@@ -233,7 +236,6 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     """All losses of a replay sample; each a batch mean, so the same batch repeated twice
     gives the same gradients (the original's encoder gradients grew with B)."""
     ctl, lc, t = state.controllers, cfg.learner, sample.transitions
-    b = t.row.shape[0]
     z = support(ctl.v_min, ctl.v_max, cfg.network.num_atoms)
     # ---- the bootstrap: s' after one step, or s_m after an m-step return (m <= n)
     if lc.n_step > 1:
@@ -255,24 +257,54 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         with forward_precision(cfg.precision, rows.device):
             target_q = state.target.q_logits(state.target.embed(gather_window(
                 book, rows, cfg.window)), inputs).float()
-        target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
-        target_mean_s = expected_value(target_probs_all[:b], z)  # [B, A]
-        next_probs = target_probs_all[b:]
-        best = expected_value(next_probs, z).argmax(-1)  # [B]
-        chosen = next_probs.gather(1, best[:, None, None].expand(-1, 1, next_probs.shape[-1]))
-        target = project_categorical(chosen[:, 0], target_reward, target_done, target_gamma, z)
+        target_mean_s, target = state.kernels.c51_target(target_q, target_reward, target_done,
+                                                         target_gamma, z)
     # ---- online heads at s
     with forward_precision(cfg.precision, t.row.device):
         out = state.online(gather_window(book, t.row, cfg.window), s_inputs)
-    out = float_outputs(out)
+    return Losses(*state.kernels.loss_terms(float_outputs(out), target, target_mean_s, z, t,
+                                            sample.weight, state.labels,
+                                            state.tables.order_lots, ctl, cfg))
+
+
+def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
+               gamma: float | torch.Tensor, z: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target side of the learner from the target net's logits on s and s' stacked.
+
+    Args:
+        target_q: [2B, A, N] float32 target logits, the B states s then the B bootstraps s'.
+        reward, done, gamma: the bootstrap's return, terminal flag and discount
+            (``project_categorical``).
+        z: [N] support.
+
+    Returns:
+        (E[Q_target(s, .)] [B, A], the C51 projection of Z_target(s', argmax_a E[Q]) [B, N]).
+    """
+    b = target_q.shape[0] // 2
+    target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
+    target_mean_s = expected_value(target_probs_all[:b], z)  # [B, A]
+    next_probs = target_probs_all[b:]
+    best = expected_value(next_probs, z).argmax(-1)  # [B]
+    chosen = next_probs.gather(1, best[:, None, None].expand(-1, 1, next_probs.shape[-1]))
+    return target_mean_s, project_categorical(chosen[:, 0], reward, done, gamma, z)
+
+
+def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tensor,
+               z: torch.Tensor, t: Transitions, weight: torch.Tensor, labels: Labels,
+               order_lots: torch.Tensor, ctl: ControllerState, cfg: StepConfig
+               ) -> tuple[torch.Tensor, ...]:
+    """Every loss from the online heads' (fp32) outputs at s: the fields of ``Losses`` in
+    order. ``target`` [B, N] and ``target_mean_s`` [B, A] come from ``c51_target``,
+    ``weight`` [B] are the importance weights, ``labels`` the whole book's."""
     taken = out.q_logits.gather(1, t.action[:, None, None].expand(-1, 1, z.shape[0]))[:, 0]
     q_per_sample = categorical_cross_entropy(taken, target)  # [B]
-    l_q = (sample.weight * q_per_sample).mean()
+    l_q = (weight * q_per_sample).mean()
     l_pi, policy_entropy = pi_loss(out.pi_logits, target_mean_s, ctl, cfg.policy)
     l_v, _advantage = value_loss(out.value, t.reward, t.trade_closed)
-    lab = state.labels.rows(t.row)
+    lab = labels.rows(t.row)
     l_frd = frd_loss(out.frd_logits, lab.bucket, lab.bucket_valid)
-    long_side = state.tables.order_lots[t.action] > 0
+    long_side = order_lots[t.action] > 0
     side = torch.stack((long_side, ~long_side), dim=1)  # [B, 2]: (long, short)
     outcome_mask = side & t.outcome_valid[:, None]
     l_aux = (cfg.aux.direction_weight
@@ -281,10 +313,19 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
                  out.outcome_logits, t.outcome_win[:, None].expand(-1, 2).float(), outcome_mask))
     total = l_q + l_pi + cfg.policy.value_weight * l_v + cfg.aux.frd_weight * l_frd + l_aux
     q_mean = expected_value(torch.softmax(out.q_logits.detach(), -1), z)  # [B, A]
-    return Losses(total=total, q=l_q, q_per_sample=q_per_sample, pi=l_pi, value=l_v,
-                  frd=l_frd, aux=l_aux, policy_entropy=policy_entropy,
-                  agreement=agreement(out.pi_logits, q_mean),
-                  q_taken_mean=q_mean.gather(1, t.action[:, None]).mean())
+    return (total, l_q, q_per_sample, l_pi, l_v, l_frd, l_aux, policy_entropy,
+            agreement(out.pi_logits, q_mean), q_mean.gather(1, t.action[:, None]).mean())
+
+
+@dataclass
+class StepKernels:
+    """The pure tensor functions the step calls through ``TrainState.kernels``: this
+    module's eager functions by default (the reference and the CPU path);
+    ``lobsurf.train.compile`` replaces them with compiled versions of the same functions."""
+
+    gate: Callable[..., GateResult] = gate
+    c51_target: Callable[..., tuple[torch.Tensor, torch.Tensor]] = c51_target
+    loss_terms: Callable[..., tuple[torch.Tensor, ...]] = loss_terms
 
 
 class GradientSync(Protocol):

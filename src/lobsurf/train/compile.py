@@ -1,20 +1,41 @@
-"""torch.compile of the networks' forward pieces (``train.compile``).
+"""torch.compile of the training step's pieces (``train.compile``).
 
-``compile_networks_(state)`` replaces, on the online and the target network, the three
-methods the step calls (``embed``: features, normaliser and encoder; ``heads``; ``q_logits``)
-with ``torch.compile`` versions bound to the same module, as instance attributes: parameter
-names, ``state_dict`` and checkpoints are unchanged, and the module's own class methods stay
-the eager reference. Compiling ``embed`` rather than the encoder alone puts the per-snapshot
-features (element-wise chains over [B, K, F]) into the encoder's Inductor graph, and
-``heads`` fuses the heads' small element-wise ops. Static shapes; ``fullgraph`` by default,
-so a graph break is an error at the first call instead of a silent eager island inside the
-CUDA graph. Each piece compiles once per (batch shape, grad mode, autocast state) it meets;
-the graphed step's eager warm-up makes them, so the capture records Inductor's kernels.
-PERFORMANCE.md 3.2 measured 1.6x on the whole step for the encoder alone.
+``compile_networks_(state)`` compiles two kinds of pieces in place:
+
+* **network methods**: on the online and the target network, the three methods the step
+  calls (``embed``: features, normaliser and encoder; ``heads``; ``q_logits``) become
+  ``torch.compile`` versions bound to the same module, as instance attributes: parameter
+  names, ``state_dict`` and checkpoints are unchanged, and the module's own class methods
+  stay the eager reference. Compiling ``embed`` rather than the encoder alone puts the
+  per-snapshot features (element-wise chains over [B, K, F]) into the encoder's Inductor
+  graph, and ``heads`` fuses the heads' small element-wise ops.
+* **step kernels**: the pure tensor functions the step calls through ``state.kernels``
+  (``lobsurf.agent.step.StepKernels``): the confidence + FRD gates, the target side of
+  the learner (softmax, E[Q], argmax, C51 projection) and every loss (forward and, through
+  AOTAutograd, backward). Between them sat a few hundred small eager kernels of the
+  graphed step; compiled, each is a handful of fused ones. Each is
+  compiled from a copy of its function with a snapshot of the step module's globals, so a
+  later patch of that module (``lobsurf.bench.phases`` wraps its functions for the phase
+  timer) is neither traced into a compiled graph nor a reason to recompile.
+
+Static shapes; ``fullgraph`` by default, so a graph break is an error at the first call
+instead of a silent eager island inside the CUDA graph. Each piece compiles once per
+(batch shape, grad mode, autocast state) it meets; the graphed step's eager warm-up makes
+them, so the capture records Inductor's kernels. PERFORMANCE.md 3.2 measured 1.6x on the
+whole step for the encoder alone.
+
+What stays eager: the Thompson/pi draws (custom ``torch.Generator`` arguments), the
+simulator step, replay writes and sampling, the optimizer, and every in-place update of a
+0-d controller or metric (the reward pipeline, gate threshold, alpha/tau, per_beta, metric
+sums): torch 2.13 on CPU traces an in-place write to a 0-d CPU input as no op at all
+(``v.add_(1)`` compiled leaves ``v`` unchanged), so compiling them would silently change
+the CPU step; a kernel here only reads 0-d controllers.
 """
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +43,8 @@ import torch
 
 #: the AgentNetwork methods the training step calls, compiled in place
 COMPILED_METHODS = ("embed", "heads", "q_logits")
+#: the StepKernels fields (lobsurf.agent.step) compiled in place
+COMPILED_KERNELS = ("gate", "c51_target", "loss_terms")
 
 
 @dataclass(frozen=True)
@@ -34,18 +57,48 @@ class CompileConfig:
     """Refuse graph breaks (an error at the first call names the op)."""
     dynamic: bool = False
     """Static shapes: the step's shapes never change."""
+    methods: tuple[str, ...] = COMPILED_METHODS
+    """Network methods to compile (a subset lets a test compile only some pieces)."""
+    kernels: tuple[str, ...] = COMPILED_KERNELS
+    """Step kernels to compile."""
+
+    def compile(self, fn: Callable) -> Callable:
+        return torch.compile(fn, backend=self.backend, fullgraph=self.fullgraph,
+                             dynamic=self.dynamic)
 
 
 def compile_networks_(state: Any, cfg: CompileConfig = CompileConfig()) -> None:
-    """Compile ``COMPILED_METHODS`` of ``state.online`` and ``state.target`` in place."""
+    """Compile ``cfg.methods`` of ``state.online`` and ``state.target`` and ``cfg.kernels``
+    of ``state.kernels`` in place (pieces already compiled or patched are left alone)."""
     for net in (state.online, state.target):
-        for name in COMPILED_METHODS:
+        for name in cfg.methods:
             if name in vars(net):  # already compiled (or patched): leave it
                 continue
-            setattr(net, name, torch.compile(getattr(net, name), backend=cfg.backend,
-                                             fullgraph=cfg.fullgraph, dynamic=cfg.dynamic))
+            setattr(net, name, cfg.compile(getattr(net, name)))
+    eager = type(state.kernels)
+    for name in cfg.kernels:
+        fn = getattr(state.kernels, name)
+        if fn is getattr(eager, name):  # still the eager default
+            setattr(state.kernels, name, cfg.compile(frozen_globals(fn)))
+
+
+def frozen_globals(fn: Callable) -> Callable:
+    """A copy of the function ``fn`` that resolves its globals in a snapshot of its module's
+    namespace taken now (module docstring: the phase timer's patches stay outside)."""
+    copy = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    copy.__doc__, copy.__module__ = fn.__doc__, fn.__module__
+    return copy
 
 
 def compiled(net: torch.nn.Module) -> bool:
-    """Whether ``compile_networks_`` compiled ``net``."""
+    """Whether ``compile_networks_`` compiled ``net``'s methods."""
     return all(name in vars(net) for name in COMPILED_METHODS)
+
+
+def compiled_kernels(state: Any) -> tuple[str, ...]:
+    """The ``state.kernels`` fields that are no longer the eager defaults."""
+    eager = type(state.kernels)
+    return tuple(name for name in COMPILED_KERNELS
+                 if getattr(state.kernels, name) is not getattr(eager, name))
