@@ -64,10 +64,12 @@ class DataConfig:
 class TrainConfig:
     """Budget, seeds, device and bookkeeping of a run."""
 
-    steps: int = 1200
+    steps: int = 2400
     """Total training steps of the run (a resumed run continues up to this). The default
-    finishes in about five minutes on 2 CPU cores with the default model (~5 learning
-    steps/s at B=64), under a minute on a GPU."""
+    finishes in about ten minutes on 2 CPU cores with the default model (~3-5 learning
+    steps/s at B=64), about a minute on a GPU; it is enough for the default model to beat
+    every baseline but the oracles on the bundled data's held-out session (1,200 steps
+    were not: docs/log.md)."""
     envs: int = 64
     """B: environments stepped in lock-step (also the learner's batch unless set)."""
     seed: int = 0
@@ -98,8 +100,9 @@ class TrainConfig:
     """On CUDA, one process: the learning step is captured once as a CUDA graph and
     replayed (lobsurf.train.cuda_graph); ignored on CPU and with several processes."""
     compile: bool = False
-    """torch.compile (Inductor, static shapes) of the online and target encoders; on CUDA
-    inside the graph. Costs tens of seconds of compilation at the first learning steps."""
+    """torch.compile (Inductor, static shapes, no graph breaks) of the online and target
+    networks' embedding (features, normaliser, encoder) and heads; on CUDA inside the
+    graph. Costs tens of seconds of compilation at the first learning steps."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Network forwards (acting, target, online) in fp32, or under bf16 autocast (CUDA and
     CPU); the SSD decay, softmaxes, the C51 projection and every loss stay fp32 and the
