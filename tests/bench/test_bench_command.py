@@ -69,3 +69,50 @@ def test_bench_rejects_a_bad_batch_list(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "--batch", "16,x"])
     assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
+    """Bytes per snapshot and per transition equal what a loaded book, its labels and a
+    real replay hold, and the totals are the planned sizes times them."""
+    from dataclasses import fields
+
+    import torch
+
+    from lobsurf.agent.replay import PrioritizedReplay
+    from lobsurf.bench.memory_plan import PlanConfig, memory_plan
+    from lobsurf.data.dataset import load_book_tensors
+    from lobsurf.data.labels import compute_labels
+    from lobsurf.data.store import Store
+    from lobsurf.train.config import RunConfig
+
+    cfg = RunConfig()
+    book = load_book_tensors(Store.open(tiny_store.path), "cpu")
+    n = len(book)
+    per_row = [t for t in (getattr(book, f.name) for f in fields(book))
+               if isinstance(t, torch.Tensor) and t.shape[:1] == (n,)]
+    labels = compute_labels(book, cfg.labels)
+    per_row += [getattr(labels, f.name) for f in fields(labels)]
+    want_snapshot = sum(t.numel() * t.element_size() for t in per_row) // n
+    cap = 16
+    from dataclasses import replace
+    replay = PrioritizedReplay(replace(cfg.replay, capacity=cap), "cpu", 0)
+    slots = [getattr(replay.storage, f.name) for f in fields(replay.storage)] + [replay.weight]
+    want_transition = sum(t.numel() * t.element_size() for t in slots) // cap
+
+    plan = memory_plan("cpu", PlanConfig(snapshots=1000, transitions=100), cfg)
+    assert plan["bytes_per_snapshot"] == want_snapshot
+    assert plan["bytes_per_transition"] == want_transition
+    assert plan["dataset_gib"] * (1 << 30) == 1000 * want_snapshot
+    assert plan["replay_gib"] * (1 << 30) == 100 * want_transition
+    assert plan["fits"] is None or plan["fits"] == (plan["state_gib"] < plan["device_total_gib"])
+
+
+def test_bench_prints_the_memory_plan(tmp_path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
+                 "--repeats", "1", "--snapshots", "3000", "--plan-snapshots", "5000000",
+                 "--plan-transitions", "400000", "--json", str(out)]) == 0
+    plan = json.loads(out.read_text())["memory_plan"]
+    assert (plan["snapshots"], plan["transitions"]) == (5_000_000, 400_000)
+    assert "memory plan: 5,000,000 snapshots" in capsys.readouterr().out
+    assert main(["bench", "--device", "cpu", "--plan-transitions", "0"]) == 2

@@ -61,6 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="also time the graphed step with the encoders compiled "
                         "(train.compile; compilation takes tens of seconds per shape)")
+    from lobsurf.bench.memory_plan import PlanConfig
+
+    plan = PlanConfig()
+    parser.add_argument("--plan-snapshots", type=int, default=plan.snapshots,
+                        help="dataset rows of the memory plan (does it fit with the replay?)")
+    parser.add_argument("--plan-transitions", type=int, default=plan.transitions,
+                        help="replay capacity of the memory plan")
     parser.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
 
 
@@ -123,11 +130,18 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.bench.measure import make_store, measure
     from lobsurf.devices import resolve_device
 
+    from lobsurf.bench.memory_plan import PlanConfig, memory_plan, plan_line
+
     cfg = _config(args)
+    try:
+        plan = PlanConfig(snapshots=args.plan_snapshots, transitions=args.plan_transitions)
+    except ValueError as exc:
+        raise UserError(f"--plan-snapshots/--plan-transitions: {exc}") from exc
     device = resolve_device(None if args.device == "auto" else args.device)
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.fp32_precision = "tf32"
-    out = {**header(device), "config": vars(cfg), "rows": []}
+    out = {**header(device), "config": vars(cfg), "memory_plan": memory_plan(device, plan),
+           "rows": []}
     with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
         store = make_store(Path(tmp), cfg)
         for precision in args.precision:
@@ -147,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")
     print(table(out["rows"]))
+    print(plan_line(out["memory_plan"]))
     for r in out["rows"]:
         c = r["compiled"]
         if c is not None:
