@@ -10,7 +10,9 @@ Criteria (exit code 1 when one fails, with the table printed either way):
 * behaviour on the tradeable run's training metrics: hold fraction strictly between 0 and
   1, post-gate action entropy above ``--entropy-floor`` nats, win rate reported.
 
-    python benchmarks/proof_of_learning.py --device cpu --steps 3000 --envs 64 --small
+    python benchmarks/proof_of_learning.py --device cpu --steps 6000 --envs 64 --small
+
+(``tests/train/test_learning.py`` is the same check in CI, seeded, on one thread.)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from lobsurf.train.run_folder import read_metrics
 
 #: a CPU-sized network for quick proofs (--small)
 SMALL = ["encoder.d_model=64", "encoder.n_layers=1", "encoder.d_state=16", "encoder.headdim=16",
-         "sim.window=32", "network.q_hidden=128"]
+         "sim.window=32", "network.q_hidden=128", "learner.lr=5e-4"]
 
 
 def make_store(root: Path, preset: str, days: int, snapshots: int) -> Path:
@@ -75,7 +77,7 @@ def table(name: str, result: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--steps", type=int, default=6000)
     p.add_argument("--envs", type=int, default=64)
     p.add_argument("--days", type=int, default=4)
     p.add_argument("--snapshots", type=int, default=100_000, help="per day")
