@@ -3,7 +3,8 @@
 Storage holds what is needed to rebuild a transition, never observation windows: the
 dataset row of the state and of the next state, the agent's own state at both (position,
 time in trade, unrealized PnL), the action, the reward (after the reward pipeline), done
-(episode end) and trade_closed. The learner re-gathers the K-windows by row, so memory does not grow with K.
+(episode end) and trade_closed. The learner re-gathers the K-windows by row, so memory does
+not grow with K.
 
 Sampling draws i with probability P(i) = w_i / sum_j w_j, w = priority ** alpha, through a
 float64 cumulative sum and ``searchsorted`` (measured far faster than ``torch.multinomial``

@@ -7,8 +7,8 @@ Read top to bottom, a step is:
     -> Thompson sample of Q -> confidence gate -> FRD gate -> simulator step
     -> reward pipeline (mark-to-market shaping -> scale -> clamp -> atom span)
     -> + beta log pi_ref(a) -> replay write
-    (+ outcome labels of the trades that closed; terminal only at episode ends) -> controllers (post-gate action histogram,
-    gate threshold) -> metrics
+    (+ outcome labels of the trades that closed; terminal only at episode ends)
+    -> controllers (post-gate action histogram, gate threshold) -> metrics
     -> [learn] replay sample -> target net on s and s' -> C51 projection of the target's
     greedy action at s' -> online heads at s -> C51 CE x IS weights + pi distillation/entropy
     + V + FRD + direction + outcome (all batch means) -> backward -> clip -> Adam ->
@@ -177,12 +177,12 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
     # ---- act: Thompson sample -> confidence gate -> FRD gate
     action, gated = choose_actions(out, z, state, book, row, cfg)
     result = env.step(action)
-    # ---- reward pipeline: shaping -> scale -> clamp -> atom span (every training path
-    # comes here), then the KL reference term beta * log pi_ref(a), stored with the reward
     # Terminal only where the episode ended: a closed trade bootstraps into the flat state
     # after it. Were a close terminal, every per-step cost (the KL term on Hold) would make
     # ending a trade look cheaper than staying flat, and Q would learn to churn.
     done = result.episode_end
+    # ---- reward pipeline: shaping -> scale -> clamp -> atom span (every training path
+    # comes here), then the KL reference term beta * log pi_ref(a), stored with the reward
     shaping = (mark_shaping(unrealized, s.unrealized_pnl, done, cfg.learner.gamma)
                if cfg.reward.mark_to_market else None)
     reward = reward_pipeline(result.reward, result.trade_closed, ctl, cfg.reward, shaping)

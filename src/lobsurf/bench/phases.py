@@ -35,7 +35,8 @@ _METHODS = (
 _FUNCTIONS = (
     ("collect", "collect"), ("learn", "learn"), ("losses", "losses"),
     ("gather_window", "window gather"), ("choose_actions", "act + gates"),
-    ("reward_pipeline", "reward pipeline"), ("mark_shaping", "reward shaping"), ("action_histogram_update", "controllers"),
+    ("reward_pipeline", "reward pipeline"), ("mark_shaping", "reward shaping"),
+    ("action_histogram_update", "controllers"),
     ("project_categorical", "C51 projection"),
 )
 
