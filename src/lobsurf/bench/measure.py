@@ -78,9 +78,10 @@ def make_store(root: Path, cfg: BenchConfig) -> Path:
 
 
 def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConfig,
-               precision: str = "fp32") -> RunConfig:
+               precision: str = "fp32", fused_inference: str = "auto") -> RunConfig:
     return run_config_from_dict({
-        "data": {"store": str(store)}, "encoder": {"n_layers": layers},
+        "data": {"store": str(store)},
+        "encoder": {"n_layers": layers, "fused_inference": fused_inference},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
@@ -171,10 +172,12 @@ def graphed_phases(state, book, scfg, device: str, cfg: BenchConfig) -> dict[str
 
 
 def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
-            compile_: bool = False, precision: str = "fp32") -> dict[str, Any]:
-    """Every figure of one (B, layers, precision) configuration (module docstring)."""
+            compile_: bool = False, precision: str = "fp32",
+            fused_inference: str = "auto") -> dict[str, Any]:
+    """Every figure of one (B, layers, precision, fused_inference) configuration (module
+    docstring); ``fused_inference`` is ``encoder.fused_inference``."""
     run_cfg = run_config(store, batch, layers, "cuda" if device.startswith("cuda") else "cpu",
-                         cfg, precision)
+                         cfg, precision, fused_inference)
     data = load_training_data(run_cfg, device, store)
     state = build_state(run_cfg, data, device)
     scfg, book = step_config(run_cfg), data.train_book
@@ -186,6 +189,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     row: dict[str, Any] = {"batch": batch, "layers": layers, "precision": precision,
+                           "fused_inference": fused_inference,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

@@ -31,14 +31,26 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _choice_list(text: str, allowed: tuple[str, ...]) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or any(v not in allowed for v in values):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of "
+                                         f"{', '.join(allowed)}, got {text!r}")
+    return values
+
+
 def _precisions(text: str) -> list[str]:
     from lobsurf.models.precision import PRECISIONS
 
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    if not values or any(v not in PRECISIONS for v in values):
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of "
-                                         f"{', '.join(PRECISIONS)}, got {text!r}")
-    return values
+    return _choice_list(text, PRECISIONS)
+
+
+def _fused_choices(text: str) -> list[str]:
+    return _choice_list(text, FUSED_CHOICES)
+
+
+#: encoder.fused_inference values the bench can compare side by side
+FUSED_CHOICES = ("auto", "torch", "triton")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", type=_precisions, default=["fp32"],
                         help="network forward precisions (train.precision: fp32, bf16 "
                         "autocast), comma-separated")
+    parser.add_argument("--fused-inference", type=_fused_choices, default=["auto"],
+                        help="encoder.fused_inference per configuration (auto: the one-kernel "
+                        "Mamba2 block in the no-grad forwards on CUDA; torch: PyTorch blocks "
+                        "only), comma-separated")
     parser.add_argument("--steps", type=int, default=d.steps, help="timed steps per block")
     parser.add_argument("--repeats", type=int, default=d.repeats, help="timed blocks per mode")
     parser.add_argument("--snapshots", type=int, default=d.snapshots_per_day,
@@ -97,7 +113,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'B':>5} {'L':>2} {'prec':>4} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
+    lines = [f"{'B':>5} {'L':>2} {'prec':>4} {'fused':>5} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
              f"{'env/s':>10} {'nodes':>6} {'ops/step':>8} {'busy ms':>8} {'collect':>8} "
              f"{'learn':>8} {'TFLOP/s':>8} {'GiB':>6}"]
     for r in rows:
@@ -105,7 +121,7 @@ def table(rows: list[dict]) -> str:
         gp = r["graph_phase_ms"] or {}
         lines.append(
             f"{r['batch']:>5} {r['layers']:>2} {r['precision']:>4} "
-            f"{r['eager']['steps_per_s']:>8.1f} "
+            f"{r.get('fused_inference', 'auto'):>5} {r['eager']['steps_per_s']:>8.1f} "
             f"{_fmt(r['graphed'] and r['graphed']['steps_per_s'], '8.1f'):>8} "
             f"{_fmt(r.get('speedup'), '5.2f'):>5} {best['transitions_learned_per_s']:>10,.0f} "
             f"{best['env_steps_per_s']:>10,.0f} {_fmt(r['graph_nodes'], 'd'):>6} "
@@ -118,7 +134,7 @@ def table(rows: list[dict]) -> str:
 
 def phase_table(row: dict) -> str:
     lines = [f"phases of one eager step, B={row['batch']} layers={row['layers']} "
-             f"{row['precision']} "
+             f"{row['precision']} fused_inference={row.get('fused_inference', 'auto')} "
              "(ms, a synchronize around each range):"]
     lines += [f"  {path:<48} {ms:>9.3f}" for path, ms in row["phase_ms"].items()]
     return "\n".join(lines)
@@ -144,14 +160,16 @@ def run(args: argparse.Namespace) -> int:
            "rows": []}
     with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
         store = make_store(Path(tmp), cfg)
-        for precision in args.precision:
-            for layers in args.layers:
-                for batch in args.batch:
-                    row = measure(store, device, batch, layers, cfg, args.compile, precision)
-                    out["rows"].append(row)
-                    print(json.dumps(row), file=sys.stderr, flush=True)
-                    if device.startswith("cuda"):
-                        torch.cuda.empty_cache()
+        for fused in args.fused_inference:
+            for precision in args.precision:
+                for layers in args.layers:
+                    for batch in args.batch:
+                        row = measure(store, device, batch, layers, cfg, args.compile,
+                                      precision, fused)
+                        out["rows"].append(row)
+                        print(json.dumps(row), file=sys.stderr, flush=True)
+                        if device.startswith("cuda"):
+                            torch.cuda.empty_cache()
     for row in out["rows"]:
         print(phase_table(row))
     v = out["versions"]
@@ -165,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
     for r in out["rows"]:
         c = r["compiled"]
         if c is not None:
-            print(f"B={r['batch']} layers={r['layers']} {r['precision']} with compiled "
+            print(f"B={r['batch']} layers={r['layers']} {r['precision']} "
+                  f"fused_inference={r.get('fused_inference', 'auto')} with compiled "
                   "encoders: " + (
                 c["error"] if "error" in c else
                 f"{c['steps_per_s']:.1f} steps/s ({c['ms_per_step']:.2f} ms), "

@@ -51,6 +51,14 @@ class EncoderConfig:
     """Causal conv + SiLU implementation for a window with no conv context: "torch" =
     shifted multiply-adds (the reference, fused by torch.compile), "triton" = fused kernels
     (``conv_triton.py``, CUDA only)."""
+    fused_inference: Literal["auto", "torch", "triton"] = "auto"
+    """Block forward when autograd is off (the step's acting and target forwards) over a
+    window with no state: "auto" = the one-kernel Triton block (``mamba2_fused.py``) on
+    CUDA where Triton and the shape allow it, else PyTorch; "torch" = always the PyTorch
+    block (the reference); "triton" = insist on the kernel (an error says why it cannot
+    run; on CPU it needs Triton's interpreter, which the tests use)."""
+    fused_warps: int = 8
+    """Triton warps per window of the fused inference kernel."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8
@@ -85,7 +93,7 @@ class EncoderConfig:
             raise ValueError(f"kind must be 'mamba2' or 'cfc', got {self.kind!r}")
         positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
                     "chunk_size", "in_proj_pad_multiple", "ssd_triton_warps_fwd",
-                    "ssd_triton_warps_bwd", "cfc_backbone_units", "cfc_backbone_layers")
+                    "ssd_triton_warps_bwd", "fused_warps", "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -96,6 +104,9 @@ class EncoderConfig:
             if getattr(self, name) not in ("torch", "triton"):
                 raise ValueError(f"{name} must be torch or triton, got "
                                  f"{getattr(self, name)!r}")
+        if self.fused_inference not in ("auto", "torch", "triton"):
+            raise ValueError("fused_inference must be auto, torch or triton, got "
+                             f"{self.fused_inference!r}")
         if not 0 < self.dt_min <= self.dt_max:
             raise ValueError("need 0 < dt_min <= dt_max")
         if not 0 < self.a_init_min <= self.a_init_max:

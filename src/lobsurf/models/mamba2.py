@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lobsurf.models.config import EncoderConfig
-from lobsurf.models import conv_triton, ssd_triton
+from lobsurf.models import conv_triton, mamba2_fused, ssd_triton
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
 
@@ -238,9 +238,37 @@ class Mamba2Block(nn.Module):
 
     def forward(self, h: torch.Tensor, state: Mamba2State | None = None,
                 last_only: bool = False) -> torch.Tensor:
-        """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward."""
+        """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward.
+        Without autograd and state, the whole block may run as one fused kernel
+        (``EncoderConfig.fused_inference``)."""
+        if state is None and self._fused(h):
+            m = self.mixer
+            cfg = m.cfg
+            return mamba2_fused.mamba2_block_inference(
+                h, self.norm.weight, m.in_proj.weight, m.conv_weight, m.conv_bias, m.dt_bias,
+                m.A_log, m.D, m.norm_weight, m.out_proj.weight, cfg.headdim, cfg.d_state,
+                cfg.norm_eps, last_only, cfg.fused_warps)
         mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
         return (h[:, -1] if last_only else h) + mixed
+
+    def _fused(self, h: torch.Tensor) -> bool:
+        # The fused kernel has no backward: only forwards with autograd off may use it.
+        cfg = self.mixer.cfg
+        if cfg.fused_inference == "torch" or torch.is_grad_enabled():
+            return False
+        ok = (mamba2_fused.available_for(h.device)
+              and mamba2_fused.supports(cfg.d_model, cfg.headdim, cfg.d_state, h.shape[1],
+                                        cfg.chunk_size))
+        if cfg.fused_inference == "auto":
+            return ok and h.is_cuda
+        if not ok:
+            raise RuntimeError(
+                "fused_inference='triton' needs Triton with a CUDA tensor (or Triton's CPU "
+                "interpreter, TRITON_INTERPRET=1), power-of-two d_model, headdim and d_state "
+                f">= 16 and a window of at most chunk_size; got {h.device.type}, d_model "
+                f"{cfg.d_model}, headdim {cfg.headdim}, d_state {cfg.d_state}, window "
+                f"{h.shape[1]}, chunk_size {cfg.chunk_size}")
+        return True
 
     def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token h [B, D] -> [B, D]; ``state`` updated in place."""

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 9 fused-block device call: GPU tests of the fused kernel and of eager = graphed,
+# the block micro-benchmark, then lobsurf bench per "B:layers:precisions" argument with
+# --fused-inference $FUSED (default auto,torch) and --compile, each under its own limit.
+# Usage (device machine, repo root, .whl and .gpu_src carried):
+#   TESTS=1 bash .gpu_src/benchmarks/gpu_fused_session.sh 1024:2:bf16
+set -u
+source "$(dirname "$0")/gpu_env.sh"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ "${TESTS:-0}" = 1 ]; then
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/models/test_mamba2_fused.py \
+    tests/train/test_cuda_graph_gpu.py > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
+fi
+if [ "${MICRO:-1}" = 1 ]; then
+  timeout 150 python3 benchmarks/bench_fused_block.py --batch 1024,2048 --out "$OUT" \
+    > "$OUT/micro.log" 2>&1; echo "micro rc=$?"; tail -7 "$OUT/micro.log"
+fi
+for cfg in "$@"; do
+  IFS=: read -r b l p <<< "$cfg"
+  timeout "${LIMIT:-200}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
+    --precision "$p" --fused-inference "${FUSED:-auto,torch}" --compile --steps 20 --repeats 2 \
+    --snapshots 50000 --json "$OUT/bench_${b}_${l}.json" > "$OUT/bench_${b}_${l}.log" \
+    2> "$OUT/bench_${b}_${l}.err"
+  echo "bench B=$b L=$l rc=$?"
+  grep -v '^{' "$OUT/bench_${b}_${l}.err" | tail -3 | cut -c1-300
+  tail -6 "$OUT/bench_${b}_${l}.log" | cut -c1-220
+done
+cd "$OUT" && tar czf all.tgz ./*.log ./*.err ./*.json ./*.txt 2>/dev/null; ls "$OUT"

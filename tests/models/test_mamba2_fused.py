@@ -1,0 +1,130 @@
+"""The one-kernel Mamba2 block (``mamba2_fused.py``) against the float64 step-by-step numpy
+block and against the PyTorch block, and its dispatch from ``Mamba2Block.forward``.
+
+Without CUDA the kernel runs in Triton's CPU interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1 before Triton is imported); the GPU-marked test runs the compiled kernel.
+The numpy reference shares no code with either path (tests/models/mamba2_numpy_reference.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the fused kernel needs Triton (dev extra on Linux)")
+
+from lobsurf.models import mamba2_fused  # noqa: E402
+from lobsurf.models.config import EncoderConfig  # noqa: E402
+from lobsurf.models.encoder import Encoder  # noqa: E402
+from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
+from tests.models.mamba2_numpy_reference import mamba2_block_reference  # noqa: E402
+
+#: max |fused - reference| / max |reference|: fp32 products (IEEE on CPU; the PyTorch fp32
+#: block is 5e-6 off at the default shape too), and bf16 operands with fp32 sums (the
+#: PyTorch block under bf16 autocast is ~1e-2 off)
+TOL_FP32, TOL_BF16 = 2e-5, 3e-2
+#: (d_model, headdim, d_state, window): a ragged window (37 < tile 64), a full one, the
+#: training default shape
+SHAPES = [(32, 16, 16, 37), (32, 16, 16, 64), (128, 64, 64, 64)]
+
+
+def _block(d_model: int, headdim: int, d_state: int, backend: str, seed: int,
+           device: str = "cpu") -> Mamba2Block:
+    torch.manual_seed(seed)
+    cfg = EncoderConfig(d_model=d_model, headdim=headdim, d_state=d_state,
+                        fused_inference=backend)
+    block = Mamba2Block(cfg)
+    with torch.no_grad():  # every parameter off its init, so a dropped term shows
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        block.mixer.dt_bias.uniform_(-1.0, 1.0)
+        block.mixer.D.normal_()
+    return block.to(device)
+
+
+def _reference(block: Mamba2Block, h: torch.Tensor) -> np.ndarray:
+    cfg = block.mixer.cfg
+    return mamba2_block_reference(block.state_dict(), h.double().cpu().numpy(), cfg.d_state,
+                                  cfg.headdim, cfg.norm_eps)
+
+
+def _rel(got: torch.Tensor, ref: np.ndarray) -> float:
+    return float(np.abs(got.double().cpu().numpy() - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize("d_model,headdim,d_state,window", SHAPES)
+def test_fused_block_matches_numpy_reference(d_model, headdim, d_state, window) -> None:
+    block = _block(d_model, headdim, d_state, "triton", seed=window)
+    h = torch.randn(3, window, d_model)
+    ref = _reference(block, h)
+    with torch.no_grad():
+        full, last = block(h), block(h, last_only=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = block(h.bfloat16())
+    assert full.shape == h.shape and last.shape == (3, d_model)
+    assert low.dtype == torch.bfloat16
+    assert _rel(full, ref) < TOL_FP32
+    assert _rel(last, ref[:, -1]) < TOL_FP32
+    assert _rel(low, ref) < TOL_BF16
+
+
+def test_auto_uses_the_kernel_only_without_autograd_on_cuda() -> None:
+    """``auto`` leaves CPU runs (and every forward with autograd) on the PyTorch block; the
+    kernel, which has no backward, never sees a forward that needs gradients."""
+    fused = _block(32, 16, 16, "triton", seed=1)
+    auto = _block(32, 16, 16, "auto", seed=1)
+    h = torch.randn(2, 20, 32)
+    assert not auto._fused(h)  # CPU tensor: PyTorch
+    with torch.no_grad():
+        assert fused._fused(h)
+    assert not fused._fused(h)  # autograd on: PyTorch even when "triton" is asked for
+    out = fused(h)  # with grad: the PyTorch block, differentiable
+    out.sum().backward()
+    assert fused.mixer.in_proj.weight.grad is not None
+
+
+def test_encoder_no_grad_forward_equals_the_pytorch_encoder() -> None:
+    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, n_layers=2)
+    torch.manual_seed(3)
+    ref = Encoder(dataclasses.replace(cfg, fused_inference="torch"), in_features=7)
+    fast = Encoder(dataclasses.replace(cfg, fused_inference="triton"), in_features=7)
+    fast.load_state_dict(ref.state_dict())
+    x, log_dt = torch.randn(4, 48, 7), torch.randn(4, 48)
+    with torch.no_grad():
+        want = ref(x, log_dt, return_sequence=False).last
+        got = fast(x, log_dt, return_sequence=False).last
+    assert (got - want).abs().max() / want.abs().max() < TOL_FP32
+
+
+def test_triton_backend_says_why_it_cannot_run() -> None:
+    block = _block(32, 16, 16, "triton", seed=0)
+    long_window = torch.randn(1, block.mixer.cfg.chunk_size + 1, 32)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="window of at most chunk_size"):
+        block(long_window)
+    assert not mamba2_fused.supports(24, 16, 16, 32, 64)  # d_model not a power of two
+    with pytest.raises(ValueError, match="fused_inference"):
+        EncoderConfig(fused_inference="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d_model,headdim,d_state,window", SHAPES)
+def test_compiled_kernel_matches_numpy_reference_on_cuda(d_model, headdim, d_state,
+                                                         window) -> None:
+    saved = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "ieee"  # exact fp32 products
+    try:
+        block = _block(d_model, headdim, d_state, "auto", seed=window, device="cuda")
+        h = torch.randn(5, window, d_model, device="cuda")
+        ref = _reference(block, h)
+        with torch.no_grad():
+            assert block._fused(h)
+            full, last = block(h), block(h, last_only=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                low = block(h.bfloat16())
+        assert _rel(full, ref) < TOL_FP32 and _rel(last, ref[:, -1]) < TOL_FP32
+        assert _rel(low, ref) < TOL_BF16
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
