@@ -9,11 +9,11 @@ source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 if [ "${TESTS:-0}" = 1 ]; then
   timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/models/test_mamba2_fused.py \
-    tests/train/test_cuda_graph_gpu.py > "$OUT/gpu_tests.log" 2>&1
+    tests/models/test_mamba2_fused_core.py tests/train/test_cuda_graph_gpu.py > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
 fi
 if [ "${MICRO:-1}" = 1 ]; then
-  timeout 150 python3 benchmarks/bench_fused_block.py --batch 1024,2048 --out "$OUT" \
+  timeout 200 python3 benchmarks/bench_fused_block.py --batch 1024,2048 --out "$OUT" \
     > "$OUT/micro.log" 2>&1; echo "micro rc=$?"; tail -7 "$OUT/micro.log"
 fi
 for cfg in "$@"; do

@@ -57,6 +57,12 @@ class EncoderConfig:
     CUDA where Triton and the shape allow it, else PyTorch; "torch" = always the PyTorch
     block (the reference); "triton" = insist on the kernel (an error says why it cannot
     run; on CPU it needs Triton's interpreter, which the tests use)."""
+    fused_training: Literal["auto", "torch", "triton"] = "auto"
+    """Mixer core (conv -> SSD -> gated norm) when autograd is on (the learner's forward and
+    backward) over a window with no state: "auto" = one forward and one backward Triton
+    kernel (``mamba2_fused_core.py``) on CUDA where Triton and the shape allow it, between
+    the in- and out-projection GEMMs; "torch" = the PyTorch mixer (the reference);
+    "triton" = insist (on CPU only under Triton's interpreter)."""
     fused_warps: int = 8
     """Triton warps per window of the fused inference kernel."""
     ssd_triton_warps_fwd: int = 4
@@ -104,9 +110,10 @@ class EncoderConfig:
             if getattr(self, name) not in ("torch", "triton"):
                 raise ValueError(f"{name} must be torch or triton, got "
                                  f"{getattr(self, name)!r}")
-        if self.fused_inference not in ("auto", "torch", "triton"):
-            raise ValueError("fused_inference must be auto, torch or triton, got "
-                             f"{self.fused_inference!r}")
+        for name in ("fused_inference", "fused_training"):
+            if getattr(self, name) not in ("auto", "torch", "triton"):
+                raise ValueError(f"{name} must be auto, torch or triton, got "
+                                 f"{getattr(self, name)!r}")
         if not 0 < self.dt_min <= self.dt_max:
             raise ValueError("need 0 < dt_min <= dt_max")
         if not 0 < self.a_init_min <= self.a_init_max:

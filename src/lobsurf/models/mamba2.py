@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lobsurf.models.config import EncoderConfig
-from lobsurf.models import conv_triton, mamba2_fused, ssd_triton
+from lobsurf.models import conv_triton, mamba2_fused, mamba2_fused_core, ssd_triton
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
 
@@ -172,6 +172,12 @@ class Mamba2Mixer(nn.Module):
         cfg = self.cfg
         batch, length, _ = u.shape
         H, P, E = cfg.n_heads, cfg.headdim, cfg.d_inner
+        if state is None and self._fused_core(u):
+            o, _ = mamba2_fused_core.mamba2_core(
+                self.in_proj(u), self.conv_weight, self.conv_bias, self.dt_bias, self.A_log,
+                self.D, self.norm_weight, cfg.headdim, cfg.d_state, cfg.norm_eps,
+                cfg.fused_warps)
+            return self.out_proj(o[:, -1] if last_only else o)
         if last_only:
             # z is needed for one row only: project it separately and skip E columns elsewhere.
             z = F.linear(u[:, -1], self.in_proj.weight[:E])  # [B, E]
@@ -205,6 +211,26 @@ class Mamba2Mixer(nn.Module):
             state.conv_state.copy_(new_context)
             state.ssm_state.copy_(final)
         return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+
+    def _fused_core(self, u: torch.Tensor) -> bool:
+        # The core kernels with autograd serve forwards that need gradients; forwards
+        # without them go through the whole-block kernel (Mamba2Block) or PyTorch.
+        cfg = self.cfg
+        if cfg.fused_training == "torch" or not torch.is_grad_enabled():
+            return False
+        ok = (mamba2_fused.available_for(u.device)
+              and mamba2_fused_core.supports(cfg.headdim, cfg.d_state, u.shape[1],
+                                             cfg.chunk_size))
+        if cfg.fused_training == "auto":
+            return ok and u.is_cuda
+        if not ok:
+            raise RuntimeError(
+                "fused_training='triton' needs Triton with a CUDA tensor (or Triton's CPU "
+                "interpreter, TRITON_INTERPRET=1), power-of-two headdim and d_state >= 16 "
+                f"and a window of at most chunk_size; got {u.device.type}, headdim "
+                f"{cfg.headdim}, d_state {cfg.d_state}, window {u.shape[1]}, chunk_size "
+                f"{cfg.chunk_size}")
+        return True
 
     def step(self, u: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token: u [B, D] -> [B, D]; ``state`` is updated in place."""

@@ -1,0 +1,102 @@
+"""The fused mixer core with autograd (``mamba2_fused_core.py``): forward and every gradient
+of a whole block against PyTorch autograd of the PyTorch block in float64.
+
+The float64 PyTorch block shares no code with the Triton kernels (its forward is itself
+checked against the step-by-step numpy block in test_mamba2_reference.py). Without CUDA the
+kernels run in Triton's CPU interpreter (tests/conftest.py); the GPU-marked test runs the
+compiled kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the fused kernels need Triton (dev extra on Linux)")
+
+from lobsurf.models.config import EncoderConfig  # noqa: E402
+from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
+
+#: relative error (norm of the difference / norm of the float64 value) allowed for fp32
+#: products, per output and gradient; the PyTorch fp32 block is as far off (dt_bias and A_log
+#: gradients, sums over every token of products of cancelling terms, ~5e-5 at the default
+#: shape). bf16 operands: ~1e-2.
+TOL_FP32, TOL_BF16 = 3e-4, 6e-2
+#: (d_model, headdim, d_state, window, last_only)
+CASES = [(32, 16, 16, 37, False), (32, 16, 16, 64, True), (128, 64, 64, 64, False)]
+
+
+def _blocks(d_model, headdim, d_state, device="cpu"):
+    cfg = EncoderConfig(d_model=d_model, headdim=headdim, d_state=d_state,
+                        fused_training="triton", fused_inference="torch")
+    torch.manual_seed(d_model + d_state)
+    fused = Mamba2Block(cfg)
+    with torch.no_grad():  # every parameter off its init, so a dropped term shows
+        for p in fused.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        fused.mixer.dt_bias.uniform_(-1.0, 1.0)
+        fused.mixer.D.normal_()
+    ref = Mamba2Block(dataclasses.replace(cfg, fused_training="torch")).double()
+    ref.load_state_dict(fused.state_dict())
+    return fused.to(device), ref.to(device)
+
+
+def _run(block, h, last_only, dtype, autocast=False):
+    leaf = h.to(dtype).clone().requires_grad_()
+    with torch.autocast(h.device.type, dtype=torch.bfloat16, enabled=autocast):
+        out = block(leaf, last_only=last_only)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+    (out.double() * weight.to(out.device, torch.float64)).sum().backward()
+    grads = {"out": out.detach(), "d h": leaf.grad}
+    grads.update({n: p.grad for n, p in block.named_parameters()})
+    block.zero_grad(set_to_none=True)
+    return grads
+
+
+def _check(fused, ref, tol):
+    for name, want in ref.items():
+        got = fused[name].double()
+        err = ((got - want).norm() / want.norm()).item()
+        assert err < tol, f"{name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", CASES)
+def test_fused_core_forward_and_gradients_match_float64(d_model, headdim, d_state, window,
+                                                        last_only) -> None:
+    fused, ref = _blocks(d_model, headdim, d_state)
+    h = torch.randn(3, window, d_model)
+    want = _run(ref, h, last_only, torch.float64)
+    assert fused.mixer._fused_core(h)
+    _check(_run(fused, h, last_only, torch.float32), want, TOL_FP32)
+    if d_model == 32:  # bf16 operands (emulated by the interpreter) at the small shapes
+        _check(_run(fused, h, last_only, torch.float32, autocast=True), want, TOL_BF16)
+
+
+def test_fused_core_only_under_autograd() -> None:
+    fused, _ = _blocks(32, 16, 16)
+    h = torch.randn(2, 16, 32)
+    assert fused.mixer._fused_core(h)
+    with torch.no_grad():
+        assert not fused.mixer._fused_core(h)  # no-grad forwards: the whole-block kernel path
+    auto = Mamba2Block(dataclasses.replace(fused.mixer.cfg, fused_training="auto"))
+    assert not auto.mixer._fused_core(h)  # auto: CUDA only
+    with pytest.raises(RuntimeError, match="window of at most chunk_size"):
+        fused(torch.randn(1, fused.mixer.cfg.chunk_size + 1, 32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", CASES)
+def test_compiled_core_matches_float64_on_cuda(d_model, headdim, d_state, window,
+                                               last_only) -> None:
+    saved = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    try:
+        fused, ref = _blocks(d_model, headdim, d_state, device="cuda")
+        h = torch.randn(5, window, d_model, device="cuda")
+        want = _run(ref, h, last_only, torch.float64)
+        _check(_run(fused, h, last_only, torch.float32), want, TOL_FP32)
+        _check(_run(fused, h, last_only, torch.float32, autocast=True), want, TOL_BF16)
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
