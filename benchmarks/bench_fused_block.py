@@ -52,6 +52,33 @@ def graphed_ms(fn, reps: int) -> float:
     return start.elapsed_time(end) / reps
 
 
+def core_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, want: torch.Tensor,
+              args) -> None:
+    """No-grad forward through the fused core only (pre-norm, in_proj and out_proj stay
+    PyTorch GEMMs/ops around it, compiled), per warp count."""
+    from lobsurf.models import mamba2_fused_core
+    from lobsurf.models.mamba2 import rms_norm
+
+    m = ref.mixer
+    for warps in (int(w) for w in args.warps.split(",")):
+        def core_block(x, warps=warps):
+            o, _ = mamba2_fused_core.mamba2_core(
+                m.in_proj(rms_norm(ref.norm, x)), m.conv_weight, m.conv_bias, m.dt_bias,
+                m.A_log, m.D, m.norm_weight, m.cfg.headdim, m.cfg.d_state, m.cfg.norm_eps, warps)
+            return x + m.out_proj(o)
+
+        compiled = torch.compile(core_block, dynamic=False)
+
+        def run():
+            with torch.no_grad(), autocast:
+                return compiled(h)
+
+        got = run()
+        row[f"core_w{warps}_ms"] = graphed_ms(run, args.reps)
+        row[f"core_w{warps}_rel_err"] = ((got.float() - want.float()).norm()
+                                        / want.float().norm()).item()
+
+
 def train_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, args) -> None:
     """Forward + backward of the block (autograd on): the PyTorch block compiled against
     the fused core (``fused_training``), both graphed; gradient agreement of the two."""
@@ -59,9 +86,6 @@ def train_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, args) -> 
     weight = torch.randn_like(h, dtype=torch.float32)
     compiled = torch.compile(ref, dynamic=False)
     cfg = dataclasses.replace(ref.mixer.cfg, fused_training="triton", fused_inference="torch")
-    fused = Mamba2Block(cfg).cuda()
-    fused.load_state_dict(ref.state_dict())
-
     def step(block):
         def run():
             with autocast:
@@ -69,16 +93,21 @@ def train_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, args) -> 
             (out.float() * weight).sum().backward()
         return run
 
-    grads = []
-    for name, block in (("torch_compiled", compiled), ("fused_core", fused)):
-        block.zero_grad(set_to_none=False)
+    blocks = {"torch_compiled": (compiled, ref)}
+    for warps in (int(w) for w in args.warps.split(",")):
+        fused = Mamba2Block(dataclasses.replace(cfg, fused_warps=warps)).cuda()
+        fused.load_state_dict(ref.state_dict())
+        blocks[f"fused_core_w{warps}"] = (fused, fused)
+    grads = {}
+    for name, (block, params) in blocks.items():
+        params.zero_grad(set_to_none=False)
         h.grad = None
         step(block)()
-        grads.append(torch.cat([p.grad.flatten().float() for p in ref.parameters()]
-                               if block is compiled else
-                               [p.grad.flatten().float() for p in fused.parameters()]))
+        grads[name] = torch.cat([p.grad.flatten().float() for p in params.parameters()])
         row[f"{name}_fwd_bwd_ms"] = graphed_ms(step(block), args.reps)
-    row["fused_core_grad_rel_err"] = ((grads[1] - grads[0]).norm() / grads[0].norm()).item()
+    base = grads.pop("torch_compiled")
+    for name, g in grads.items():
+        row[f"{name}_grad_rel_err"] = ((g - base).norm() / base.norm()).item()
 
 
 def main() -> None:
@@ -128,6 +157,7 @@ def main() -> None:
                 err = ((got.float() - want.float()).norm() / want.float().norm()).item()
                 row[f"fused_w{warps}_ms"] = graphed_ms(fused_block, args.reps)
                 row[f"fused_w{warps}_rel_err"] = err
+            core_rows(row, ref, h, autocast, want, args)
             train_rows(row, ref, h, autocast, args)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -144,13 +174,19 @@ def main() -> None:
               + " ".join(f"{r[f'fused_w{w}_ms']:>9.3f} {r[f'fused_w{w}_rel_err']:>8.1e}"
                          for w in warps)
               + f"  {r['torch_compiled_ms'] / best:>6.2f}x")
+    print("\nno-grad forward through the fused core (GEMMs and norms compiled around it), ms")
+    print(f"{'B':>5} {'prec':>4} " + " ".join(f"{'core w' + str(w):>9} {'rel err':>8}"
+                                              for w in warps))
+    for r in rows:
+        print(f"{r['batch']:>5} {r['precision']:>4} " + " ".join(
+            f"{r[f'core_w{w}_ms']:>9.3f} {r[f'core_w{w}_rel_err']:>8.1e}" for w in warps))
     print("\nforward + backward (autograd on), ms, CUDA graph replay")
-    print(f"{'B':>5} {'prec':>4} {'torch compiled':>14} {'fused core':>10} {'grad err':>9} "
-          "speed-up")
+    print(f"{'B':>5} {'prec':>4} {'torch compiled':>14} "
+          + " ".join(f"{'core w' + str(w):>9} {'grad err':>8}" for w in warps))
     for r in rows:
         print(f"{r['batch']:>5} {r['precision']:>4} {r['torch_compiled_fwd_bwd_ms']:>14.3f} "
-              f"{r['fused_core_fwd_bwd_ms']:>10.3f} {r['fused_core_grad_rel_err']:>9.1e} "
-              f"{r['torch_compiled_fwd_bwd_ms'] / r['fused_core_fwd_bwd_ms']:>7.2f}x")
+              + " ".join(f"{r[f'fused_core_w{w}_fwd_bwd_ms']:>9.3f} "
+                         f"{r[f'fused_core_w{w}_grad_rel_err']:>8.1e}" for w in warps))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "fused_block.json").write_text(json.dumps(rows, indent=1))

@@ -7,14 +7,16 @@
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-if [ "${TESTS:-0}" = 1 ]; then
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/models/test_mamba2_fused.py \
-    tests/models/test_mamba2_fused_core.py tests/train/test_cuda_graph_gpu.py > "$OUT/gpu_tests.log" 2>&1
-  echo "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
-fi
 if [ "${MICRO:-1}" = 1 ]; then
-  timeout 200 python3 benchmarks/bench_fused_block.py --batch 1024,2048 --out "$OUT" \
-    > "$OUT/micro.log" 2>&1; echo "micro rc=$?"; tail -7 "$OUT/micro.log"
+  timeout "${MICRO_LIMIT:-300}" python3 benchmarks/bench_fused_block.py --batch "${MICRO_BATCH:-1024,2048}" \
+    --warps "${WARPS:-4,8}" --out "$OUT" > "$OUT/micro.log" 2>&1
+  echo "micro rc=$?"; grep -v '^{' "$OUT/micro.log" | tail -22
+fi
+if [ "${TESTS:-0}" = 1 ]; then
+  timeout "${TEST_LIMIT:-200}" python3 -m pytest -x -q --tb=short -p no:cacheprovider -m gpu \
+    ${TEST_ARGS:-tests/models/test_mamba2_fused.py tests/models/test_mamba2_fused_core.py \
+    tests/train/test_cuda_graph_gpu.py} > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$?"; tail -25 "$OUT/gpu_tests.log" | cut -c1-240
 fi
 for cfg in "$@"; do
   IFS=: read -r b l p <<< "$cfg"
