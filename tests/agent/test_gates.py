@@ -101,9 +101,9 @@ def test_gates_fire_after_the_warm_up_in_the_real_step(tiny_store):
     gated_by_step, sent = [], []
     orig = state.env.step
 
-    def spy(action, force_end=None):
+    def spy(action, *args, **kwargs):
         sent.append(action.clone())
-        return orig(action, force_end)
+        return orig(action, *args, **kwargs)
 
     state.env.step = spy
     for step in range(12):

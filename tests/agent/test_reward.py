@@ -65,9 +65,9 @@ def test_every_training_path_runs_the_whole_pipeline(tiny_setup, learning):
     orig = state.env.step
     gamma = cfg.learner.gamma
 
-    def spy(action, force_end=None):
+    def spy(action, *args, **kwargs):
         before = state.env.state.unrealized_pnl.clone()
-        result = orig(action, force_end)
+        result = orig(action, *args, **kwargs)
         seen.append(result.reward.clone())
         # mark-to-market shaping, written out: gamma * mark(s') (0 at an episode end) - mark(s)
         after = state.env.state.unrealized_pnl * (~result.episode_end) * gamma

@@ -6,7 +6,8 @@ import json
 
 from lobsurf.cli import main
 
-ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "learner_batch", "replay_capacity",
+ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
+            "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
             "achieved_tflops", "graph_phase_ms", "compiled"}

@@ -144,3 +144,26 @@ def test_episode_ends_at_step_limit_with_position_closed() -> None:
 def test_no_room_raises() -> None:
     with pytest.raises(ValueError, match="no segment"):
         BatchedLobEnv(random_walk_book(20, 2), 2, SimConfig(window=30))
+
+
+def test_step_values_is_pure_and_the_env_writes_what_it_returns() -> None:
+    """``step_values`` (the step a compiled kernel replaces) writes none of its inputs;
+    ``BatchedLobEnv.step`` copies every new state and stats field into the live tensors."""
+    from dataclasses import fields
+
+    from lobsurf.sim.env import step_values
+
+    cfg = SimConfig(max_episode_steps=7, fee_bps=0.1)
+    env = make_env(cfg, book_seed=3)
+    live = [getattr(part, f.name) for part in (env.state, env.stats) for f in fields(part)]
+    addresses = [t.data_ptr() for t in live]
+    g = torch.Generator().manual_seed(0)
+    for action in actions(cfg, seed=1)[:20]:
+        before = [t.clone() for t in live]
+        draw = torch.randint(env.total_cursors, (ENVS,), generator=g)
+        new = step_values(env.state, env.stats, action, draw, env.tables, env.cfg)
+        assert all(torch.equal(t, b) for t, b in zip(live, before))  # pure
+        assert env.step(action, kernel=lambda *args, new=new: new) is new.result
+        fresh = [getattr(part, f.name) for part in (new.state, new.stats) for f in fields(part)]
+        assert all(torch.equal(t, n) for t, n in zip(live, fresh))
+    assert [t.data_ptr() for t in live] == addresses

@@ -1,7 +1,11 @@
-"""train.compile of the step's pure tensor functions (``state.kernels``: gates, C51
-target side, every loss) with Inductor on CPU: the compiled step equals the
-eager step to float tolerance, fullgraph, one Dynamo graph per kernel per shape and no
-graph break; the phase timer's patches of the step module stay out of the compiled code.
+"""train.compile of the step's pure tensor functions (``state.kernels``: observation,
+acting and gates, simulator, bookkeeping, replay draw, learner inputs, C51 target side,
+every loss, learner bookkeeping) with Inductor on CPU: each compiled kernel equals its eager
+function on the same inputs, call by call; the compiled step leaves every state tensor
+(networks, optimizer, controllers, metric sums, replay, simulator, counters) where the eager
+step does, to float tolerance, so the kernels' new values really are written back; fullgraph,
+one Dynamo graph per kernel per shape and no graph break; the phase timer's patches of the
+step module stay out of the compiled code.
 
 Tiny shapes (8 envs, a 16-wide encoder left eager) keep Inductor's CPU compile short.
 """
@@ -9,6 +13,7 @@ Tiny shapes (8 envs, a 16-wide encoder left eager) keep Inductor's CPU compile s
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -38,29 +43,86 @@ def _setup(tiny_store, n_step: int = 1):
     return data, build_state(cfg, data, "cpu"), step_config(cfg)
 
 
+def _tensors(obj, prefix: str = ""):
+    """(path, tensor) of every tensor inside ``obj`` (dataclasses, tuples, lists, dicts)."""
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _tensors(getattr(obj, f.name), f"{prefix}.{f.name}")
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        for name, value in zip(obj._fields, obj):
+            yield from _tensors(value, f"{prefix}.{name}")
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from _tensors(value, f"{prefix}[{i}]")
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, f"{prefix}[{key!r}]")
+
+
+def _state_tensors(state) -> dict[str, torch.Tensor]:
+    """A copy of every tensor a step writes (everything but the constant tables)."""
+    out = {f"online.{k}": v for k, v in state.online.state_dict().items()}
+    out |= {f"target.{k}": v for k, v in state.target.state_dict().items()}
+    out |= {f"replay.{k}": v for k, v in state.replay.state_dict().items()
+            if isinstance(v, torch.Tensor) and k != "generator"}
+    for name in ("optimizer", "controllers", "metrics", "step_count"):
+        out |= {f"{name}{path}": t for path, t in _tensors(getattr(state, name))}
+    out |= {f"sim{path}": t for path, t in _tensors((state.env.state, state.env.stats))}
+    return {k: v.detach().clone() for k, v in out.items()}
+
+
 def _run(state, data, scfg) -> dict[str, torch.Tensor]:
     for step in range(STEPS):
         train_step(state, data.train_book, scfg, learning=step >= PREFILL)
-    m, ctl = state.metrics, state.controllers
-    out = {name: getattr(m, name).clone() for name in (
-        "loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "policy_entropy",
-        "agreement", "grad_norm", "q_mean", "reward", "gated", "hold_actions", "net_pnl")}
-    out |= {f"ctl.{name}": getattr(ctl, name).clone() for name in (
-        "v_min", "v_max", "pnl_magnitude", "reward_scale", "gate_threshold", "sac_alpha",
-        "distill_tau", "per_beta")}
-    out["replay.reward"] = state.replay.storage.reward.clone()
-    out["replay.weight"] = state.replay.weight.clone()
-    out |= {f"online.{k}": v.detach().clone() for k, v in state.online.state_dict().items()}
-    return out
+    return _state_tensors(state)
 
 
 def _compare(eager: dict[str, torch.Tensor], traced: dict[str, torch.Tensor]) -> None:
+    assert eager.keys() == traced.keys()
     for name, a in eager.items():
         b = traced[name]
         if a.is_floating_point():
             torch.testing.assert_close(b, a, rtol=RTOL, atol=ATOL, msg=name)
         else:
             assert torch.equal(a, b), name
+
+
+def _frozen(obj):
+    """A copy of a kernel's arguments as they are now (the step overwrites its state after):
+    tensors cloned (detached), containers and dataclasses rebuilt, other objects (the replay)
+    copied with their tensor attributes cloned."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _frozen(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*map(_frozen, obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map(_frozen, obj))
+    if isinstance(obj, dict):
+        return {k: _frozen(v) for k, v in obj.items()}
+    if hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module) and not callable(obj):
+        twin = copy.copy(obj)
+        vars(twin).update({k: _frozen(v) for k, v in vars(obj).items()
+                           if isinstance(v, torch.Tensor) or dataclasses.is_dataclass(v)})
+        return twin
+    return obj
+
+
+def _checked(name: str, kernel):
+    """``kernel`` (compiled), each call compared with the eager function on the same inputs."""
+    eager = getattr(StepKernels, name)
+
+    def run(*args, **kwargs):
+        frozen_args, frozen_kwargs = _frozen((args, kwargs))
+        got = kernel(*args, **kwargs)
+        _compare(dict(_tensors(eager(*frozen_args, **frozen_kwargs), name)),
+                 {path: t.detach() for path, t in _tensors(got, name)})
+        return got
+    return run
 
 
 @pytest.mark.parametrize("n_step", [1, 3])
@@ -72,34 +134,65 @@ def test_compiled_kernels_match_the_eager_step(tiny_store, n_step):
     compile_networks_(twin, KERNELS_ONLY)
     assert compiled_kernels(twin) == COMPILED_KERNELS and compiled_kernels(state) == ()
     assert not compiled(twin.online)  # methods=(): the networks stay eager
+    for name in COMPILED_KERNELS:  # every call of a compiled kernel checked against eager
+        setattr(twin.kernels, name, _checked(name, getattr(twin.kernels, name)))
     eager, traced = _run(state, data, scfg), _run(twin, data, scfg)
-    assert bool(eager["gated"] > 0), "the gates never fired: the gate kernel went untested"
-    assert bool(eager["loss_q"] > 0)
+    assert bool(eager["metrics.gated"] > 0), "the gates never fired: the act kernel untested"
+    assert bool(eager["metrics.loss_q"] > 0)
+    assert bool(eager["metrics.trades"] > 0), "no trade closed: the reward pipeline untested"
     _compare(eager, traced)
     # one Dynamo graph per kernel (one shape each, no recompile) and no graph break
     assert counters["stats"]["unique_graphs"] == len(COMPILED_KERNELS)
     assert sum(counters["graph_break"].values()) == 0
 
 
-def test_a_wrong_kernel_is_caught(tiny_store, monkeypatch):
-    """The planted bug: the compiled loss drops the importance weights (all ones)."""
+def _twin_with(tiny_store, monkeypatch, name: str, planted):
+    """(data, state, scfg, twin): the twin's kernel ``name`` is ``planted`` compiled, with
+    the eager reference left as it was."""
     import lobsurf.agent.step as step_module
 
     data, state, scfg = _setup(tiny_store)
     twin = copy.deepcopy(state)
+    right = getattr(StepKernels, name)
+    monkeypatch.setattr(StepKernels, name, planted)
+    setattr(twin.kernels, name, planted)
+    torch._dynamo.reset()
+    compile_networks_(twin, CompileConfig(backend="inductor", methods=(), kernels=(name,)))
+    assert getattr(step_module, name) is right
+    return data, state, scfg, twin
+
+
+def test_a_wrong_kernel_is_caught(tiny_store, monkeypatch):
+    """The planted bug: the compiled loss drops the importance weights (all ones)."""
     right = StepKernels.loss_terms
 
     def unweighted(out, target, target_mean_s, z, t, weight, *rest):
         return right(out, target, target_mean_s, z, t, torch.ones_like(weight), *rest)
 
-    monkeypatch.setattr(StepKernels, "loss_terms", unweighted)
-    twin.kernels.loss_terms = unweighted
-    torch._dynamo.reset()
-    compile_networks_(twin, CompileConfig(backend="inductor", methods=(),
-                                          kernels=("loss_terms",)))
-    assert step_module.loss_terms is right
+    data, state, scfg, twin = _twin_with(tiny_store, monkeypatch, "loss_terms", unweighted)
     with pytest.raises(AssertionError, match="loss_q|grad_norm|online"):
         _compare(_run(state, data, scfg), _run(twin, data, scfg))
+
+
+def test_a_skipped_write_is_caught(tiny_store, monkeypatch):
+    """The planted bug: the compiled bookkeeping leaves the atom span out of the values the
+    step writes back (as an in-place write inside a compiled kernel would be lost)."""
+    right = StepKernels.collect_updates
+
+    def span_unwritten(*args):
+        upd = right(*args)
+        return upd._replace(controllers={k: v for k, v in upd.controllers.items()
+                                         if k not in ("v_min", "v_max")})
+
+    data, state, scfg, twin = _twin_with(tiny_store, monkeypatch, "collect_updates",
+                                         span_unwritten)
+    eager, traced = _run(state, data, scfg), _run(twin, data, scfg)
+    assert float(traced["controllers.v_min"]) == -1.0  # its bootstrap: never written
+    with pytest.raises(AssertionError, match="online|v_min"):
+        _compare(eager, traced)
+    ctl = [k for k in eager if k.startswith("controllers.")]
+    with pytest.raises(AssertionError, match="v_min"):
+        _compare({k: eager[k] for k in ctl}, {k: traced[k] for k in ctl})
 
 
 def test_phase_timer_patches_stay_out_of_compiled_kernels(tiny_store):
@@ -111,7 +204,11 @@ def test_phase_timer_patches_stay_out_of_compiled_kernels(tiny_store):
     with timed_phases(state, "cpu") as timer:
         for _ in range(PREFILL + 1):
             train_step(state, data.train_book, scfg, learning=True)
-    assert counters["stats"]["unique_graphs"] == 2  # the learn kernels, first called here
+    # the learn kernels (sample, learner inputs, C51 target, losses, clip, Adam, bookkeeping),
+    # first called here
+    assert counters["stats"]["unique_graphs"] == 7
     assert sum(counters["graph_break"].values()) == 0
-    assert "learn/losses/C51 projection" not in timer.seconds  # inside the compiled kernel
-    assert "collect/reward pipeline" in timer.seconds  # eager: still timed
+    bookkeeping = "collect/rewards, replay plan, controllers, metrics"
+    assert bookkeeping in timer.seconds  # the kernel is timed as one piece ...
+    assert f"{bookkeeping}/reward pipeline" not in timer.seconds  # ... its insides are not
+    assert "learn/losses/C51 target/C51 projection" not in timer.seconds

@@ -76,13 +76,13 @@ def test_real_step_keeps_every_address_and_host_value(tiny_setup) -> None:
 def test_a_rebound_tensor_is_caught(tiny_setup, monkeypatch) -> None:
     cfg, data, state, scfg = tiny_setup
     _learning_steps(state, data, scfg, 2)
-    original = PrioritizedReplay.add
+    original = PrioritizedReplay.write_
 
-    def rebinding_add(self, batch):
-        original(self, batch)
+    def rebinding_write(self, plan):
+        original(self, plan)
         self.pointer = self.pointer.clone()  # the planted bug: a graph would keep the old one
 
-    monkeypatch.setattr(PrioritizedReplay, "add", rebinding_add)
+    monkeypatch.setattr(PrioritizedReplay, "write_", rebinding_write)
     before = state_fingerprint(state)
     _learning_steps(state, data, scfg, 1)
     assert fingerprint_changes(before, state_fingerprint(state)) == ["state.replay.pointer"]
@@ -94,9 +94,9 @@ def test_a_host_counter_is_caught(tiny_setup, monkeypatch) -> None:
     original = BatchedLobEnv.step
     state.env.calls = 0
 
-    def counting_step(self, action, force_end=None):
+    def counting_step(self, action, *args, **kwargs):
         self.calls += 1  # the planted bug: a host value a replay would never move
-        return original(self, action, force_end)
+        return original(self, action, *args, **kwargs)
 
     monkeypatch.setattr(BatchedLobEnv, "step", counting_step)
     before = state_fingerprint(state)

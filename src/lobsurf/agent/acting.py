@@ -15,12 +15,30 @@ import torch
 from lobsurf.agent.distributional import expected_value
 
 
+def categorical_uniforms(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The uniforms ``sample_categorical`` draws: one per row of ``probs`` [..., N] ->
+    [...], in probs' dtype (drawn apart so a compiled kernel can take them as an input:
+    torch.compile does not trace a custom generator)."""
+    return torch.rand(probs.shape[:-1], generator=generator, device=probs.device,
+                      dtype=probs.dtype)
+
+
+def categorical_from_uniforms(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws: [..., N] probabilities and [...] uniforms -> [...] int64 indices."""
+    # the draw = number of outcomes whose cumulative probability is below u
+    return (probs.cumsum(-1) < u[..., None]).sum(-1).clamp_(max=probs.shape[-1] - 1)
+
+
 def sample_categorical(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One draw per row of categorical distributions over the last axis (inverse CDF of one
     uniform each): [..., N] probabilities -> [...] int64 indices."""
-    u = torch.rand(probs.shape[:-1], generator=generator, device=probs.device, dtype=probs.dtype)
-    # the draw = number of outcomes whose cumulative probability is below u
-    return (probs.cumsum(-1) < u[..., None]).sum(-1).clamp_(max=probs.shape[-1] - 1)
+    return categorical_from_uniforms(probs, categorical_uniforms(probs, generator))
+
+
+def thompson_from_uniforms(probs: torch.Tensor, z: torch.Tensor, u: torch.Tensor
+                           ) -> torch.Tensor:
+    """``thompson_actions`` from its uniforms u [B, A] (``categorical_uniforms(probs, .)``)."""
+    return z[categorical_from_uniforms(probs, u)].argmax(-1)
 
 
 def thompson_actions(probs: torch.Tensor, z: torch.Tensor, generator: torch.Generator
@@ -34,7 +52,7 @@ def thompson_actions(probs: torch.Tensor, z: torch.Tensor, generator: torch.Gene
     Returns:
         [B] int64 actions.
     """
-    return z[sample_categorical(probs, generator)].argmax(-1)
+    return thompson_from_uniforms(probs, z, categorical_uniforms(probs, generator))
 
 
 def pi_actions(pi_logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

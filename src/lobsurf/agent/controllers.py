@@ -8,9 +8,10 @@ original system kept these in numbered slots of one array and lost hours to boot
 disagreed with constants elsewhere (change log: clamp bounds bootstrapped at +-0.5 while the
 constants said WIN=1, LOSS=3); names and one declaration make that impossible.
 
-Values are 0-d float64 device tensors, updated in place (``copy_``) by the pure update
-functions of ``lobsurf.agent.reward`` and friends, so a captured CUDA graph always reads
-and writes the live values at stable addresses.
+Values are 0-d float64 device tensors, updated in place (``copy_``) with the new values the
+pure update functions of ``lobsurf.agent.reward`` and friends return (``*_values``;
+lobsurf.writeback), so a captured CUDA graph always reads and writes the live values
+at stable addresses.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
+
+from lobsurf.writeback import copy_values_, named_pairs
 
 
 @dataclass(frozen=True)
@@ -127,9 +130,37 @@ def controller_table() -> list[dict[str, Any]]:
              "high": num(s.high), "meaning": s.meaning} for s in CONTROLLERS]
 
 
+def per_beta_values(state: ControllerState, start: float, anneal_steps: int
+                    ) -> dict[str, torch.Tensor]:
+    """New per_beta: + (1 - start) / anneal_steps, capped at 1 (one step per learning step)."""
+    return {"per_beta": (state.per_beta + (1.0 - start) / anneal_steps).clamp(max=1.0)}
+
+
 def anneal_per_beta(state: ControllerState, start: float, anneal_steps: int) -> None:
     """per_beta += (1 - start) / anneal_steps, capped at 1 (one call per learning step)."""
-    state.per_beta.copy_((state.per_beta + (1.0 - start) / anneal_steps).clamp(max=1.0))
+    copy_values_(named_pairs(state, per_beta_values(state, start, anneal_steps)))
+
+
+def action_histogram(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
+    """[A] float64 counts of [B] int64 actions (a one-hot sum: exact integer counts)."""
+    values = torch.arange(num_actions, device=actions.device)
+    return (actions[:, None] == values).sum(0, dtype=torch.float64)
+
+
+def _histogram_emas(state: ControllerState, counts: torch.Tensor, num_sent: int, rate: float
+                    ) -> dict[str, torch.Tensor]:
+    p = counts / num_sent
+    entropy = -(p * torch.log(p.clamp(min=1e-30))).sum()
+    return {"action_entropy": torch.lerp(state.action_entropy, entropy, rate),
+            "hold_fraction": torch.lerp(state.hold_fraction, p[0], rate)}
+
+
+def action_histogram_values(state: ControllerState, actions: torch.Tensor, num_actions: int,
+                            rate: float) -> dict[str, torch.Tensor]:
+    """New action_entropy and hold_fraction: EMA steps toward the entropy and the Hold
+    share of the histogram of the actions actually sent ([B] int64; rate in (0, 1])."""
+    return _histogram_emas(state, action_histogram(actions, num_actions), actions.shape[0],
+                           rate)
 
 
 def action_histogram_update(state: ControllerState, actions: torch.Tensor, num_actions: int,
@@ -143,10 +174,6 @@ def action_histogram_update(state: ControllerState, actions: torch.Tensor, num_a
     Returns:
         [A] float64 histogram counts of this step (for metrics).
     """
-    counts = torch.zeros(num_actions, dtype=torch.float64, device=actions.device)
-    counts.index_add_(0, actions, torch.ones_like(actions, dtype=torch.float64))
-    p = counts / actions.shape[0]
-    entropy = -(p * torch.log(p.clamp(min=1e-30))).sum()
-    state.action_entropy.lerp_(entropy, rate)
-    state.hold_fraction.lerp_(p[0], rate)
+    counts = action_histogram(actions, num_actions)
+    copy_values_(named_pairs(state, _histogram_emas(state, counts, actions.shape[0], rate)))
     return counts

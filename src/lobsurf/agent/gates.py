@@ -25,6 +25,7 @@ import torch
 
 from lobsurf.agent.config import GateConfig
 from lobsurf.agent.controllers import ControllerState, controller_bounds
+from lobsurf.writeback import copy_values_, named_pairs
 
 HOLD = 0
 
@@ -91,12 +92,17 @@ def apply_gates(proposed: torch.Tensor, confidence: torch.Tensor, p_up: torch.Te
     return GateResult(actions=torch.where(gated, HOLD, proposed), gated=gated)
 
 
-def update_gate_threshold(state: ControllerState, active: torch.Tensor, cfg: GateConfig) -> None:
-    """Raise the threshold (x rate) while hold is below target, lower it (/ rate) above;
-    frozen during the warm-up. Reads the post-gate hold_fraction controller."""
+def gate_threshold_values(state: ControllerState, active: torch.Tensor, cfg: GateConfig
+                          ) -> dict[str, torch.Tensor]:
+    """New gate_threshold: raised (x rate) while hold is below target, lowered (/ rate)
+    above; frozen during the warm-up. Reads the post-gate hold_fraction controller."""
     up = state.hold_fraction < cfg.target_hold_fraction
     factor = torch.where(up, cfg.adjust_rate, 1.0 / cfg.adjust_rate)
     moved = torch.where(active, state.gate_threshold * factor, state.gate_threshold)
-    low, high = controller_bounds("gate_threshold")
-    state.gate_threshold.copy_(moved.clamp(low, high))
+    return {"gate_threshold": moved.clamp(*controller_bounds("gate_threshold"))}
+
+
+def update_gate_threshold(state: ControllerState, active: torch.Tensor, cfg: GateConfig) -> None:
+    """``gate_threshold_values`` written into ``state`` in place."""
+    copy_values_(named_pairs(state, gate_threshold_values(state, active, cfg)))
 

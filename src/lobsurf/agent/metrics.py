@@ -1,6 +1,7 @@
 """Training metrics accumulated on the device, read by the host once per log interval.
 
-The step adds into named 0-d float64 sums in place (no host sync); ``read_and_reset``
+The step adds into named 0-d float64 sums (no host sync): ``added`` gives the new sums, which
+the step writes back in place with its other state (lobsurf.writeback); ``read_and_reset``
 stacks them into one tensor, copies it to the host in one transfer (the one deliberate sync
 of a log interval), turns sums into the logged means and zeroes the sums. Every key is
 defined in docs/training.md.
@@ -8,6 +9,7 @@ defined in docs/training.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 import torch
@@ -58,8 +60,7 @@ class MetricSums:
         """Host copy of the logged means (one transfer), then zero the sums."""
         names = [f.name for f in fields(self)]
         values = dict(zip(names, torch.stack([getattr(self, n) for n in names]).tolist()))
-        for n in names:
-            getattr(self, n).zero_()
+        torch._foreach_zero_([getattr(self, n) for n in names])
         nan = float("nan")
         steps = max(values["collect_steps"], 1.0)
         learns = values["learn_steps"]
@@ -81,3 +82,10 @@ class MetricSums:
             "learn_steps": int(learns),
         })
         return out
+
+
+def added(sums: MetricSums, increments: Mapping[str, torch.Tensor | float]
+          ) -> dict[str, torch.Tensor]:
+    """The new value of each named sum after adding its increment (pure: written back by
+    the caller; a sum is float64 whatever the increment's dtype)."""
+    return {name: getattr(sums, name) + value for name, value in increments.items()}

@@ -9,11 +9,37 @@ captured graph). Multi-tensor (``_foreach``) ops keep the kernel count per step 
 
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
     p <- p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+The step's scalars (t + 1, the bias corrections, the step size) are a pure function,
+``adam_scalars``, which the training step may pass in compiled (a handful of 0-d kernels
+become one; lobsurf.agent.step.StepKernels).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
+
+from lobsurf.writeback import copy_values_
+
+
+class AdamScalars(NamedTuple):
+    """One step's 0-d scalars: the new step count t, sqrt(1 - b2^t) and lr / (1 - b1^t)."""
+
+    step_count: torch.Tensor
+    bias2_sqrt: torch.Tensor
+    step_size: torch.Tensor
+
+
+def adam_scalars(step_count: torch.Tensor, lr: torch.Tensor, beta1: float, beta2: float
+                 ) -> AdamScalars:
+    """The scalars of the next step from the step count before it (pure)."""
+    t = step_count + 1.0
+    bias1 = 1.0 - torch.pow(beta1, t)
+    return AdamScalars(step_count=t, bias2_sqrt=torch.sqrt(1.0 - torch.pow(beta2, t)),
+                       step_size=lr / bias1)
 
 
 class TensorAdam:
@@ -33,13 +59,16 @@ class TensorAdam:
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
 
     def zero_grad(self) -> None:
-        """Zero the gradients in place (allocated on first use, then reused)."""
-        for p in self.params:
-            if p.grad is not None:
-                p.grad.zero_()
+        """Zero the gradients in place (allocated on first use, then reused), in one
+        multi-tensor op rather than a kernel per parameter."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if grads:
+            torch._foreach_zero_(grads)
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, scalars: Callable[..., AdamScalars] = adam_scalars) -> None:
+        """One Adam step of every parameter with a gradient (``scalars``: ``adam_scalars``
+        or a compiled copy of it)."""
         params = [p for p in self.params if p.grad is not None]
         if not params:
             return
@@ -47,17 +76,16 @@ class TensorAdam:
         m = [self.exp_avg[index[id(p)]] for p in params]
         v = [self.exp_avg_sq[index[id(p)]] for p in params]
         grads = [p.grad for p in params]
-        self.step_count.add_(1.0)
+        k = scalars(self.step_count, self.lr, self.beta1, self.beta2)
+        copy_values_([(self.step_count, k.step_count)])
         torch._foreach_lerp_(m, grads, 1.0 - self.beta1)
         torch._foreach_mul_(v, self.beta2)
         torch._foreach_addcmul_(v, grads, grads, value=1.0 - self.beta2)
-        bias1 = 1.0 - torch.pow(self.beta1, self.step_count)
-        bias2_sqrt = torch.sqrt(1.0 - torch.pow(self.beta2, self.step_count))
         denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, bias2_sqrt)
+        torch._foreach_div_(denom, k.bias2_sqrt)
         torch._foreach_add_(denom, self.eps)
         update = torch._foreach_div(m, denom)
-        torch._foreach_mul_(update, self.lr / bias1)
+        torch._foreach_mul_(update, k.step_size)
         torch._foreach_sub_(params, update)
 
     def state_dict(self) -> dict[str, object]:

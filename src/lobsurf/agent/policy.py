@@ -20,6 +20,7 @@ import torch
 
 from lobsurf.agent.config import PolicyConfig
 from lobsurf.agent.controllers import ControllerState, controller_bounds
+from lobsurf.writeback import copy_values_, named_pairs
 
 
 def reference_log_probs(num_actions: int, cfg: PolicyConfig, device: torch.device | str
@@ -52,15 +53,20 @@ def pi_loss(pi_logits: torch.Tensor, target_q_mean: torch.Tensor, state: Control
     return loss, entropy.detach().mean()
 
 
+def alpha_tau_values(state: ControllerState, num_actions: int, cfg: PolicyConfig
+                     ) -> dict[str, torch.Tensor]:
+    """New sac_alpha and distill_tau: x (1 + ramp) while the post-gate action entropy is
+    below target, x (1 - decay) above; each clamped to its declared bounds."""
+    below = state.action_entropy < entropy_target(num_actions, cfg)
+    factor = torch.where(below, 1.0 + cfg.ramp_rate, 1.0 - cfg.decay_rate)
+    return {name: (getattr(state, name) * factor).clamp(*controller_bounds(name))
+            for name in ("sac_alpha", "distill_tau")}
+
+
 def update_alpha_tau(state: ControllerState, num_actions: int, cfg: PolicyConfig) -> None:
     """alpha and tau x (1 + ramp) while the post-gate action entropy is below target,
     x (1 - decay) above; each clamped to its declared bounds."""
-    below = state.action_entropy < entropy_target(num_actions, cfg)
-    factor = torch.where(below, 1.0 + cfg.ramp_rate, 1.0 - cfg.decay_rate)
-    for name in ("sac_alpha", "distill_tau"):
-        value = getattr(state, name)
-        low, high = controller_bounds(name)
-        value.copy_((value * factor).clamp(low, high))
+    copy_values_(named_pairs(state, alpha_tau_values(state, num_actions, cfg)))
 
 
 def value_loss(value: torch.Tensor, returns: torch.Tensor, done: torch.Tensor

@@ -4,7 +4,9 @@ Storage holds what is needed to rebuild a transition, never observation windows:
 dataset row of the state and of the next state, the agent's own state at both (position,
 time in trade, unrealized PnL), the action, the reward (after the reward pipeline), done
 (episode end) and trade_closed. The learner re-gathers the K-windows by row, so memory does
-not grow with K.
+not grow with K. The fields are packed by dtype (``PACKING``: four [C, k] tensors, a field a
+column; ``storage`` holds the columns as views), so a step's write and a sample's gather are
+a kernel per dtype rather than per field.
 
 Sampling draws i with probability P(i) = w_i / sum_j w_j, w = priority ** alpha, through a
 float64 cumulative sum and ``searchsorted`` (measured far faster than ``torch.multinomial``
@@ -14,16 +16,23 @@ Priority write-back is deterministic with duplicate indices in one batch: a dupl
 entry keeps the largest of its new priorities (``scatter_reduce`` amax is order-free).
 
 Every buffer is preallocated and updated in place; the ring pointer and the fill count are
-0-d device tensors: no host sync, capture-ready.
+0-d device tensors: no host sync, capture-ready. The arithmetic around the writes and the
+sampling (ring slots, outcome slots, the cumulative sum, importance weights, the gathers,
+n-step returns) is in pure functions (``write_plan``, ``sample_values``, ``priority_values``,
+``n_step_values``) that the training step compiles (lobsurf.agent.step.StepKernels); the
+methods run them eagerly and do the in-place writes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import torch
 
 from lobsurf.agent.config import ReplayConfig
+from lobsurf.writeback import copy_values_
 
 
 @dataclass
@@ -50,6 +59,35 @@ _DTYPES = {"unrealized_pnl": torch.float64, "next_unrealized_pnl": torch.float64
            "reward": torch.float32, "done": torch.bool, "trade_closed": torch.bool,
            "outcome_valid": torch.bool,
            "outcome_win": torch.bool}
+#: the fields the outcome labels write, in this order (the last two of the bool pack)
+OUTCOME_FIELDS = ("outcome_valid", "outcome_win")
+
+
+def _packing() -> tuple[tuple[torch.dtype, tuple[str, ...]], ...]:
+    groups: dict[torch.dtype, list[str]] = {}
+    for f in fields(Transitions):
+        groups.setdefault(_DTYPES.get(f.name, torch.int64), []).append(f.name)
+    packing = tuple((dtype, tuple(names)) for dtype, names in groups.items())
+    assert dict(packing)[torch.bool][-2:] == OUTCOME_FIELDS
+    return packing
+
+
+#: the storage layout: the fields packed by dtype (field order), one [C, k] tensor per dtype
+#: and a field a column, so a write or a gather of every field is one kernel per dtype (four)
+#: rather than one per field (fourteen)
+PACKING = _packing()
+
+
+def pack(batch: Transitions) -> tuple[torch.Tensor, ...]:
+    """[B] fields -> one [B, k] tensor per ``PACKING`` group."""
+    return tuple(torch.stack([getattr(batch, name) for name in names], 1)
+                 for _, names in PACKING)
+
+
+def unpack(packs: tuple[torch.Tensor, ...]) -> Transitions:
+    """One [N, k] tensor per ``PACKING`` group -> Transitions of its [N] columns (views)."""
+    return Transitions(**{name: packed[:, j] for packed, (_, names) in zip(packs, PACKING)
+                          for j, name in enumerate(names)})
 
 
 @dataclass
@@ -71,15 +109,121 @@ class Sample:
     weight: torch.Tensor
 
 
+class WritePlan(NamedTuple):
+    """What one step writes into replay and where (``write_plan``): rows, the transitions
+    packed (``pack``); slots [B] their ring slots (env order); weight 0-d their sampling
+    weight; outcome_slots [B] and outcome_labels [B, 2] (valid, win) the outcome labels;
+    pointer and size 0-d the ring's new pointer and fill count."""
+
+    rows: tuple[torch.Tensor, ...]
+    slots: torch.Tensor
+    weight: torch.Tensor
+    outcome_slots: torch.Tensor
+    outcome_labels: torch.Tensor
+    pointer: torch.Tensor
+    size: torch.Tensor
+
+
+def ring_slots(pointer: torch.Tensor, env: torch.Tensor, capacity: int) -> torch.Tensor:
+    """[B] the next B ring slots from ``pointer``; env: [B] arange(B)."""
+    return (pointer + env) % capacity
+
+
+def outcome_targets(pointer_before: torch.Tensor, env: torch.Tensor,
+                    time_in_trade: torch.Tensor, closed: torch.Tensor, win: torch.Tensor,
+                    capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(slots, valid, win) [B] of the outcome labels a step writes (``record_outcomes``;
+    env: [B] arange(B))."""
+    b = closed.shape[0]
+    reachable = (time_in_trade >= 1) & (time_in_trade * b <= capacity - b)
+    valid = closed & reachable
+    opened = (pointer_before - time_in_trade * b + env) % capacity
+    slots = torch.where(valid, opened, (pointer_before + env) % capacity)
+    return slots, valid, valid & win
+
+
+def write_plan(pointer: torch.Tensor, size: torch.Tensor, max_priority: torch.Tensor,
+               batch: Transitions, win: torch.Tensor, capacity: int, alpha: float
+               ) -> WritePlan:
+    """The plan of ``PrioritizedReplay.add(batch)`` then ``record_outcomes`` of the trades
+    that closed in it (pure).
+
+    Args:
+        pointer, size, max_priority: the ring's 0-d pointer, fill count and max priority.
+        batch: the step's B transitions. win: [B] bool, the closed trade's net PnL > 0.
+    """
+    n = win.shape[0]
+    env = torch.arange(n, device=win.device)
+    outcome_slots, valid, won = outcome_targets(pointer, env, batch.time_in_trade,
+                                                batch.trade_closed, win, capacity)
+    return WritePlan(rows=pack(batch), slots=ring_slots(pointer, env, capacity),
+                     weight=max_priority ** alpha, outcome_slots=outcome_slots,
+                     outcome_labels=torch.stack((valid, won), 1),
+                     pointer=(pointer + n) % capacity, size=(size + n).clamp(max=capacity))
+
+
+def sample_values(weight: torch.Tensor, size: torch.Tensor, packs: tuple[torch.Tensor, ...],
+                  u: torch.Tensor, beta: torch.Tensor) -> Sample:
+    """A prioritized sample from uniforms (pure; ``PrioritizedReplay.sample``).
+
+    Args:
+        weight: [C] float64 priority ** alpha. size: 0-d fill count.
+        packs: the [C, k] packed storage (``PACKING``). u: [n] float64 uniforms in [0, 1).
+        beta: 0-d importance-weight exponent.
+    """
+    capacity = weight.shape[0]
+    cumulative = weight.cumsum(0)  # float64 [C]
+    total = cumulative[-1]
+    index = torch.searchsorted(cumulative, u * total, right=True).clamp_(max=capacity - 1)
+    prob = weight[index] / total
+    iw = (size.to(torch.float64) * prob).clamp(min=1e-300) ** -beta
+    iw = iw / iw.max()
+    batch = unpack(tuple(packed[index] for packed in packs))
+    return Sample(transitions=batch, index=index, weight=iw.to(torch.float32))
+
+
+def priority_values(loss: torch.Tensor, max_priority: torch.Tensor, cfg: ReplayConfig
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B] float64 sampling weights (|loss| + eps) ** alpha, the new 0-d max priority)."""
+    priority = loss.detach().abs().to(torch.float64) + cfg.priority_eps
+    return priority ** cfg.alpha, torch.maximum(max_priority, priority.max())
+
+
+def n_step_values(reward: torch.Tensor, done: torch.Tensor, pointer: torch.Tensor,
+                  index: torch.Tensor, n: int, gamma: float, writes_per_step: int
+                  ) -> NStepTarget:
+    """``PrioritizedReplay.n_step_targets`` over the storage's [C] reward and done (pure)."""
+    c = reward.shape[0]
+    newest = (pointer - 1) % c
+    # whole steps written after each sampled one (the ring distance in steps)
+    ahead = ((newest - index) % c) // writes_per_step  # [S]
+    ret = torch.zeros(index.shape, dtype=torch.float32, device=index.device)
+    alive = torch.ones(index.shape, dtype=torch.float32, device=index.device)
+    last = index.clone()
+    for j in range(n):  # n is static config: a fixed unrolled gather, no host branch
+        slot = (index + j * writes_per_step) % c
+        use = (ahead >= j).to(torch.float32) * alive
+        ret = ret + use * (gamma ** j) * reward[slot]
+        last = torch.where(use > 0, slot, last)
+        alive = alive * (1.0 - use * done[slot].to(torch.float32))
+    steps = torch.minimum(ahead + 1, torch.full_like(ahead, n))  # m
+    discount = alive * torch.pow(torch.full_like(ret, gamma), steps.to(torch.float32))
+    return NStepTarget(ret=ret, discount=discount, bootstrap_index=last)
+
+
+#: ``sample_values`` or a compiled copy of it
+SampleFunction = Callable[..., Sample]
+
+
 class PrioritizedReplay:
     """Ring storage of ``capacity`` transitions with proportional prioritized sampling."""
 
     def __init__(self, cfg: ReplayConfig, device: torch.device | str, seed: int) -> None:
         self.cfg, self.capacity = cfg, cfg.capacity
         c = cfg.capacity
-        self.storage = Transitions(**{
-            f.name: torch.zeros(c, dtype=_DTYPES.get(f.name, torch.int64), device=device)
-            for f in fields(Transitions)})
+        self.packs = tuple(torch.zeros(c, len(names), dtype=dtype, device=device)
+                           for dtype, names in PACKING)
+        self.storage = unpack(self.packs)  # [C] views of the packs, a field each
         self.weight = torch.zeros(c, dtype=torch.float64, device=device)  # priority ** alpha
         self.pointer = torch.zeros((), dtype=torch.int64, device=device)
         self.size = torch.zeros((), dtype=torch.int64, device=device)
@@ -93,18 +237,32 @@ class PrioritizedReplay:
             self._arange_cache[n] = torch.arange(n, device=self.weight.device)
         return self._arange_cache[n]
 
+    def _check_batch(self, n: int) -> None:
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} transitions exceeds replay capacity {self.capacity}")
+
+    def _store_(self, rows: tuple[torch.Tensor, ...], slots: torch.Tensor,
+                weight: torch.Tensor) -> None:
+        """Packed transitions (``pack``) into their slots, each with sampling weight
+        ``weight`` (0-d)."""
+        for packed, new in zip(self.packs, rows):
+            packed.index_copy_(0, slots, new)
+        # slots are distinct: a copy (the weight > 0, so it equals a fill with 0 then an add)
+        self.weight.index_copy_(0, slots, weight.expand(slots.shape[0]))
+
+    def _label_(self, slots: torch.Tensor, labels: torch.Tensor) -> None:
+        """[B, 2] (valid, win) outcome labels into their slots (``OUTCOME_FIELDS``)."""
+        outcomes = self.packs[[d for d, _ in PACKING].index(torch.bool)][:, -2:]
+        outcomes.index_copy_(0, slots, labels)
+
     def add(self, batch: Transitions) -> None:
         """Write B transitions at the ring pointer (new ones get the max priority seen)."""
         n = batch.row.shape[0]
-        if n > self.capacity:
-            raise ValueError(f"batch of {n} transitions exceeds replay capacity {self.capacity}")
-        slots = (self.pointer + self._arange(n)) % self.capacity
-        for f in fields(Transitions):
-            getattr(self.storage, f.name).index_copy_(0, slots, getattr(batch, f.name))
-        self.weight.index_fill_(0, slots, 0.0)
-        self.weight.index_add_(0, slots, (self.max_priority ** self.cfg.alpha).expand(n))
-        self.pointer.copy_((self.pointer + n) % self.capacity)
-        self.size.copy_((self.size + n).clamp(max=self.capacity))
+        self._check_batch(n)
+        self._store_(pack(batch), ring_slots(self.pointer, self._arange(n), self.capacity),
+                     self.max_priority ** self.cfg.alpha)
+        copy_values_([(self.pointer, (self.pointer + n) % self.capacity),
+                      (self.size, (self.size + n).clamp(max=self.capacity))])
 
     def record_outcomes(self, pointer_before: torch.Tensor, time_in_trade: torch.Tensor,
                         closed: torch.Tensor, win: torch.Tensor) -> None:
@@ -120,33 +278,44 @@ class PrioritizedReplay:
             time_in_trade: [B] int64 steps since the closing trade opened (at the state).
             closed: [B] bool trade closed this step. win: [B] bool with net PnL > 0.
         """
-        b = closed.shape[0]
-        env = self._arange(b)
-        reachable = (time_in_trade >= 1) & (time_in_trade * b <= self.capacity - b)
-        valid = closed & reachable
-        opened = (pointer_before - time_in_trade * b + env) % self.capacity
-        slots = torch.where(valid, opened, (pointer_before + env) % self.capacity)
-        self.storage.outcome_valid.index_copy_(0, slots, valid)
-        self.storage.outcome_win.index_copy_(0, slots, valid & win)
+        slots, valid, won = outcome_targets(pointer_before, self._arange(closed.shape[0]),
+                                            time_in_trade, closed, win, self.capacity)
+        self._label_(slots, torch.stack((valid, won), 1))
 
-    def sample(self, n: int, beta: torch.Tensor) -> Sample:
+    def plan(self, batch: Transitions, win: torch.Tensor) -> WritePlan:
+        """``write_plan`` of this ring for one step (``batch``; ``win`` [B] the closed
+        trades' net PnL > 0)."""
+        return write_plan(self.pointer, self.size, self.max_priority, batch, win,
+                          self.capacity, self.cfg.alpha)
+
+    def write_(self, plan: WritePlan) -> None:
+        """``add`` then ``record_outcomes`` by a ``write_plan`` (``plan`` or compiled)."""
+        self._check_batch(plan.slots.shape[0])
+        self._store_(plan.rows, plan.slots, plan.weight)
+        self._label_(plan.outcome_slots, plan.outcome_labels)
+        copy_values_([(self.pointer, plan.pointer), (self.size, plan.size)])
+
+    def sample(self, n: int, beta: torch.Tensor, kernel: SampleFunction = sample_values
+               ) -> Sample:
         """Draw n indices with P(i) proportional to priority ** alpha (with replacement).
 
         Args:
             n: batch size.
             beta: 0-d importance-weight exponent (the per_beta controller).
+            kernel: ``sample_values`` or a compiled copy of it.
         """
-        cumulative = self.weight.cumsum(0)  # float64 [C]
-        total = cumulative[-1]
         u = torch.rand(n, dtype=torch.float64, generator=self.generator,
-                       device=self.weight.device) * total
-        index = torch.searchsorted(cumulative, u, right=True).clamp_(max=self.capacity - 1)
-        prob = self.weight[index] / total
-        iw = (self.size.to(torch.float64) * prob).clamp(min=1e-300) ** -beta
-        iw = iw / iw.max()
-        batch = Transitions(**{f.name: getattr(self.storage, f.name)[index]
-                               for f in fields(Transitions)})
-        return Sample(transitions=batch, index=index, weight=iw.to(torch.float32))
+                       device=self.weight.device)
+        return kernel(self.weight, self.size, self.packs, u, beta)
+
+    def write_priorities_(self, index: torch.Tensor, weight: torch.Tensor,
+                          max_priority: torch.Tensor | None = None) -> None:
+        """Sampling weights [B] (``priority_values``) into the sampled entries: a duplicated
+        entry keeps the largest (an amax over its writes alone, as every weight is > 0);
+        ``max_priority`` (0-d) too when given."""
+        self.weight.scatter_reduce_(0, index, weight, reduce="amax", include_self=False)
+        if max_priority is not None:
+            copy_values_([(self.max_priority, max_priority)])
 
     def update_priorities(self, index: torch.Tensor, loss: torch.Tensor) -> None:
         """Priority = |loss| + eps for the sampled entries (duplicates keep the max).
@@ -154,10 +323,7 @@ class PrioritizedReplay:
         Args:
             index: [B] int64 storage indices from ``sample``. loss: [B] per-sample loss.
         """
-        priority = loss.detach().abs().to(torch.float64) + self.cfg.priority_eps
-        self.weight.index_fill_(0, index, 0.0)
-        self.weight.scatter_reduce_(0, index, priority ** self.cfg.alpha, reduce="amax")
-        torch.maximum(self.max_priority, priority.max(), out=self.max_priority)
+        self.write_priorities_(index, *priority_values(loss, self.max_priority, self.cfg))
 
     def n_step_targets(self, index: torch.Tensor, n: int, gamma: float, writes_per_step: int
                        ) -> NStepTarget:
@@ -177,22 +343,8 @@ class PrioritizedReplay:
             NStepTarget: return [S] float32, bootstrap discount [S] float32 (gamma ** m, 0
             after an episode end), and the storage index [S] whose next state bootstraps.
         """
-        c = self.capacity
-        newest = (self.pointer - 1) % c
-        # whole steps written after each sampled one (the ring distance in steps)
-        ahead = ((newest - index) % c) // writes_per_step  # [S]
-        ret = torch.zeros(index.shape, dtype=torch.float32, device=index.device)
-        alive = torch.ones(index.shape, dtype=torch.float32, device=index.device)
-        last = index.clone()
-        for j in range(n):  # n is static config: a fixed unrolled gather, no host branch
-            slot = (index + j * writes_per_step) % c
-            use = (ahead >= j).to(torch.float32) * alive
-            ret = ret + use * (gamma ** j) * self.storage.reward[slot]
-            last = torch.where(use > 0, slot, last)
-            alive = alive * (1.0 - use * self.storage.done[slot].to(torch.float32))
-        steps = torch.minimum(ahead + 1, torch.full_like(ahead, n))  # m
-        discount = alive * torch.pow(torch.full_like(ret, gamma), steps.to(torch.float32))
-        return NStepTarget(ret=ret, discount=discount, bootstrap_index=last)
+        return n_step_values(self.storage.reward, self.storage.done, self.pointer, index, n,
+                             gamma, writes_per_step)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         state = {f"storage.{f.name}": getattr(self.storage, f.name) for f in fields(Transitions)}

@@ -18,35 +18,51 @@ Capture-ready: static shapes, buffers updated in place, no ``.item()``/``.cpu()`
 ``.tolist()`` and no Python branch on a device value (tests patch those to raise): the gate
 warm-up compares a device step counter. The only Python branches are on static config and on
 ``learning`` (a host flag of the loop).
+
+Kernel count: at small B the graphed step costs about a microsecond per kernel
+(PERFORMANCE.md 2.1), so the arithmetic between the network calls is in pure tensor
+functions, ``StepKernels`` (observe, act, simulate, the post-simulator bookkeeping, the
+replay sample, the learner's inputs, the C51 target, the losses, the gradient clip's and
+Adam's scalars, the learner's bookkeeping), which ``train.compile`` fuses into a few kernels
+each. They return new values; the step writes them into its state in place in a handful of
+multi-tensor copies (lobsurf.writeback). Outside them stay the random draws (custom
+generators), the writes at indices into big buffers (replay storage, priorities), the
+multi-tensor ops over the parameters (gradients, clip, Adam, Polyak) and the networks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import NamedTuple, Protocol
 
 import torch
 
-from lobsurf.agent.acting import greedy_actions, pi_actions, thompson_actions
+from lobsurf.agent.acting import (categorical_uniforms, greedy_actions, pi_actions,
+                                  thompson_actions, thompson_from_uniforms)
 from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkConfig,
                                   PolicyConfig, ReplayConfig, RewardConfig)
-from lobsurf.agent.controllers import ControllerState, action_histogram_update, anneal_per_beta
+from lobsurf.agent.controllers import (ControllerState, action_histogram_values,
+                                       per_beta_values)
 from lobsurf.agent.distributional import (categorical_cross_entropy, expected_value,
                                           project_categorical, support)
 from lobsurf.agent.gates import (GateResult, apply_gates, exploration_slots,
-                                 move_probabilities, profit_confidence, update_gate_threshold)
-from lobsurf.agent.metrics import MetricSums
+                                 gate_threshold_values, move_probabilities, profit_confidence)
+from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentNetwork, AgentOutput, agent_state_features
-from lobsurf.agent.optim import TensorAdam
-from lobsurf.agent.policy import agreement, pi_loss, update_alpha_tau, value_loss
-from lobsurf.agent.replay import PrioritizedReplay, Sample, Transitions
-from lobsurf.agent.reward import mark_shaping, reward_pipeline
-from lobsurf.data.dataset import BookTensors, gather_window
+from lobsurf.agent.noisy import resample_noise_
+from lobsurf.agent.optim import AdamScalars, TensorAdam, adam_scalars
+from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_loss
+from lobsurf.agent.replay import (PrioritizedReplay, Sample, Transitions, WritePlan,
+                                  n_step_values, priority_values, sample_values, write_plan)
+from lobsurf.agent.reward import mark_shaping, reward_pipeline_values
+from lobsurf.data.dataset import BookTensors, Window, gather_window
 from lobsurf.data.labels import Labels
 from lobsurf.models.heads import direction_loss, frd_loss, outcome_loss
 from lobsurf.models.precision import float_outputs, forward_precision
-from lobsurf.sim.env import BatchedLobEnv
+from lobsurf.sim.env import BatchedLobEnv, StepValues, step_values
+from lobsurf.sim.state import SimState, StepResult
+from lobsurf.writeback import copy_values_, named_pairs
 
 
 @dataclass(frozen=True)
@@ -114,10 +130,17 @@ class TrainState:
     """The step's pure tensor functions (eager; ``train.compile`` swaps in compiled ones)."""
 
 
-def _state_inputs(state: TrainState, position: torch.Tensor, time_in_trade: torch.Tensor,
+def _state_inputs(ctl: ControllerState, position: torch.Tensor, time_in_trade: torch.Tensor,
                   unrealized_pnl: torch.Tensor, cfg: StepConfig) -> torch.Tensor:
-    return agent_state_features(position, time_in_trade, unrealized_pnl,
-                                state.controllers.pnl_magnitude, cfg.position_unit, cfg.network)
+    return agent_state_features(position, time_in_trade, unrealized_pnl, ctl.pnl_magnitude,
+                                cfg.position_unit, cfg.network)
+
+
+def _snapshot(s: SimState) -> tuple[torch.Tensor, ...]:
+    """Copies of the envs' (cursor, position, time in trade, unrealized PnL): the simulator
+    step overwrites the state. The int64 three are copied as one stack (one kernel)."""
+    cursor, position, time_in_trade = torch.stack((s.cursor, s.position, s.time_in_trade))
+    return cursor, position, time_in_trade, s.unrealized_pnl.clone()
 
 
 def round_trip_cost_ticks(book: BookTensors, row: torch.Tensor, tables: StepTables
@@ -141,79 +164,154 @@ def gate(out: AgentOutput, probs: torch.Tensor, z: torch.Tensor, proposed: torch
                        threshold, active, explore_slots, gates)
 
 
-def choose_actions(out: AgentOutput, z: torch.Tensor, state: TrainState, book: BookTensors,
-                   row: torch.Tensor, cfg: StepConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training's acting policy: [B] actions and [B] gated flags (False when no gate ran)."""
+class Observation(NamedTuple):
+    """What the acting forward sees (``observe``): copies of the envs' state before the
+    step (row [B] cursors, position, time_in_trade, unrealized_pnl), the support z [N], the
+    K-windows at the cursors and the agent-state inputs [B, 3]."""
+
+    row: torch.Tensor
+    position: torch.Tensor
+    time_in_trade: torch.Tensor
+    unrealized_pnl: torch.Tensor
+    z: torch.Tensor
+    window: Window
+    inputs: torch.Tensor
+
+
+def observe(s: SimState, book: BookTensors, ctl: ControllerState, cfg: StepConfig
+            ) -> Observation:
+    """The K-window at each cursor plus the agent's own state (the acting network's input)."""
+    row, position, time_in_trade, unrealized = _snapshot(s)
+    return Observation(row=row, position=position, time_in_trade=time_in_trade,
+                       unrealized_pnl=unrealized,
+                       z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
+                       window=gather_window(book, row, cfg.window),
+                       inputs=_state_inputs(ctl, position, time_in_trade, unrealized, cfg))
+
+
+class Acted(NamedTuple):
+    """The acting policy's choice: actions [B] int64 sent to the simulator, gated [B] bool
+    (False where no gate ran), and the new values of the controllers it moved (by name)."""
+
+    actions: torch.Tensor
+    gated: torch.Tensor
+    controllers: dict[str, torch.Tensor]
+
+
+def thompson_gate(out: AgentOutput, z: torch.Tensor, u: torch.Tensor, book: BookTensors,
+                  row: torch.Tensor, tables: StepTables, ctl: ControllerState,
+                  step_count: torch.Tensor, explore_slots: int, gates: GateConfig) -> Acted:
+    """Thompson samples of Q from their uniforms u [B, A] (drawn outside: a custom generator),
+    then the confidence and FRD gates, once the warm-up (the device step counter) is over;
+    and the gate threshold's next value."""
     probs = torch.softmax(out.q_logits, dim=-1)
+    proposed = thompson_from_uniforms(probs, z, u)
+    active = step_count >= gates.warmup_steps
+    result = gate(out, probs, z, proposed, book, row, tables, ctl.gate_threshold, active,
+                  explore_slots, gates)
+    return Acted(result.actions, result.gated, gate_threshold_values(ctl, active, gates))
+
+
+def choose_actions(out: AgentOutput, z: torch.Tensor, state: TrainState, book: BookTensors,
+                   row: torch.Tensor, cfg: StepConfig) -> Acted:
+    """Training's acting policy (LearnerConfig.acting; the gates only after Thompson)."""
     acting = cfg.learner.acting
-    if acting == "greedy":
-        proposed = greedy_actions(probs, z)
-    elif acting == "pi":
+    if acting == "thompson" and cfg.gates.enabled:
+        u = categorical_uniforms(out.q_logits, state.acting_generator)
+        return state.kernels.act(out, z, u, book, row, state.tables, state.controllers,
+                                 state.step_count, exploration_slots(row.shape[0], cfg.gates),
+                                 cfg.gates)
+    if acting == "pi":
         proposed = pi_actions(out.pi_logits, state.acting_generator)
+    elif acting == "greedy":
+        proposed = greedy_actions(torch.softmax(out.q_logits, dim=-1), z)
     else:
-        proposed = thompson_actions(probs, z, state.acting_generator)
-    if acting != "thompson" or not cfg.gates.enabled:
-        return proposed, torch.zeros_like(proposed, dtype=torch.bool)
-    active = state.step_count >= cfg.gates.warmup_steps
-    result = state.kernels.gate(out, probs, z, proposed, book, row, state.tables,
-                                state.controllers.gate_threshold, active,
-                                exploration_slots(row.shape[0], cfg.gates), cfg.gates)
-    update_gate_threshold(state.controllers, active, cfg.gates)
-    return result.actions, result.gated
+        proposed = thompson_actions(torch.softmax(out.q_logits, dim=-1), z,
+                                    state.acting_generator)
+    return Acted(proposed, torch.zeros_like(proposed, dtype=torch.bool), {})
 
 
-def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transitions:
-    """Act in every env once, run the reward pipeline, write the transitions to replay."""
-    env, s, ctl = state.env, state.env.state, state.controllers
-    # ---- observe: K-window at each cursor plus the agent's own state
-    row = s.cursor.clone()
-    position, time_in_trade = s.position.clone(), s.time_in_trade.clone()
-    unrealized = s.unrealized_pnl.clone()
-    z = support(ctl.v_min, ctl.v_max, cfg.network.num_atoms)
-    with torch.no_grad(), forward_precision(cfg.precision, row.device):
-        out = state.online(gather_window(book, row, cfg.window),
-                           _state_inputs(state, position, time_in_trade, unrealized, cfg))
-    out = float_outputs(out)
-    # ---- act: Thompson sample -> confidence gate -> FRD gate
-    action, gated = choose_actions(out, z, state, book, row, cfg)
-    result = env.step(action)
+def collect_metrics(result: StepResult, action: torch.Tensor, gated: torch.Tensor,
+                    position: torch.Tensor, reward: torch.Tensor
+                    ) -> dict[str, torch.Tensor | float]:
+    """This step's increments of the collect metric sums (MetricSums)."""
+    closed = result.trade_closed
+    return {"collect_steps": 1.0, "env_steps": float(action.shape[0]),
+            "trades": closed.sum(), "wins": (closed & (result.reward > 0)).sum(),
+            "net_pnl": result.reward.sum(), "hold_actions": (action == 0).sum(),
+            "gated": gated.sum(), "abs_position": position.abs().to(torch.float64).mean(),
+            "reward": reward.to(torch.float64).mean()}
+
+
+class CollectUpdates(NamedTuple):
+    """What one simulator step leaves to write (``collect_updates``): the transitions, the
+    replay's write plan, and the new controller values and metric sums by name."""
+
+    batch: Transitions
+    replay: WritePlan
+    controllers: dict[str, torch.Tensor]
+    metrics: dict[str, torch.Tensor]
+
+
+def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
+                    result: StepResult, after: SimState, ctl: ControllerState,
+                    tables: StepTables, metrics: MetricSums, replay: PrioritizedReplay,
+                    num_actions: int, cfg: StepConfig) -> CollectUpdates:
+    """The bookkeeping of one simulator step, pure: the reward pipeline and the KL term,
+    the transitions and where they go in replay (with the outcome labels of the trades that
+    closed), the post-gate action-histogram controllers and the collect metrics.
+
+    Args:
+        obs: the step's ``observe``; action, gated: [B] the actions sent and the gated flags.
+        result, after: the simulator step's result and the envs' state after it.
+    """
     # Terminal only where the episode ended: a closed trade bootstraps into the flat state
     # after it. Were a close terminal, every per-step cost (the KL term on Hold) would make
     # ending a trade look cheaper than staying flat, and Q would learn to churn.
     done = result.episode_end
     # ---- reward pipeline: shaping -> scale -> clamp -> atom span (every training path
     # comes here), then the KL reference term beta * log pi_ref(a), stored with the reward
-    shaping = (mark_shaping(unrealized, s.unrealized_pnl, done, cfg.learner.gamma)
+    shaping = (mark_shaping(obs.unrealized_pnl, after.unrealized_pnl, done, cfg.learner.gamma)
                if cfg.reward.mark_to_market else None)
-    reward = reward_pipeline(result.reward, result.trade_closed, ctl, cfg.reward, shaping)
-    reward = reward + ctl.kl_beta.to(reward.dtype) * state.tables.log_pi_ref[action]
+    reward, values = reward_pipeline_values(result.reward, result.trade_closed, ctl, cfg.reward,
+                                            shaping)
+    reward = reward + ctl.kl_beta.to(reward.dtype) * tables.log_pi_ref[action]
+    next_row, next_position, next_time_in_trade, next_unrealized = _snapshot(after)
     no = torch.zeros_like(done)
-    batch = Transitions(row=row, position=position, time_in_trade=time_in_trade,
-                        unrealized_pnl=unrealized, action=action, reward=reward, done=done,
-                        trade_closed=result.trade_closed,
-                        next_row=s.cursor.clone(), next_position=s.position.clone(),
-                        next_time_in_trade=s.time_in_trade.clone(),
-                        next_unrealized_pnl=s.unrealized_pnl.clone(),
-                        outcome_valid=no, outcome_win=no)
-    pointer_before = state.replay.pointer.clone()
-    state.replay.add(batch)
-    state.replay.record_outcomes(pointer_before, time_in_trade, result.trade_closed,
-                                 result.reward > 0)
+    batch = Transitions(row=obs.row, position=obs.position, time_in_trade=obs.time_in_trade,
+                        unrealized_pnl=obs.unrealized_pnl, action=action, reward=reward,
+                        done=done, trade_closed=result.trade_closed, next_row=next_row,
+                        next_position=next_position, next_time_in_trade=next_time_in_trade,
+                        next_unrealized_pnl=next_unrealized, outcome_valid=no, outcome_win=no)
+    # (+ outcome labels of the trades that closed, at the transitions that opened them)
+    plan = write_plan(replay.pointer, replay.size, replay.max_priority, batch,
+                      result.reward > 0, replay.capacity, replay.cfg.alpha)
     # ---- controllers read the actions actually sent (post-gate)
-    action_histogram_update(ctl, action, state.online.num_actions, cfg.controller_ema_rate)
+    values |= action_histogram_values(ctl, action, num_actions, cfg.controller_ema_rate)
+    sums = added(metrics, collect_metrics(result, action, gated, after.position, reward))
+    return CollectUpdates(batch=batch, replay=plan, controllers=values, metrics=sums)
+
+
+def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transitions:
+    """Act in every env once, run the reward pipeline, write the transitions to replay."""
+    env, ctl, kernels = state.env, state.controllers, state.kernels
+    # ---- observe: K-window at each cursor plus the agent's own state
+    obs = kernels.observe(env.state, book, ctl, cfg)
+    with torch.no_grad(), forward_precision(cfg.precision, obs.row.device):
+        out = state.online(obs.window, obs.inputs)
+    out = float_outputs(out)
+    # ---- act: Thompson sample -> confidence gate -> FRD gate -> simulator
+    acted = choose_actions(out, obs.z, state, book, obs.row, cfg)
+    result = env.step(acted.actions, kernel=kernels.sim_step)
+    # ---- rewards, replay write, controllers, metrics
+    upd = kernels.collect_updates(obs, acted.actions, acted.gated, result, env.state, ctl,
+                                  state.tables, state.metrics, state.replay,
+                                  state.online.num_actions, cfg)
+    state.replay.write_(upd.replay)
     state.step_count.add_(1)
-    # ---- metrics (device sums)
-    m = state.metrics
-    m.collect_steps.add_(1.0)
-    m.env_steps.add_(float(action.shape[0]))
-    m.trades.add_(result.trade_closed.sum())
-    m.wins.add_((result.trade_closed & (result.reward > 0)).sum())
-    m.net_pnl.add_(result.reward.sum())
-    m.hold_actions.add_((action == 0).sum())
-    m.gated.add_(gated.sum())
-    m.abs_position.add_(s.position.abs().to(torch.float64).mean())
-    m.reward.add_(reward.to(torch.float64).mean())
-    return batch
+    copy_values_(named_pairs(ctl, acted.controllers | upd.controllers)
+                 + named_pairs(state.metrics, upd.metrics))
+    return upd.batch
 
 
 @dataclass
@@ -232,37 +330,73 @@ class Losses:
     q_taken_mean: torch.Tensor
 
 
-def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig) -> Losses:
-    """All losses of a replay sample; each a batch mean, so the same batch repeated twice
-    gives the same gradients (the original's encoder gradients grew with B)."""
-    ctl, lc, t = state.controllers, cfg.learner, sample.transitions
-    z = support(ctl.v_min, ctl.v_max, cfg.network.num_atoms)
-    # ---- the bootstrap: s' after one step, or s_m after an m-step return (m <= n)
+class LearnerInputs(NamedTuple):
+    """The networks' inputs of a learning step and the bootstrap (``learner_inputs``): the
+    support z [N]; the target net's K-windows and agent-state inputs for s then s' [2B]; the
+    online net's for s [B] (the first half of the target's: gathered once); the bootstrap's
+    return, terminal flag and discount (a float or [B], ``project_categorical``)."""
+
+    z: torch.Tensor
+    target_window: Window
+    target_inputs: torch.Tensor
+    online_window: Window
+    online_inputs: torch.Tensor
+    reward: torch.Tensor
+    done: torch.Tensor
+    gamma: float | torch.Tensor
+
+
+def first_rows(window: Window, n: int) -> Window:
+    """The first n windows of ``window`` (views)."""
+    return Window(**{f.name: getattr(window, f.name)[:n] for f in fields(window)})
+
+
+def learner_inputs(t: Transitions, index: torch.Tensor, storage: Transitions,
+                   pointer: torch.Tensor, book: BookTensors, ctl: ControllerState,
+                   cfg: StepConfig) -> LearnerInputs:
+    """The bootstrap (s' after one step, or s_m after an m-step return, m <= n: read from
+    the replay storage and its ring ``pointer``) and every network input of a learning step
+    from the sampled transitions ``t`` at storage ``index`` [B]."""
+    lc = cfg.learner
     if lc.n_step > 1:
-        nstep = state.replay.n_step_targets(sample.index, lc.n_step, lc.gamma, cfg.num_envs)
-        st, k = state.replay.storage, nstep.bootstrap_index
-        boot_row, boot_pos, boot_tit, boot_pnl = (st.next_row[k], st.next_position[k],
-                                                  st.next_time_in_trade[k],
-                                                  st.next_unrealized_pnl[k])
-        target_reward, target_done, target_gamma = nstep.ret, torch.zeros_like(t.done), nstep.discount
+        nstep = n_step_values(storage.reward, storage.done, pointer, index, lc.n_step,
+                              lc.gamma, cfg.num_envs)
+        k = nstep.bootstrap_index
+        boot_row, boot_pos, boot_tit, boot_pnl = (storage.next_row[k], storage.next_position[k],
+                                                  storage.next_time_in_trade[k],
+                                                  storage.next_unrealized_pnl[k])
+        reward, done, gamma = nstep.ret, torch.zeros_like(t.done), nstep.discount
     else:
         boot_row, boot_pos, boot_tit, boot_pnl = (t.next_row, t.next_position,
                                                   t.next_time_in_trade, t.next_unrealized_pnl)
-        target_reward, target_done, target_gamma = t.reward, t.done, lc.gamma
-    s_inputs = _state_inputs(state, t.position, t.time_in_trade, t.unrealized_pnl, cfg)
+        reward, done, gamma = t.reward, t.done, lc.gamma
+    s_inputs = _state_inputs(ctl, t.position, t.time_in_trade, t.unrealized_pnl, cfg)
+    # the target net sees s and s' in one batched call
+    window = gather_window(book, torch.cat((t.row, boot_row)), cfg.window)
+    inputs = torch.cat((s_inputs, _state_inputs(ctl, boot_pos, boot_tit, boot_pnl, cfg)))
+    return LearnerInputs(z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
+                         target_window=window, target_inputs=inputs,
+                         online_window=first_rows(window, t.row.shape[0]),
+                         online_inputs=s_inputs, reward=reward, done=done, gamma=gamma)
+
+
+def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig) -> Losses:
+    """All losses of a replay sample; each a batch mean, so the same batch repeated twice
+    gives the same gradients (the original's encoder gradients grew with B)."""
+    ctl, t = state.controllers, sample.transitions
+    li = state.kernels.learner_inputs(t, sample.index, state.replay.storage,
+                                      state.replay.pointer, book, ctl, cfg)
     # ---- target net at s (pi's distillation target) and s' (C51 target), one batched call
     with torch.no_grad():
-        rows = torch.cat((t.row, boot_row))
-        inputs = torch.cat((s_inputs, _state_inputs(state, boot_pos, boot_tit, boot_pnl, cfg)))
-        with forward_precision(cfg.precision, rows.device):
-            target_q = state.target.q_logits(state.target.embed(gather_window(
-                book, rows, cfg.window)), inputs).float()
-        target_mean_s, target = state.kernels.c51_target(target_q, target_reward, target_done,
-                                                         target_gamma, z)
+        with forward_precision(cfg.precision, li.z.device):
+            target_q = state.target.q_logits(state.target.embed(li.target_window),
+                                             li.target_inputs).float()
+        target_mean_s, target = state.kernels.c51_target(target_q, li.reward, li.done,
+                                                         li.gamma, li.z)
     # ---- online heads at s
-    with forward_precision(cfg.precision, t.row.device):
-        out = state.online(gather_window(book, t.row, cfg.window), s_inputs)
-    return Losses(*state.kernels.loss_terms(float_outputs(out), target, target_mean_s, z, t,
+    with forward_precision(cfg.precision, li.z.device):
+        out = state.online(li.online_window, li.online_inputs)
+    return Losses(*state.kernels.loss_terms(float_outputs(out), target, target_mean_s, li.z, t,
                                             sample.weight, state.labels,
                                             state.tables.order_lots, ctl, cfg))
 
@@ -317,15 +451,63 @@ def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tens
             agreement(out.pi_logits, q_mean), q_mean.gather(1, t.action[:, None]).mean())
 
 
+class LearnUpdates(NamedTuple):
+    """What one learning step leaves to write (``learn_updates``): the sampled entries' new
+    sampling weights [B] and the new max priority, the new controller values and metric sums
+    by name."""
+
+    priority_weight: torch.Tensor
+    max_priority: torch.Tensor
+    controllers: dict[str, torch.Tensor]
+    metrics: dict[str, torch.Tensor]
+
+
+def learn_updates(ls: Losses, grad_norm: torch.Tensor, ctl: ControllerState,
+                  metrics: MetricSums, max_priority: torch.Tensor, num_actions: int,
+                  cfg: StepConfig) -> LearnUpdates:
+    """The bookkeeping of one learning step, pure: priorities from the per-sample C51 loss,
+    the learner's controllers (per_beta, alpha, tau) and the learner metrics."""
+    weight, new_max = priority_values(ls.q_per_sample, max_priority, cfg.replay)
+    values = (per_beta_values(ctl, cfg.replay.beta_start, cfg.replay.beta_anneal_steps)
+              | alpha_tau_values(ctl, num_actions, cfg.policy))
+    sums = added(metrics, {
+        "learn_steps": 1.0, "loss_q": ls.q, "loss_pi": ls.pi, "loss_value": ls.value,
+        "loss_frd": ls.frd, "loss_aux": ls.aux, "policy_entropy": ls.policy_entropy,
+        "agreement": ls.agreement, "grad_norm": grad_norm, "q_mean": ls.q_taken_mean})
+    return LearnUpdates(priority_weight=weight, max_priority=new_max, controllers=values,
+                        metrics=sums)
+
+
+#: the norm clip_grad_norm_ clips (L2) and the epsilon it adds to the norm
+_CLIP_NORM_TYPE, _CLIP_EPS = 2.0, 1e-6
+
+
+def clip_coefficient(norms: list[torch.Tensor], max_norm: float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(total gradient norm, the factor that clips it to ``max_norm``, at most 1) from the
+    per-tensor norms: the arithmetic of torch.nn.utils.clip_grad_norm_, pure."""
+    total = torch.linalg.vector_norm(torch.stack(norms), _CLIP_NORM_TYPE)
+    return total, torch.clamp(max_norm / (total + _CLIP_EPS), max=1.0)
+
+
 @dataclass
 class StepKernels:
-    """The pure tensor functions the step calls through ``TrainState.kernels``: this
-    module's eager functions by default (the reference and the CPU path);
-    ``lobsurf.train.compile`` replaces them with compiled versions of the same functions."""
+    """The pure tensor functions the step calls through ``TrainState.kernels``: the eager
+    functions by default (the reference and the CPU path); ``lobsurf.train.compile``
+    replaces them with compiled versions of the same functions. Each returns new values;
+    the step does the in-place writes."""
 
-    gate: Callable[..., GateResult] = gate
+    observe: Callable[..., Observation] = observe
+    act: Callable[..., Acted] = thompson_gate
+    sim_step: Callable[..., StepValues] = step_values
+    collect_updates: Callable[..., CollectUpdates] = collect_updates
+    sample: Callable[..., Sample] = sample_values
+    learner_inputs: Callable[..., LearnerInputs] = learner_inputs
     c51_target: Callable[..., tuple[torch.Tensor, torch.Tensor]] = c51_target
     loss_terms: Callable[..., tuple[torch.Tensor, ...]] = loss_terms
+    clip_coefficient: Callable[..., tuple[torch.Tensor, torch.Tensor]] = clip_coefficient
+    adam_scalars: Callable[..., AdamScalars] = adam_scalars
+    learn_updates: Callable[..., LearnUpdates] = learn_updates
 
 
 class GradientSync(Protocol):
@@ -338,7 +520,8 @@ class GradientSync(Protocol):
 def learn(state: TrainState, book: BookTensors, cfg: StepConfig,
           sync: GradientSync | None = None) -> Losses:
     """One update from a prioritized sample; returns the (detached) losses."""
-    sample = state.replay.sample(cfg.batch_size, state.controllers.per_beta)
+    sample = state.replay.sample(cfg.batch_size, state.controllers.per_beta,
+                                 kernel=state.kernels.sample)
     return learn_from(state, book, sample, cfg, sync)
 
 
@@ -349,35 +532,67 @@ def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCo
     ctl, lc = state.controllers, cfg.learner
     ls = losses(state, book, sample, cfg)
     state.optimizer.zero_grad()
-    ls.total.backward()
-    params = [p for p in state.online.parameters() if p.grad is not None]
+    params = accumulate_gradients_(ls.total, state.optimizer.params)
     if sync is not None:
         sync.grads_(params)
     # max_norm inf: measure the norm without clipping (clip disabled)
     max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-    state.optimizer.step()
-    state.replay.update_priorities(sample.index, ls.q_per_sample)
-    # ---- Polyak: target <- (1 - tau) target + tau online, in place
+    grad_norm = clip_gradients_(params, max_norm, state.kernels.clip_coefficient)
+    state.optimizer.step(state.kernels.adam_scalars)
     with torch.no_grad():
+        # ---- priorities, controllers of the learner (per_beta, alpha, tau), metrics
+        upd = state.kernels.learn_updates(ls, grad_norm, ctl, state.metrics,
+                                          state.replay.max_priority, state.online.num_actions,
+                                          cfg)
+        state.replay.write_priorities_(sample.index, upd.priority_weight)
+        # ---- Polyak: target <- (1 - tau) target + tau online, in place
         torch._foreach_lerp_(list(state.target.parameters()), list(state.online.parameters()),
                              lc.polyak_tau)
-    # ---- controllers of the learner
-    anneal_per_beta(ctl, cfg.replay.beta_start, cfg.replay.beta_anneal_steps)
-    update_alpha_tau(ctl, state.online.num_actions, cfg.policy)
-    # ---- metrics
-    m = state.metrics
-    m.learn_steps.add_(1.0)
-    m.loss_q.add_(ls.q.detach())
-    m.loss_pi.add_(ls.pi.detach())
-    m.loss_value.add_(ls.value.detach())
-    m.loss_frd.add_(ls.frd.detach())
-    m.loss_aux.add_(ls.aux.detach())
-    m.policy_entropy.add_(ls.policy_entropy)
-    m.agreement.add_(ls.agreement)
-    m.grad_norm.add_(grad_norm.detach())
-    m.q_mean.add_(ls.q_taken_mean)
+        copy_values_(named_pairs(ctl, upd.controllers) + named_pairs(state.metrics, upd.metrics)
+                     + [(state.replay.max_priority, upd.max_priority)])
     return ls
+
+
+def clip_gradients_(params: list[torch.Tensor], max_norm: float,
+                    coefficient: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+                    = clip_coefficient) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` with its scalar
+    arithmetic in ``coefficient`` (``clip_coefficient`` or a compiled copy: one kernel for
+    five); the same numbers for gradients of one device and dtype, which the step's are
+    (else the torch function runs). Returns the total norm before clipping."""
+    grads = [p.grad for p in params]
+    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    with torch.no_grad():
+        total, coef = coefficient(torch._foreach_norm(grads, _CLIP_NORM_TYPE), max_norm)
+        torch._foreach_mul_(grads, coef)
+    return total
+
+
+def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``loss.backward()`` into ``params``' gradients, with one multi-tensor add where
+    backward's AccumulateGrad launches a kernel per parameter; returns the parameters that
+    have a gradient. Each .grad += g exactly as backward adds it; a first gradient is kept
+    as it comes (backward's steal), in the parameter's layout."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    into, add = [], []
+    for p, g in zip(params, grads):
+        if g is None:
+            continue
+        if p.grad is None:
+            p.grad = g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
+        else:
+            into.append(p.grad)
+            add.append(g)
+    if into:
+        torch._foreach_add_(into, add)
+    return [p for p in params if p.grad is not None]
+
+
+def fresh_noise_(state: TrainState) -> None:
+    """New noise in the online and the target network's noisy layers (online first, from
+    the noise generator), resampled together (lobsurf.agent.noisy.resample_noise_)."""
+    resample_noise_((state.online, state.target), state.noise_generator)
 
 
 def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: bool,
@@ -388,8 +603,7 @@ def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: 
     after ``collect``, the only place they move on local data, so ``learn`` and its
     controller updates read the same values on every rank; then the gradients are averaged.
     """
-    state.online.resample_noise_(state.noise_generator)
-    state.target.resample_noise_(state.noise_generator)
+    fresh_noise_(state)
     collect(state, book, cfg)
     if sync is not None:
         sync.controllers_(state.controllers)

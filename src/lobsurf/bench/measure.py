@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from lobsurf.agent.step import collect, learn, train_step
+from lobsurf.agent.step import collect, fresh_noise_, learn, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.train.compile import compile_networks_
@@ -78,10 +78,12 @@ def make_store(root: Path, cfg: BenchConfig) -> Path:
 
 
 def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConfig,
-               precision: str = "fp32", fused_inference: str = "auto") -> RunConfig:
+               precision: str = "fp32", fused_inference: str = "torch",
+               fused_training: str = "torch") -> RunConfig:
     return run_config_from_dict({
         "data": {"store": str(store)},
-        "encoder": {"n_layers": layers, "fused_inference": fused_inference},
+        "encoder": {"n_layers": layers, "fused_inference": fused_inference,
+                    "fused_training": fused_training},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
@@ -145,8 +147,7 @@ def step_flops(step: Callable[[], None]) -> int:
 def graphed_phases(state, book, scfg, device: str, cfg: BenchConfig) -> dict[str, float]:
     """ms per step of noise + collect and of learn, each replayed as its own graph."""
     def collect_part() -> None:
-        state.online.resample_noise_(state.noise_generator)
-        state.target.resample_noise_(state.noise_generator)
+        fresh_noise_(state)
         collect(state, book, scfg)
 
     parts = {"collect": collect_part, "learn": functools.partial(learn, state, book, scfg)}
@@ -173,11 +174,11 @@ def graphed_phases(state, book, scfg, device: str, cfg: BenchConfig) -> dict[str
 
 def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
             compile_: bool = False, precision: str = "fp32",
-            fused_inference: str = "auto") -> dict[str, Any]:
-    """Every figure of one (B, layers, precision, fused_inference) configuration (module
-    docstring); ``fused_inference`` is ``encoder.fused_inference``."""
+            fused_inference: str = "torch", fused_training: str = "torch") -> dict[str, Any]:
+    """Every figure of one (B, layers, precision, fused kernels) configuration (module
+    docstring); ``fused_*`` are ``encoder.fused_inference`` / ``encoder.fused_training``."""
     run_cfg = run_config(store, batch, layers, "cuda" if device.startswith("cuda") else "cpu",
-                         cfg, precision, fused_inference)
+                         cfg, precision, fused_inference, fused_training)
     data = load_training_data(run_cfg, device, store)
     state = build_state(run_cfg, data, device)
     scfg, book = step_config(run_cfg), data.train_book
@@ -190,6 +191,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
         torch.cuda.reset_peak_memory_stats()
     row: dict[str, Any] = {"batch": batch, "layers": layers, "precision": precision,
                            "fused_inference": fused_inference,
+                           "fused_training": fused_training,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

@@ -7,6 +7,11 @@ bracketed by device synchronizes and timed on the host, under the path of the ph
 runs inside (``learn/losses/target forward``); a parent's time minus its children's is its
 ``(rest)``. The synchronizes add some microseconds per range on CUDA, so the sum of the
 phases is a little above an unprofiled step.
+
+With ``label=True`` each timed call is also a ``torch.profiler.record_function`` range named
+``PHASE_MARK + path``, opened after the entry synchronize and closed after the exit one, so
+every device kernel of a phase runs inside its range (benchmarks/count_step_kernels.py
+attributes kernels to phases by that containment).
 """
 
 from __future__ import annotations
@@ -22,21 +27,33 @@ import torch
 
 import lobsurf.agent.step as step_module
 
+#: prefix of the profiler ranges of labelled phases
+PHASE_MARK = "phase:"
+
 #: (owner attribute path from the state, attribute, phase name); None owner = step module
 _METHODS = (
-    ("online", "resample_noise_", "noise"), ("target", "resample_noise_", "noise"),
-    ("env", "step", "simulator step"), ("replay", "add", "replay write"),
-    ("replay", "record_outcomes", "outcome labels"), ("replay", "sample", "replay sample"),
-    ("replay", "n_step_targets", "n-step targets"), ("online", "forward", "online forward"),
+    ("env", "step", "simulator step"), ("replay", "write_", "replay write"),
+    ("replay", "sample", "replay sample"), ("online", "forward", "online forward"),
     ("target", "embed", "target encoder"), ("target", "q_logits", "target heads"),
     ("optimizer", "zero_grad", "zero grad"), ("optimizer", "step", "adam"),
-    ("replay", "update_priorities", "priorities"),
+    ("replay", "write_priorities_", "priorities"),
+    # the step's kernels (compiled or eager: timed as one piece either way)
+    ("kernels", "observe", "observe"), ("kernels", "act", "thompson + gates"),
+    ("kernels", "sim_step", "step values"),
+    ("kernels", "collect_updates", "rewards, replay plan, controllers, metrics"),
+    ("kernels", "sample", "prioritized draw"), ("kernels", "learner_inputs", "learner inputs"),
+    ("kernels", "c51_target", "C51 target"), ("kernels", "loss_terms", "loss terms"),
+    ("kernels", "clip_coefficient", "clip coefficient"),
+    ("kernels", "adam_scalars", "adam scalars"),
+    ("kernels", "learn_updates", "priorities, controllers, metrics"),
 )
 _FUNCTIONS = (
+    ("fresh_noise_", "noise"), ("accumulate_gradients_", "backward"),
+    ("clip_gradients_", "grad clip"),
     ("collect", "collect"), ("learn", "learn"), ("losses", "losses"),
     ("gather_window", "window gather"), ("choose_actions", "act + gates"),
-    ("reward_pipeline", "reward pipeline"), ("mark_shaping", "reward shaping"),
-    ("action_histogram_update", "controllers"),
+    ("reward_pipeline_values", "reward pipeline"), ("mark_shaping", "reward shaping"),
+    ("action_histogram_values", "controllers"),
     ("project_categorical", "C51 projection"),
 )
 
@@ -44,8 +61,9 @@ _FUNCTIONS = (
 class PhaseTimer:
     """Seconds per phase path, summed over the calls made while installed."""
 
-    def __init__(self, device: torch.device | str) -> None:
+    def __init__(self, device: torch.device | str, label: bool = False) -> None:
         self.cuda = torch.device(device).type == "cuda"
+        self.label = label
         self.seconds: dict[str, float] = defaultdict(float)
         self.stack: list[str] = []
 
@@ -61,12 +79,20 @@ class PhaseTimer:
             self.sync()
             t0 = time.perf_counter()
             try:
-                return fn(*args, **kwargs)
+                with self.range(path):
+                    result = fn(*args, **kwargs)
+                    self.sync()
+                return result
             finally:
-                self.sync()
                 self.seconds[path] += time.perf_counter() - t0
                 self.stack.pop()
         return timed
+
+    def range(self, path: str) -> contextlib.AbstractContextManager:
+        """The profiler range of a labelled phase (a no-op context when not labelling)."""
+        if not self.label:
+            return contextlib.nullcontext()
+        return torch.profiler.record_function(PHASE_MARK + path)
 
     def per_step_ms(self, steps: int) -> dict[str, float]:
         """ms per step of each path, plus ``<parent>/(rest)`` for parents with children."""
@@ -81,9 +107,11 @@ class PhaseTimer:
 
 
 @contextlib.contextmanager
-def timed_phases(state: Any, device: torch.device | str) -> Iterator[PhaseTimer]:
-    """Install the phase wrappers on ``state`` and the step module; removed on exit."""
-    timer = PhaseTimer(device)
+def timed_phases(state: Any, device: torch.device | str, label: bool = False
+                 ) -> Iterator[PhaseTimer]:
+    """Install the phase wrappers on ``state`` and the step module; removed on exit
+    (``label``: profiler ranges too, module docstring)."""
+    timer = PhaseTimer(device, label)
     undo: list[Callable[[], None]] = []
 
     def patch(owner: Any, attr: str, name: str, instance: bool) -> None:
@@ -101,8 +129,6 @@ def timed_phases(state: Any, device: torch.device | str) -> Iterator[PhaseTimer]
         for attr, name in _FUNCTIONS:
             if hasattr(step_module, attr):
                 patch(step_module, attr, name, instance=False)
-        patch(torch.Tensor, "backward", "backward", instance=False)
-        patch(torch.nn.utils, "clip_grad_norm_", "grad clip", instance=False)
         yield timer
     finally:
         for fn in reversed(undo):

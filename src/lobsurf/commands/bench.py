@@ -12,6 +12,7 @@ empty). docs/bench.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -65,10 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", type=_precisions, default=["fp32"],
                         help="network forward precisions (train.precision: fp32, bf16 "
                         "autocast), comma-separated")
-    parser.add_argument("--fused-inference", type=_fused_choices, default=["auto"],
+    parser.add_argument("--fused-inference", type=_fused_choices, default=["torch"],
                         help="encoder.fused_inference per configuration (auto: the one-kernel "
                         "Mamba2 block in the no-grad forwards on CUDA; torch: PyTorch blocks "
                         "only), comma-separated")
+    parser.add_argument("--fused-training", type=_fused_choices, default=["torch"],
+                        help="encoder.fused_training per configuration (auto: the fused "
+                        "mixer-core kernels in the learner's forward and backward on CUDA; "
+                        "torch: the PyTorch mixer), comma-separated")
     parser.add_argument("--steps", type=int, default=d.steps, help="timed steps per block")
     parser.add_argument("--repeats", type=int, default=d.repeats, help="timed blocks per mode")
     parser.add_argument("--snapshots", type=int, default=d.snapshots_per_day,
@@ -112,8 +117,13 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _fused_label(row: dict) -> str:
+    # inference/training kernels of the row: "torch/torch", "auto/torch", ...
+    return f"{row.get('fused_inference', 'torch')}/{row.get('fused_training', 'torch')}"
+
+
 def table(rows: list[dict]) -> str:
-    lines = [f"{'B':>5} {'L':>2} {'prec':>4} {'fused':>5} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
+    lines = [f"{'B':>5} {'L':>2} {'prec':>4} {'fused':>11} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
              f"{'env/s':>10} {'nodes':>6} {'ops/step':>8} {'busy ms':>8} {'collect':>8} "
              f"{'learn':>8} {'TFLOP/s':>8} {'GiB':>6}"]
     for r in rows:
@@ -121,7 +131,7 @@ def table(rows: list[dict]) -> str:
         gp = r["graph_phase_ms"] or {}
         lines.append(
             f"{r['batch']:>5} {r['layers']:>2} {r['precision']:>4} "
-            f"{r.get('fused_inference', 'auto'):>5} {r['eager']['steps_per_s']:>8.1f} "
+            f"{_fused_label(r):>11} {r['eager']['steps_per_s']:>8.1f} "
             f"{_fmt(r['graphed'] and r['graphed']['steps_per_s'], '8.1f'):>8} "
             f"{_fmt(r.get('speedup'), '5.2f'):>5} {best['transitions_learned_per_s']:>10,.0f} "
             f"{best['env_steps_per_s']:>10,.0f} {_fmt(r['graph_nodes'], 'd'):>6} "
@@ -134,7 +144,7 @@ def table(rows: list[dict]) -> str:
 
 def phase_table(row: dict) -> str:
     lines = [f"phases of one eager step, B={row['batch']} layers={row['layers']} "
-             f"{row['precision']} fused_inference={row.get('fused_inference', 'auto')} "
+             f"{row['precision']} fused inference/training={_fused_label(row)} "
              "(ms, a synchronize around each range):"]
     lines += [f"  {path:<48} {ms:>9.3f}" for path, ms in row["phase_ms"].items()]
     return "\n".join(lines)
@@ -160,16 +170,15 @@ def run(args: argparse.Namespace) -> int:
            "rows": []}
     with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
         store = make_store(Path(tmp), cfg)
-        for fused in args.fused_inference:
-            for precision in args.precision:
-                for layers in args.layers:
-                    for batch in args.batch:
-                        row = measure(store, device, batch, layers, cfg, args.compile,
-                                      precision, fused)
-                        out["rows"].append(row)
-                        print(json.dumps(row), file=sys.stderr, flush=True)
-                        if device.startswith("cuda"):
-                            torch.cuda.empty_cache()
+        grid = itertools.product(args.fused_inference, args.fused_training, args.precision,
+                                 args.layers, args.batch)
+        for fused_inf, fused_train, precision, layers, batch in grid:
+            row = measure(store, device, batch, layers, cfg, args.compile, precision,
+                          fused_inf, fused_train)
+            out["rows"].append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
     for row in out["rows"]:
         print(phase_table(row))
     v = out["versions"]
@@ -184,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         c = r["compiled"]
         if c is not None:
             print(f"B={r['batch']} layers={r['layers']} {r['precision']} "
-                  f"fused_inference={r.get('fused_inference', 'auto')} with compiled "
+                  f"fused {_fused_label(r)} with compiled "
                   "encoders: " + (
                 c["error"] if "error" in c else
                 f"{c['steps_per_s']:.1f} steps/s ({c['ms_per_step']:.2f} ms), "

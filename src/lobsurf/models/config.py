@@ -51,20 +51,24 @@ class EncoderConfig:
     """Causal conv + SiLU implementation for a window with no conv context: "torch" =
     shifted multiply-adds (the reference, fused by torch.compile), "triton" = fused kernels
     (``conv_triton.py``, CUDA only)."""
-    fused_inference: Literal["auto", "torch", "triton"] = "auto"
+    fused_inference: Literal["auto", "torch", "triton"] = "torch"
     """Block forward when autograd is off (the step's acting and target forwards) over a
-    window with no state: "auto" = the one-kernel Triton block (``mamba2_fused.py``) on
-    CUDA where Triton and the shape allow it, else PyTorch; "torch" = always the PyTorch
-    block (the reference); "triton" = insist on the kernel (an error says why it cannot
-    run; on CPU it needs Triton's interpreter, which the tests use)."""
-    fused_training: Literal["auto", "torch", "triton"] = "auto"
+    window with no state: "torch" = the PyTorch block (the default and the reference: on
+    the H200 the compiled PyTorch block is faster, 0.42 against 0.66 ms at B = 1024, see
+    benchmarks/RESULTS.md); "auto" = the one-kernel Triton block (``mamba2_fused.py``) on
+    CUDA where Triton and the shape allow it, else PyTorch; "triton" = insist on the kernel
+    (an error says why it cannot run; on CPU it needs Triton's interpreter, which the
+    tests use)."""
+    fused_training: Literal["auto", "torch", "triton"] = "torch"
     """Mixer core (conv -> SSD -> gated norm) when autograd is on (the learner's forward and
-    backward) over a window with no state: "auto" = one forward and one backward Triton
-    kernel (``mamba2_fused_core.py``) on CUDA where Triton and the shape allow it, between
-    the in- and out-projection GEMMs; "torch" = the PyTorch mixer (the reference);
-    "triton" = insist (on CPU only under Triton's interpreter)."""
-    fused_warps: int = 8
-    """Triton warps per window of the fused inference kernel."""
+    backward) over a window with no state: "torch" = the PyTorch mixer (the default and the
+    reference: as fast as the kernels on the H200, 3.69 against 3.93 ms forward + backward
+    of a block at B = 1024, benchmarks/RESULTS.md); "auto" = one forward and one backward
+    Triton kernel (``mamba2_fused_core.py``) between the in- and out-projection GEMMs, on
+    CUDA where Triton and the shape allow it; "triton" = insist (on CPU only under Triton's
+    interpreter)."""
+    fused_warps: int = 4
+    """Triton warps per window of the fused kernels (4 measured faster than 8)."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8

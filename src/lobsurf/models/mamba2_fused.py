@@ -109,7 +109,8 @@ if triton is not None:
         if BF16:  # the PyTorch block's projection output is bf16 under autocast
             v = _round_bf16(v, BF16)
         i = tl.arange(0, KL)
-        out = tl.zeros((KL, CW), dtype=tl.float32) + tl.load(conv_b_ptr + chan0 + c).to(tl.float32)[None, :]
+        bias = tl.load(conv_b_ptr + chan0 + c).to(tl.float32)
+        out = tl.zeros((KL, CW), dtype=tl.float32) + bias[None, :]
         for k in tl.static_range(WIDTH):
             back = WIDTH - 1 - k  # tap k reads the input `back` steps ago (zeros before t=0)
             wk = tl.load(conv_w_ptr + k * CT + chan0 + c).to(tl.float32)

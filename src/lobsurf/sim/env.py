@@ -15,9 +15,21 @@ One step, for every env at once:
 4. the cursor advances ``stride`` rows; envs whose episode ended jump to a random cursor.
 The observation is ``state.cursor`` (callers gather the K-window there with
 ``lobsurf.data.dataset.gather_window``) plus position, unrealized PnL and time in trade.
+
+The step is a pure function, ``step_values`` (the state, the stats, the actions, the reset
+draws and the env's constant tables in; the new state, the new stats and the result out),
+and ``BatchedLobEnv.step`` draws the reset uniforms from the env's generator, calls it and
+copies the new values into the state tensors in place (lobsurf.writeback): two multi-tensor
+copies for all seventeen fields. The training step passes a compiled ``step_values``
+(``lobsurf.agent.step.StepKernels.sim_step``), which fuses the eighty-odd small kernels of
+the eager step into a few.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import NamedTuple
 
 import torch
 
@@ -26,6 +38,7 @@ from lobsurf.sim.config import SimConfig
 from lobsurf.sim.matching import closing_lots, strictly_upper_ones, walk_levels
 from lobsurf.sim.reward import FeeModel, fees, money_scalar, ticks_to_money
 from lobsurf.sim.state import SimState, SimStats, StepResult
+from lobsurf.writeback import copy_values_
 
 
 def reset_tables(book: BookTensors, cfg: SimConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -50,13 +63,126 @@ def reset_tables(book: BookTensors, cfg: SimConfig) -> tuple[torch.Tensor, torch
     return valid_end, lo - (valid_end - count), total
 
 
+class EnvTables(NamedTuple):
+    """The env's device constants a step reads, made once (see ``BatchedLobEnv.__init__``).
+
+    order_table [A] int64 signed lots per action; fill_px / fill_sz [2N - 2 latency, 10] the
+    interleaved sides from the fill row on (2 row + buy); strictly_upper [10, 10] float64;
+    mid2_ticks [N] int64 bid + ask; valid_end, valid_offset, segment_stop [S] int64 reset
+    tables; fee_per_lot, fee_per_value_tick (None without a bps fee), tick_value,
+    half_tick_value 0-d float64.
+    """
+
+    order_table: torch.Tensor
+    fill_px: torch.Tensor
+    fill_sz: torch.Tensor
+    strictly_upper: torch.Tensor
+    mid2_ticks: torch.Tensor
+    valid_end: torch.Tensor
+    valid_offset: torch.Tensor
+    segment_stop: torch.Tensor
+    fee_per_lot: torch.Tensor
+    fee_per_value_tick: torch.Tensor | None
+    tick_value: torch.Tensor
+    half_tick_value: torch.Tensor
+
+
+class StepValues(NamedTuple):
+    """What ``step_values`` returns: the new state and stats, and the step's result."""
+
+    state: SimState
+    stats: SimStats
+    result: StepResult
+
+
+def reset_cursors(draw: torch.Tensor, tables: EnvTables) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B] int64 draws k uniform in [0, total) -> the k-th valid cursor over all segments and
+    its segment's stop row."""
+    seg = torch.searchsorted(tables.valid_end, draw, right=True)
+    return draw + tables.valid_offset[seg], tables.segment_stop[seg]
+
+
+def step_values(s: SimState, st: SimStats, action: torch.Tensor, reset_draw: torch.Tensor,
+                tables: EnvTables, cfg: SimConfig, force_end: torch.Tensor | None = None
+                ) -> StepValues:
+    """One step of every env (module docstring), pure.
+
+    Args:
+        s, st: the state and the stats before the step (not written).
+        action: [B] int64 action index in [0, num_actions).
+        reset_draw: [B] int64 uniform draws in [0, total cursors): the new cursor of an env
+            whose episode ends now (``reset_cursors``).
+        force_end: optional [B] bool: make this step the episode's last (close at market).
+    """
+    limit = cfg.position_limit_lots
+    # 1. order: clip to the limit; the last step of an episode flattens instead
+    last = s.cursor + (cfg.stride + cfg.latency_rows) >= s.stop
+    last |= s.episode_steps >= cfg.max_episode_steps - 1
+    if force_end is not None:
+        last |= force_end
+    target = (s.position + tables.order_table[action]).clamp_(-limit, limit)
+    target.masked_fill_(last, 0)
+    order = target - s.position
+    n = order.abs()
+    buy = order > 0
+    position_abs = s.position.abs()
+    close = closing_lots(position_abs, n, target.abs())
+    # 2. walk the side the order takes (asks for buys) at the fill row
+    side_row = torch.add(buy, s.cursor, alpha=2)
+    px = tables.fill_px[side_row]  # [B, 10]
+    sz = tables.fill_sz[side_row]
+    # a forced close must flatten: size enough for any position at the deepest level
+    sz[:, -1].add_(last, alpha=limit)
+    filled, value = walk_levels(px, sz, torch.stack((n, close), 1), tables.strictly_upper)
+    filled_n, filled_c = filled.unbind(1)
+    sign = order.sign()
+    flow = value * -sign[:, None]  # [B, 2] cash flows (order, closing part)
+    fee = fees(filled, value, tables.fee_per_lot, tables.fee_per_value_tick)  # [B, 2]
+    flow_n, flow_c = flow.unbind(1)
+    fee_n, fee_c = fee.unbind(1)
+    # 3. trade accounting: the closing part (the walk's first lots) ends the open trade
+    closed = (filled_c == position_abs) & (filled_c > 0)
+    gross_ticks = s.trade_cash_ticks + flow_c
+    trade_fees = s.trade_fees + fee_c
+    net = ticks_to_money(gross_ticks, tables.tick_value) - trade_fees
+    reward = torch.where(closed, net, 0.0)
+    cash = torch.where(closed, flow_n - flow_c, s.trade_cash_ticks + flow_n)
+    open_fees = torch.where(closed, fee_n - fee_c, s.trade_fees + fee_n)
+    position = torch.addcmul(s.position, sign, filled_n)
+    time_in_trade = torch.where(position == 0, 0, torch.where(closed, 0, s.time_in_trade) + 1)
+    stats = SimStats(
+        trades=st.trades + closed, wins=st.wins + (reward > 0),
+        gross_pnl_ticks=st.gross_pnl_ticks + torch.where(closed, gross_ticks, 0),
+        fees=st.fees + torch.where(closed, trade_fees, 0.0), net_pnl=st.net_pnl + reward,
+        hold_steps=st.hold_steps + (action == 0), steps=st.steps + 1,
+        turnover_lots=st.turnover_lots + filled_n, unfilled_lots=st.unfilled_lots + (n - filled_n))
+    # 4. advance; ended episodes restart at a random cursor (auto-reset)
+    new_cursor, new_stop = reset_cursors(reset_draw, tables)
+    cursor = torch.where(last, new_cursor, s.cursor + cfg.stride)
+    # open trade at the new cursor's mid, in half ticks: 2 cash + position x (bid + ask)
+    mark_ticks2 = torch.addcmul(cash * 2, tables.mid2_ticks[cursor], position)
+    state = SimState(
+        cursor=cursor, stop=torch.where(last, new_stop, s.stop),
+        episode_steps=torch.where(last, 0, s.episode_steps + 1), position=position,
+        trade_cash_ticks=cash, trade_fees=open_fees, time_in_trade=time_in_trade,
+        unrealized_pnl=ticks_to_money(mark_ticks2, tables.half_tick_value) - open_fees)
+    return StepValues(state=state, stats=stats, result=StepResult(
+        reward=reward, trade_closed=closed, episode_end=last, filled_lots=sign * filled_n,
+        cash_flow_ticks=flow_n, fees=fee_n))
+
+
+#: the signature of ``step_values`` (a compiled copy is one)
+StepFunction = Callable[..., StepValues]
+
+
 class BatchedLobEnv:
     """B environments over one instrument's BookTensors, on the book's device.
 
     Attributes:
         state: SimState, [B] tensors updated in place.
         stats: SimStats, [B] accumulators (``reset_stats`` zeroes them).
-        generator: torch.Generator of the reset draws (one float64 per env per step).
+        tables: EnvTables, the device constants of a step.
+        generator: torch.Generator of the reset draws (one int64 per env per step).
     """
 
     def __init__(self, book: BookTensors, num_envs: int, cfg: SimConfig) -> None:
@@ -79,27 +205,30 @@ class BatchedLobEnv:
         self.fee_model = FeeModel.build(cfg.fee_per_lot, cfg.fee_bps, book.price_origin_fixed / 1e9,
                                         book.tick_size, book.multiplier)
         # 0-d float64 device constants, made once (no host->device copy inside step)
-        self._fee_per_lot = money_scalar(self.fee_model.per_lot, device)
-        self._fee_per_value_tick = (money_scalar(self.fee_model.per_value_tick, device)
-                                    if self.fee_model.per_value_tick != 0.0 else None)
-        self._tick_value = money_scalar(self.tick_value, device)
-        self._half_tick_value = money_scalar(self.tick_value / 2, device)
+        self.tables = EnvTables(
+            order_table=self.order_table, fill_px=self.fill_px, fill_sz=self.fill_sz,
+            strictly_upper=self.strictly_upper, mid2_ticks=self.mid2_ticks,
+            valid_end=self.valid_end, valid_offset=self.valid_offset,
+            segment_stop=self.segment_stop,
+            fee_per_lot=money_scalar(self.fee_model.per_lot, device),
+            fee_per_value_tick=(money_scalar(self.fee_model.per_value_tick, device)
+                                if self.fee_model.per_value_tick != 0.0 else None),
+            tick_value=money_scalar(self.tick_value, device),
+            half_tick_value=money_scalar(self.tick_value / 2, device))
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(cfg.seed)
         self.state = SimState.zeros(num_envs, device)
         self.stats = SimStats.zeros(num_envs, device)
 
     # ---- resets -------------------------------------------------------------------------
-    def _draw_cursors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        # k uniform in [0, total) per env -> the k-th valid cursor over all segments.
-        k = torch.randint(self.total_cursors, (self.num_envs,), generator=self.generator,
-                          device=self.device)
-        seg = torch.searchsorted(self.valid_end, k, right=True)
-        return k + self.valid_offset[seg], self.segment_stop[seg]
+    def _reset_draw(self) -> torch.Tensor:
+        """[B] int64 uniform in [0, total cursors) from the env's generator."""
+        return torch.randint(self.total_cursors, (self.num_envs,), generator=self.generator,
+                             device=self.device)
 
     def reset(self) -> SimState:
         """Start a new episode in every env (random cursors); stats are kept."""
-        cursor, stop = self._draw_cursors()
+        cursor, stop = reset_cursors(self._reset_draw(), self.tables)
         s = self.state
         s.cursor.copy_(cursor)
         s.stop.copy_(stop)
@@ -112,72 +241,21 @@ class BatchedLobEnv:
         self.stats.zero_()
 
     # ---- step ---------------------------------------------------------------------------
-    def step(self, action: torch.Tensor, force_end: torch.Tensor | None = None) -> StepResult:
+    def step(self, action: torch.Tensor, force_end: torch.Tensor | None = None,
+             kernel: StepFunction = step_values) -> StepResult:
         """Advance every env one step.
 
         Args:
             action: [B] int64 action index in [0, num_actions).
             force_end: optional [B] bool: make this step the episode's last (close at market).
+            kernel: ``step_values`` or a compiled copy of it.
 
         Returns:
             StepResult of [B] tensors; ``state`` and ``stats`` are updated in place.
         """
-        cfg, s, st = self.cfg, self.state, self.stats
-        limit = cfg.position_limit_lots
-        # 1. order: clip to the limit; the last step of an episode flattens instead
-        last = s.cursor + (cfg.stride + cfg.latency_rows) >= s.stop
-        last |= s.episode_steps >= cfg.max_episode_steps - 1
-        if force_end is not None:
-            last |= force_end
-        target = (s.position + self.order_table[action]).clamp_(-limit, limit)
-        target.masked_fill_(last, 0)
-        order = target - s.position
-        n = order.abs()
-        buy = order > 0
-        position_abs = s.position.abs()
-        close = closing_lots(position_abs, n, target.abs())
-        # 2. walk the side the order takes (asks for buys) at the fill row
-        side_row = torch.add(buy, s.cursor, alpha=2)
-        px = self.fill_px[side_row]  # [B, 10]
-        sz = self.fill_sz[side_row]
-        # a forced close must flatten: size enough for any position at the deepest level
-        sz[:, -1].add_(last, alpha=limit)
-        filled, value = walk_levels(px, sz, torch.stack((n, close), 1), self.strictly_upper)
-        filled_n, filled_c = filled.unbind(1)
-        sign = order.sign()
-        flow = value * -sign[:, None]  # [B, 2] cash flows (order, closing part)
-        fee = fees(filled, value, self._fee_per_lot, self._fee_per_value_tick)  # [B, 2]
-        flow_n, flow_c = flow.unbind(1)
-        fee_n, fee_c = fee.unbind(1)
-        # 3. trade accounting: the closing part (the walk's first lots) ends the open trade
-        closed = (filled_c == position_abs) & (filled_c > 0)
-        gross_ticks = s.trade_cash_ticks + flow_c
-        trade_fees = s.trade_fees + fee_c
-        net = ticks_to_money(gross_ticks, self._tick_value) - trade_fees
-        reward = torch.where(closed, net, 0.0)
-        torch.where(closed, flow_n - flow_c, s.trade_cash_ticks + flow_n, out=s.trade_cash_ticks)
-        torch.where(closed, fee_n - fee_c, s.trade_fees + fee_n, out=s.trade_fees)
-        s.position.addcmul_(sign, filled_n)
-        flat = s.position == 0
-        s.time_in_trade.masked_fill_(closed, 0).add_(1).masked_fill_(flat, 0)
-        # statistics
-        st.trades += closed
-        st.wins += reward > 0
-        st.gross_pnl_ticks += torch.where(closed, gross_ticks, 0)
-        st.fees += torch.where(closed, trade_fees, 0.0)
-        st.net_pnl += reward
-        st.hold_steps += action == 0
-        st.steps += 1
-        st.turnover_lots += filled_n
-        st.unfilled_lots += n - filled_n
-        # 4. advance; ended episodes restart at a random cursor (auto-reset)
-        new_cursor, new_stop = self._draw_cursors()
-        torch.where(last, new_cursor, s.cursor + cfg.stride, out=s.cursor)
-        torch.where(last, new_stop, s.stop, out=s.stop)
-        s.episode_steps.add_(1).masked_fill_(last, 0)
-        # open trade at the new cursor's mid, in half ticks: 2 cash + position x (bid + ask)
-        mark_ticks2 = torch.addcmul(s.trade_cash_ticks * 2, self.mid2_ticks[s.cursor], s.position)
-        torch.sub(ticks_to_money(mark_ticks2, self._half_tick_value), s.trade_fees,
-                  out=s.unrealized_pnl)
-        return StepResult(reward=reward, trade_closed=closed, episode_end=last,
-                          filled_lots=sign * filled_n, cash_flow_ticks=flow_n, fees=fee_n)
+        new = kernel(self.state, self.stats, action, self._reset_draw(), self.tables, self.cfg,
+                     force_end)
+        copy_values_([(getattr(old, f.name), getattr(fresh, f.name))
+                      for old, fresh in ((self.state, new.state), (self.stats, new.stats))
+                      for f in fields(fresh)])
+        return new.result

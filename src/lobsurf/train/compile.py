@@ -10,13 +10,18 @@
   per-snapshot features (element-wise chains over [B, K, F]) into the encoder's Inductor
   graph, and ``heads`` fuses the heads' small element-wise ops.
 * **step kernels**: the pure tensor functions the step calls through ``state.kernels``
-  (``lobsurf.agent.step.StepKernels``): the confidence + FRD gates, the target side of
-  the learner (softmax, E[Q], argmax, C51 projection) and every loss (forward and, through
-  AOTAutograd, backward). Between them sat a few hundred small eager kernels of the
-  graphed step; compiled, each is a handful of fused ones. Each is
-  compiled from a copy of its function with a snapshot of the step module's globals, so a
-  later patch of that module (``lobsurf.bench.phases`` wraps its functions for the phase
-  timer) is neither traced into a compiled graph nor a reason to recompile.
+  (``lobsurf.agent.step.StepKernels``): the observation (state copies, support, K-windows,
+  agent-state inputs), Thompson acting with the confidence + FRD gates, the simulator step,
+  the post-simulator bookkeeping (reward pipeline, replay write plan, action-histogram
+  controllers, metrics), the prioritized draw, the learner's inputs (n-step bootstrap,
+  windows), the target side of the learner (softmax, E[Q], argmax, C51 projection), every
+  loss (forward and, through AOTAutograd, backward), the gradient clip's and Adam's scalar
+  arithmetic, and the learner's bookkeeping (priorities, per_beta, alpha, tau, metrics).
+  Between them sat several hundred small eager kernels of the graphed step; compiled, each
+  is a handful of fused ones. Each is compiled from a copy of its function with a snapshot
+  of its module's globals, so a later patch of that module (``lobsurf.bench.phases`` wraps
+  its functions for the phase timer) is neither traced into a compiled graph nor a reason
+  to recompile.
 
 Static shapes; ``fullgraph`` by default, so a graph break is an error at the first call
 instead of a silent eager island inside the CUDA graph. Each piece compiles once per
@@ -24,12 +29,14 @@ instead of a silent eager island inside the CUDA graph. Each piece compiles once
 them, so the capture records Inductor's kernels. PERFORMANCE.md 3.2 measured 1.6x on the
 whole step for the encoder alone.
 
-What stays eager: the Thompson/pi draws (custom ``torch.Generator`` arguments), the
-simulator step, replay writes and sampling, the optimizer, and every in-place update of a
-0-d controller or metric (the reward pipeline, gate threshold, alpha/tau, per_beta, metric
-sums): torch 2.13 on CPU traces an in-place write to a 0-d CPU input as no op at all
-(``v.add_(1)`` compiled leaves ``v`` unchanged), so compiling them would silently change
-the CPU step; a kernel here only reads 0-d controllers.
+What stays eager: the random draws (custom ``torch.Generator`` arguments: noise, the
+Thompson/pi and replay uniforms, the simulator's reset draws; each kernel takes its draws as
+an input), the indexed writes into the replay storage and its priorities, the backward and
+the optimizer's multi-tensor ops, and every in-place write of state: torch 2.13 on CPU traces
+an in-place write to a 0-d CPU input as no op at all (``v.add_(1)`` compiled leaves ``v``
+unchanged), so every kernel is pure: it returns the new values of the controllers, metric
+sums, simulator state and ring counters, and the step copies them in place outside it
+(lobsurf.writeback: one multi-tensor copy per dtype).
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ import torch
 #: the AgentNetwork methods the training step calls, compiled in place
 COMPILED_METHODS = ("embed", "heads", "q_logits")
 #: the StepKernels fields (lobsurf.agent.step) compiled in place
-COMPILED_KERNELS = ("gate", "c51_target", "loss_terms")
+COMPILED_KERNELS = ("observe", "act", "sim_step", "collect_updates", "sample", "learner_inputs",
+                    "c51_target", "loss_terms", "clip_coefficient", "adam_scalars",
+                    "learn_updates")
 
 
 @dataclass(frozen=True)
@@ -84,9 +93,15 @@ def compile_networks_(state: Any, cfg: CompileConfig = CompileConfig()) -> None:
 
 def frozen_globals(fn: Callable) -> Callable:
     """A copy of the function ``fn`` that resolves its globals in a snapshot of its module's
-    namespace taken now (module docstring: the phase timer's patches stay outside)."""
-    copy = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__,
-                              fn.__closure__)
+    namespace taken now (module docstring: the phase timer's patches stay outside).
+
+    The copy gets its own code object: Dynamo caches compiled code on the code object, and
+    an entry made for an earlier copy (an earlier ``compile_networks_`` in this process)
+    would pass its guards here and then look its compiled graph up in that copy's globals
+    (a NameError on ``__compiled_fn_*``).
+    """
+    copy = types.FunctionType(fn.__code__.replace(), dict(fn.__globals__), fn.__name__,
+                              fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
     copy.__doc__, copy.__module__ = fn.__doc__, fn.__module__
     return copy

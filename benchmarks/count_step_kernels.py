@@ -1,0 +1,236 @@
+"""Device kernels one training step launches, by phase, eager and with train.compile's pieces.
+
+At small B the graphed step is bound by its number of kernels (PERFORMANCE.md 2.1: about
+1-2 us per graph node), so the count is the figure to cut. The script builds the default
+step as ``lobsurf bench`` does (lobsurf.bench.measure: a synthetic store, build_state, a
+few collect-only steps), then profiles ``--steps`` learning steps with the phase wrappers of
+lobsurf.bench.phases labelling each sub-phase as a profiler range, and gives every kernel
+to the innermost phase whose range holds its start:
+
+* CUDA: the profiler's device events (kernels, memcpy, memset): what a CUDA graph of the
+  step holds as nodes, give or take the graph's own copies;
+* CPU: a proxy: leaf aten ops that would launch a kernel on a GPU (views, allocations and
+  host-side scalar ops excluded; a ``_foreach_`` op counts once, as its one multi-tensor
+  launch does on CUDA; Inductor's C++ kernels count once each, through its kernel profile).
+
+Modes: ``eager``, then ``compiled`` (``compile_networks_``: the networks' methods and the
+step kernels, what train.compile does; ``--kernels-only`` leaves the networks eager).
+
+    python3 benchmarks/count_step_kernels.py --device cuda --batch 16
+    OMP_NUM_THREADS=1 python benchmarks/count_step_kernels.py --device cpu --kernels-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import dataclasses
+import functools
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from lobsurf.agent.step import train_step
+from lobsurf.bench.measure import BenchConfig, make_store, run_config
+from lobsurf.bench.phases import PHASE_MARK, timed_phases
+from lobsurf.train.compile import CompileConfig, compile_networks_
+from lobsurf.train.data import load_training_data
+from lobsurf.train.loop import build_state, step_config
+
+#: the outermost range: everything of a step outside a named sub-phase is "step/(rest)"
+STEP_PHASE = "step"
+#: aten ops that launch no device kernel (views, allocation, metadata, host-side scalars)
+NO_KERNEL = frozenset(f"aten::{name}" for name in (
+    "empty", "empty_strided", "empty_like", "view", "_reshape_alias", "as_strided", "expand",
+    "slice", "select", "unsqueeze", "squeeze", "t", "transpose", "permute", "alias", "detach",
+    "detach_", "unbind", "split", "split_with_sizes", "chunk", "narrow", "resize_", "set_",
+    "_unsafe_view", "lift_fresh", "result_type", "promote_types", "scalar_tensor", "to",
+    "_to_copy", "contiguous", "reshape", "expand_as", "view_as", "unflatten", "flatten",
+    "movedim", "diagonal", "_has_compatible_shallow_copy_type", "is_nonzero", "requires_grad_",
+    "resolve_conj", "resolve_neg", "conj", "_conj", "_neg_view", "real", "numpy_T",
+    "item", "_local_scalar_dense"))
+#: Inductor's C++ kernels appear in the CPU profile as "graph_<i>_cpp_fused_<ops>_<j>"
+CPP_KERNEL_MARK = "_cpp_"
+
+
+#: the step counted by default: B = 16 envs, 2 Mamba2 layers (the launch-bound case)
+DEFAULT_BATCH, DEFAULT_LAYERS = 16, 2
+#: lobsurf bench's settings, shortened: 3 warm-up and 3 profiled learning steps per mode
+#: (counts are per step), a smaller synthetic store (the step's kernels do not depend on it)
+COUNT = BenchConfig(warmup_steps=3, profile_steps=3, snapshots_per_day=20_000)
+
+
+def build(device: str, batch: int, layers: int, cfg: BenchConfig, root: Path):
+    """(state, book, step config) of the default run at B = ``batch`` on ``device``, the
+    replay filled by ``cfg.prefill_steps`` collect-only steps."""
+    store = make_store(root, cfg)
+    run_cfg = run_config(store, batch, layers, device, cfg)
+    data = load_training_data(run_cfg, device, store)
+    state = build_state(run_cfg, data, device)
+    scfg = step_config(run_cfg)
+    for _ in range(cfg.prefill_steps):
+        train_step(state, data.train_book, scfg, learning=False)
+    return state, data.train_book, scfg
+
+
+def _cpu_kernels(event, out: list[tuple[float, str]]) -> int:
+    """Append (start us, name) of each proxy kernel under ``event``; returns how many."""
+    name = event.name
+    if name.startswith("aten::_foreach_") or CPP_KERNEL_MARK in name:
+        out.append((event.time_range.start, name))
+        return 1
+    below = sum(_cpu_kernels(child, out) for child in event.cpu_children)
+    if below == 0 and name.startswith("aten::") and name not in NO_KERNEL:
+        out.append((event.time_range.start, name))
+        return 1
+    return below
+
+
+def kernels(events, device: str) -> list[tuple[float, str]]:
+    """(start us, name) of the step's device kernels, or of their CPU proxies."""
+    if device.startswith("cuda"):
+        return [(e.time_range.start, e.name) for e in events
+                if e.device_type == torch.autograd.DeviceType.CUDA
+                and not e.name.startswith(PHASE_MARK)]
+    found: list[tuple[float, str]] = []
+    for event in events:
+        if event.cpu_parent is None:
+            _cpu_kernels(event, found)
+    return found
+
+
+def phase_ranges(events) -> list[tuple[float, float, str]]:
+    """(start, end, path) of every labelled phase range on the host."""
+    return [(e.time_range.start, e.time_range.end, e.name[len(PHASE_MARK):]) for e in events
+            if e.name.startswith(PHASE_MARK) and e.device_type == torch.autograd.DeviceType.CPU]
+
+
+def by_phase(found: list[tuple[float, str]], ranges: list[tuple[float, float, str]]
+             ) -> tuple[Counter, Counter]:
+    """Kernels per phase path, each given to the innermost (latest-opened) range holding its
+    start, and kernels per (phase path, kernel name)."""
+    ranges = sorted(ranges)
+    opens = [r[0] for r in ranges]
+    counts: Counter = Counter()
+    names: Counter = Counter()
+    for t, name in found:
+        holder = "(outside the step)"
+        for start, end, path in reversed(ranges[:bisect.bisect_right(opens, t)]):
+            if start <= t <= end:
+                holder = path
+                break
+        counts[holder] += 1
+        names[holder, name] += 1
+    return counts, names
+
+
+def count_steps(state, book, scfg, device: str, cfg: BenchConfig) -> tuple[Counter, Counter]:
+    """Kernels per learning step by phase and by (phase, name) over ``cfg.profile_steps``
+    steps, after ``cfg.warmup_steps`` (the compiles of the compiled mode happen there)."""
+    step = functools.partial(train_step, state, book, scfg, True)
+    for _ in range(cfg.warmup_steps):
+        step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if device.startswith("cuda") else [])
+    with timed_phases(state, device, label=True) as timer:
+        whole = timer.wrap(step, STEP_PHASE)
+        with profile(activities=activities) as prof:
+            for _ in range(cfg.profile_steps):
+                whole()
+    events = prof.events()
+    counts, names = by_phase(kernels(events, device), phase_ranges(events))
+    return tuple(Counter({k: v / cfg.profile_steps for k, v in c.items()})
+                 for c in (counts, names))
+
+
+def phase_tree(counts: Counter) -> dict[str, float]:
+    """Inclusive count of every phase path (a parent includes its children)."""
+    total: dict[str, float] = {}
+    for path, n in counts.items():
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            key = "/".join(parts[:i])
+            total[key] = total.get(key, 0.0) + n
+    return total
+
+
+def with_rest(counts: Counter) -> dict[str, float]:
+    """Inclusive counts plus ``<parent>/(rest)``: a parent's own kernels, outside its children."""
+    tree = phase_tree(counts)
+    parents = {path.rsplit("/", 1)[0] for path in tree if "/" in path}
+    tree.update({f"{path}/(rest)": counts[path] for path in parents if counts.get(path)})
+    return tree
+
+
+def report(columns: dict[str, Counter]) -> str:
+    """A table: one row per phase path (inclusive counts), one column per mode."""
+    trees = {mode: with_rest(c) for mode, c in columns.items()}
+    paths = sorted(set().union(*trees.values()))
+    width = max(len(p) for p in paths) + 2
+    lines = [f"{'phase (inclusive, per step)':<{width}}" + "".join(f"{m:>12}" for m in trees)]
+    for path in paths:
+        indent = "  " * path.count("/")
+        label = indent + path.rsplit("/", 1)[-1]
+        lines.append(f"{label:<{width}}" + "".join(f"{t.get(path, 0.0):>12.1f}"
+                                                  for t in trees.values()))
+    return "\n".join(lines)
+
+
+def report_names(mode: str, names: Counter, prefix: str) -> str:
+    """Kernel names per step of the phases whose path starts with ``prefix``."""
+    rows = sorted(((path, name, n) for (path, name), n in names.items()
+                   if path.startswith(prefix)), key=lambda r: (r[0], -r[2]))
+    return "\n".join([f"{mode}: kernels of {prefix}*"]
+                     + [f"  {n:6.1f}  {path}  {name[:90]}" for path, name, n in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    p.add_argument("--layers", type=int, default=DEFAULT_LAYERS)
+    p.add_argument("--steps", type=int, default=COUNT.profile_steps,
+                   help="profiled learning steps per mode")
+    p.add_argument("--kernels-only", action="store_true",
+                   help="compiled mode compiles the step kernels only, not the networks")
+    p.add_argument("--no-compiled", action="store_true", help="count the eager step only")
+    p.add_argument("--names", metavar="PREFIX", default=None,
+                   help="also list kernel names of the phases whose path starts with PREFIX")
+    args = p.parse_args(argv)
+    cfg = dataclasses.replace(COUNT, profile_steps=args.steps)
+    device = args.device
+    if not device.startswith("cuda"):
+        # Inductor's C++ kernels show in the CPU profile only with its kernel profile on
+        torch._inductor.config.cpp.enable_kernel_profile = True
+    t0 = time.perf_counter()
+
+    def progress(what: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory() as root:
+        state, book, scfg = build(device, args.batch, args.layers, cfg, Path(root))
+        progress("built the state and filled the replay")
+        results = {"eager": count_steps(state, book, scfg, device, cfg)}
+        progress("counted the eager step")
+        if not args.no_compiled:
+            compile_networks_(state, CompileConfig(methods=()) if args.kernels_only
+                              else CompileConfig())
+            results["compiled"] = count_steps(state, book, scfg, device, cfg)
+            progress("compiled and counted the compiled step")
+    kind = "device kernels" if device.startswith("cuda") else "CPU proxy of device kernels"
+    print(f"{kind} per learning step, B={args.batch}, {args.layers} layers, {device}, "
+          f"torch {torch.__version__} ({time.perf_counter() - t0:.0f} s)")
+    print(report({mode: counts for mode, (counts, _) in results.items()}))
+    if args.names is not None:
+        for mode, (_, names) in results.items():
+            print(report_names(mode, names, args.names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
