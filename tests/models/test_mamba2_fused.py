@@ -111,14 +111,6 @@ def test_triton_backend_says_why_it_cannot_run() -> None:
         EncoderConfig(fused_inference="cuda")
 
 
-@pytest.fixture
-def tf32_products():
-    saved = torch.backends.cuda.matmul.fp32_precision
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    yield
-    torch.backends.cuda.matmul.fp32_precision = saved
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("d_model,headdim,d_state,window", [SHAPES[0], SHAPES[2]])
 def test_compiled_kernel_matches_numpy_reference_on_cuda(tf32_products, d_model, headdim,

@@ -88,14 +88,6 @@ def test_fused_core_only_under_autograd() -> None:
         fused(torch.randn(1, fused.mixer.cfg.chunk_size + 1, 32))
 
 
-@pytest.fixture
-def tf32_products():
-    saved = torch.backends.cuda.matmul.fp32_precision
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    yield
-    torch.backends.cuda.matmul.fp32_precision = saved
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", [CASES[0], CASES[2]])
 def test_compiled_core_matches_float64_on_cuda(tf32_products, d_model, headdim, d_state,

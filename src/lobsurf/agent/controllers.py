@@ -136,11 +136,6 @@ def per_beta_values(state: ControllerState, start: float, anneal_steps: int
     return {"per_beta": (state.per_beta + (1.0 - start) / anneal_steps).clamp(max=1.0)}
 
 
-def anneal_per_beta(state: ControllerState, start: float, anneal_steps: int) -> None:
-    """per_beta += (1 - start) / anneal_steps, capped at 1 (one call per learning step)."""
-    copy_values_(named_pairs(state, per_beta_values(state, start, anneal_steps)))
-
-
 def action_histogram(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
     """[A] float64 counts of [B] int64 actions (a one-hot sum: exact integer counts)."""
     values = torch.arange(num_actions, device=actions.device)

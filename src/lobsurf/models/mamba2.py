@@ -216,21 +216,12 @@ class Mamba2Mixer(nn.Module):
         # The core kernels with autograd serve forwards that need gradients; forwards
         # without them go through the whole-block kernel (Mamba2Block) or PyTorch.
         cfg = self.cfg
-        if cfg.fused_training == "torch" or not torch.is_grad_enabled():
-            return False
-        ok = (mamba2_fused.available_for(u.device)
-              and mamba2_fused_core.supports(cfg.headdim, cfg.d_state, u.shape[1],
-                                             cfg.chunk_size))
-        if cfg.fused_training == "auto":
-            return ok and u.is_cuda
-        if not ok:
-            raise RuntimeError(
-                "fused_training='triton' needs Triton with a CUDA tensor (or Triton's CPU "
-                "interpreter, TRITON_INTERPRET=1), power-of-two headdim and d_state >= 16 "
-                f"and a window of at most chunk_size; got {u.device.type}, headdim "
-                f"{cfg.headdim}, d_state {cfg.d_state}, window {u.shape[1]}, chunk_size "
-                f"{cfg.chunk_size}")
-        return True
+        return mamba2_fused.use_fused(
+            cfg.fused_training, "fused_training", u, torch.is_grad_enabled(),
+            mamba2_fused_core.supports(cfg.headdim, cfg.d_state, u.shape[1], cfg.chunk_size),
+            "power-of-two headdim and d_state >= 16 and a window of at most chunk_size",
+            f"headdim {cfg.headdim}, d_state {cfg.d_state}, window {u.shape[1]}, "
+            f"chunk_size {cfg.chunk_size}")
 
     def step(self, u: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token: u [B, D] -> [B, D]; ``state`` is updated in place."""
@@ -280,21 +271,13 @@ class Mamba2Block(nn.Module):
     def _fused(self, h: torch.Tensor) -> bool:
         # The fused kernel has no backward: only forwards with autograd off may use it.
         cfg = self.mixer.cfg
-        if cfg.fused_inference == "torch" or torch.is_grad_enabled():
-            return False
-        ok = (mamba2_fused.available_for(h.device)
-              and mamba2_fused.supports(cfg.d_model, cfg.headdim, cfg.d_state, h.shape[1],
-                                        cfg.chunk_size))
-        if cfg.fused_inference == "auto":
-            return ok and h.is_cuda
-        if not ok:
-            raise RuntimeError(
-                "fused_inference='triton' needs Triton with a CUDA tensor (or Triton's CPU "
-                "interpreter, TRITON_INTERPRET=1), power-of-two d_model, headdim and d_state "
-                f">= 16 and a window of at most chunk_size; got {h.device.type}, d_model "
-                f"{cfg.d_model}, headdim {cfg.headdim}, d_state {cfg.d_state}, window "
-                f"{h.shape[1]}, chunk_size {cfg.chunk_size}")
-        return True
+        return mamba2_fused.use_fused(
+            cfg.fused_inference, "fused_inference", h, not torch.is_grad_enabled(),
+            mamba2_fused.supports(cfg.d_model, cfg.headdim, cfg.d_state, h.shape[1],
+                                  cfg.chunk_size),
+            "power-of-two d_model, headdim and d_state >= 16 and a window of at most "
+            "chunk_size", f"d_model {cfg.d_model}, headdim {cfg.headdim}, d_state "
+            f"{cfg.d_state}, window {h.shape[1]}, chunk_size {cfg.chunk_size}")
 
     def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token h [B, D] -> [B, D]; ``state`` updated in place."""

@@ -62,6 +62,24 @@ def supports(d_model: int, headdim: int, d_state: int, length: int, chunk_size: 
     return all(_pow2(n) for n in (d_model, headdim, d_state)) and length <= chunk_size
 
 
+def use_fused(choice: str, option: str, x: torch.Tensor, wanted: bool, shape_ok: bool,
+              needs: str, shape: str) -> bool:
+    """Whether a fused-kernel option runs on ``x`` here: "torch" never; "auto" on CUDA
+    tensors when Triton and the shape allow it; "triton" always, or an error saying why it
+    cannot (``needs``: the shape rule, ``shape``: what was given). ``wanted``: the call is
+    one the kernel serves (autograd off for the block kernel, on for the core)."""
+    if choice == "torch" or not wanted:
+        return False
+    ok = available_for(x.device) and shape_ok
+    if choice == "auto":
+        return ok and x.is_cuda
+    if not ok:
+        raise RuntimeError(f"{option}='triton' needs Triton with a CUDA tensor (or Triton's "
+                           f"CPU interpreter, TRITON_INTERPRET=1), {needs}; got "
+                           f"{x.device.type}, {shape}")
+    return True
+
+
 def available_for(device: torch.device) -> bool:
     """Whether the kernel can run on ``device`` here (CUDA with Triton, or the interpreter)."""
     if triton is None:
@@ -188,6 +206,15 @@ def _bf16_mode(h: torch.Tensor) -> int:
     return 1 if h.is_cuda else 2
 
 
+def launch_flags(x: torch.Tensor) -> dict:
+    """The precision flags and tile length of a kernel over windows x [B, L, ...]: BF16
+    (``_bf16_mode``), TF32 (fp32 CUDA products when the run enables TF32), KL (L rounded up
+    to a power of two >= 16)."""
+    tf32 = torch.backends.cuda.matmul.fp32_precision == "tf32"
+    return dict(BF16=_bf16_mode(x), TF32=tf32 and x.dtype == torch.float32 and x.is_cuda,
+                KL=max(_MIN_DOT, triton.next_power_of_2(x.shape[1])))
+
+
 def _launch(h: torch.Tensor, norm_w: torch.Tensor, w_in: torch.Tensor, conv_w: torch.Tensor,
             conv_b: torch.Tensor, dt_bias: torch.Tensor, a_log: torch.Tensor, skip: torch.Tensor,
             gate_w: torch.Tensor, w_out: torch.Tensor, headdim: int, d_state: int, eps: float,
@@ -196,15 +223,12 @@ def _launch(h: torch.Tensor, norm_w: torch.Tensor, w_in: torch.Tensor, conv_w: t
     heads = a_log.shape[0]
     h = h.contiguous()
     out = h.new_empty((batch, d_model) if last_only else (batch, length, d_model))
-    tf32 = torch.backends.cuda.matmul.fp32_precision == "tf32"
-    block = max(_MIN_DOT, triton.next_power_of_2(length))
     _block_kernel[(batch,)](
         h, out, norm_w.contiguous(), w_in.contiguous(), conv_w.contiguous(),
         conv_b.contiguous(), dt_bias.contiguous(), a_log.contiguous(), skip.contiguous(),
         gate_w.contiguous(), w_out.contiguous(), length, eps,
-        D=d_model, H=heads, P=headdim, N=d_state, WIDTH=conv_w.shape[0], KL=block,
-        LAST_ONLY=last_only, BF16=_bf16_mode(h),
-        TF32=tf32 and h.dtype == torch.float32 and h.is_cuda, num_warps=num_warps)
+        D=d_model, H=heads, P=headdim, N=d_state, WIDTH=conv_w.shape[0], LAST_ONLY=last_only,
+        **launch_flags(h), num_warps=num_warps)
     return out
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models.mamba2_fused import _MIN_DOT, _bf16_mode, triton
+from lobsurf.models.mamba2_fused import _pow2, launch_flags, triton
 
 if triton is not None:
     import triton.language as tl
@@ -82,6 +82,17 @@ if triton is not None:
                  dpre.to(dpre_base.dtype.element_ty), mask=valid[:, None])
 
     @triton.jit
+    def _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid, L, PW: tl.constexpr,
+                       E: tl.constexpr, N: tl.constexpr, CT: tl.constexpr,
+                       WIDTH: tl.constexpr, BF16: tl.constexpr, TF32: tl.constexpr):
+        # B and C (pre-activations too) and the heads' shared scores C B^T [KL, KL].
+        B_pre, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT,
+                               WIDTH)
+        C_pre, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N,
+                               CT, WIDTH)
+        return B_pre, Bm, C_pre, Cm, _dot(Cm, tl.trans(Bm), BF16, TF32)
+
+    @triton.jit
     def _head(base, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, scores, t, valid,
               causal, hd, L, PW: tl.constexpr, E: tl.constexpr, N: tl.constexpr,
               P: tl.constexpr, CT: tl.constexpr, WIDTH: tl.constexpr, BF16: tl.constexpr,
@@ -117,10 +128,8 @@ if triton is not None:
         valid = t < L
         causal = t[None, :] <= t[:, None]
         base = proj_ptr + b * L * PW
-        _, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
-        _, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N, CT,
-                           WIDTH)
-        scores = _dot(Cm, tl.trans(Bm), BF16, TF32)
+        _, _, _, _, scores = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid, L, PW, E,
+                                            N, CT, WIDTH, BF16, TF32)
         ss = tl.zeros((KL,), dtype=tl.float32)
         o_rows = o_ptr + b * L * E + t[:, None] * E
         for hd in tl.static_range(H):  # pass 1: the gated values and their row sums of squares
@@ -168,11 +177,8 @@ if triton is not None:
         p_alog: tl.constexpr = p_dtb + H
         p_d: tl.constexpr = p_alog + H
         p_nw: tl.constexpr = p_d + H
-        B_pre, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT,
-                               WIDTH)
-        C_pre, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N,
-                               CT, WIDTH)
-        scores = _dot(Cm, tl.trans(Bm), BF16, TF32)
+        B_pre, Bm, C_pre, Cm, scores = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid,
+                                                      L, PW, E, N, CT, WIDTH, BF16, TF32)
         r = tl.load(rstd_ptr + b * L + t, mask=valid, other=0.0)
         do_rows = do_ptr + b * L * E + t[:, None] * E
         cross = tl.zeros((KL,), dtype=tl.float32)  # sum_e d o * w * g per row (norm's term)
@@ -233,16 +239,13 @@ if triton is not None:
 
 def supports(headdim: int, d_state: int, length: int, chunk_size: int) -> bool:
     """Shapes the kernels cover: power-of-two P, N >= 16 and one chunk (K <= chunk)."""
-    return all(n >= _MIN_DOT and n & (n - 1) == 0 for n in (headdim, d_state)) \
-        and length <= chunk_size
+    return _pow2(headdim) and _pow2(d_state) and length <= chunk_size
 
 
 def _meta(proj: torch.Tensor, a_log: torch.Tensor, headdim: int, d_state: int,
           conv_w: torch.Tensor) -> dict:
-    tf32 = torch.backends.cuda.matmul.fp32_precision == "tf32"
     return dict(PW=proj.shape[-1], H=a_log.shape[0], P=headdim, N=d_state,
-                WIDTH=conv_w.shape[0], KL=max(_MIN_DOT, triton.next_power_of_2(proj.shape[1])),
-                BF16=_bf16_mode(proj), TF32=tf32 and proj.dtype == torch.float32 and proj.is_cuda)
+                WIDTH=conv_w.shape[0], **launch_flags(proj))
 
 
 @torch.library.custom_op("lobsurf::mamba2_core", mutates_args=())
