@@ -13,16 +13,21 @@ to the innermost phase whose range holds its start:
   host-side scalar ops excluded; a ``_foreach_`` op counts once, as its one multi-tensor
   launch does on CUDA; Inductor's C++ kernels count once each, through its kernel profile).
 
-Modes: ``eager``, then ``compiled`` (``compile_networks_``: the networks' methods and the
-step kernels, what train.compile does; ``--kernels-only`` leaves the networks eager).
+Modes: ``eager``, then ``compiled`` (``compile_networks_`` with ``compile_config``: the
+networks' methods and the step kernels, what train.compile does, combo kernels on CUDA
+unless ``--no-combo``; ``--kernels-only`` leaves the networks eager). On CUDA ``--top N``
+adds each phase's device ms per step (kernel durations; the phases run between
+synchronizes) and the N kernels with the most device time.
 
     python3 benchmarks/count_step_kernels.py --device cuda --batch 16
+    python3 benchmarks/count_step_kernels.py --device cuda --batch 1024 --precision bf16 --top 30
     OMP_NUM_THREADS=1 python benchmarks/count_step_kernels.py --device cpu --kernels-only
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import bisect
 import dataclasses
 import functools
@@ -38,7 +43,8 @@ from torch.profiler import ProfilerActivity, profile
 from lobsurf.agent.step import train_step
 from lobsurf.bench.measure import BenchConfig, make_store, run_config
 from lobsurf.bench.phases import PHASE_MARK, timed_phases
-from lobsurf.train.compile import CompileConfig, compile_networks_
+from lobsurf.train.compile import compile_config, compile_networks_
+from lobsurf.train.config import TrainConfig
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state, step_config
 
@@ -65,11 +71,12 @@ DEFAULT_BATCH, DEFAULT_LAYERS = 16, 2
 COUNT = BenchConfig(warmup_steps=3, profile_steps=3, snapshots_per_day=20_000)
 
 
-def build(device: str, batch: int, layers: int, cfg: BenchConfig, root: Path):
+def build(device: str, batch: int, layers: int, cfg: BenchConfig, root: Path,
+          precision: str = "fp32"):
     """(state, book, step config) of the default run at B = ``batch`` on ``device``, the
     replay filled by ``cfg.prefill_steps`` collect-only steps."""
     store = make_store(root, cfg)
-    run_cfg = run_config(store, batch, layers, device, cfg)
+    run_cfg = run_config(store, batch, layers, device, cfg, precision=precision)
     data = load_training_data(run_cfg, device, store)
     state = build_state(run_cfg, data, device)
     scfg = step_config(run_cfg)
@@ -91,17 +98,18 @@ def _cpu_kernels(event, out: list[tuple[float, str]]) -> int:
     return below
 
 
-def kernels(events, device: str) -> list[tuple[float, str]]:
-    """(start us, name) of the step's device kernels, or of their CPU proxies."""
+def kernels(events, device: str) -> list[tuple[float, str, float]]:
+    """(start us, name, device us) of the step's device kernels, or (device us 0) of their
+    CPU proxies."""
     if device.startswith("cuda"):
-        return [(e.time_range.start, e.name) for e in events
-                if e.device_type == torch.autograd.DeviceType.CUDA
+        return [(e.time_range.start, e.name, e.time_range.end - e.time_range.start)
+                for e in events if e.device_type == torch.autograd.DeviceType.CUDA
                 and not e.name.startswith(PHASE_MARK)]
-    found: list[tuple[float, str]] = []
+    cpu: list[tuple[float, str]] = []
     for event in events:
         if event.cpu_parent is None:
-            _cpu_kernels(event, found)
-    return found
+            _cpu_kernels(event, cpu)
+    return [(t, name, 0.0) for t, name in cpu]
 
 
 def phase_ranges(events) -> list[tuple[float, float, str]]:
@@ -110,15 +118,17 @@ def phase_ranges(events) -> list[tuple[float, float, str]]:
             if e.name.startswith(PHASE_MARK) and e.device_type == torch.autograd.DeviceType.CPU]
 
 
-def by_phase(found: list[tuple[float, str]], ranges: list[tuple[float, float, str]]
-             ) -> tuple[Counter, Counter]:
+def by_phase(found: list[tuple[float, str, float]], ranges: list[tuple[float, float, str]]
+             ) -> tuple[Counter, Counter, Counter, Counter]:
     """Kernels per phase path, each given to the innermost (latest-opened) range holding its
-    start, and kernels per (phase path, kernel name)."""
+    start, kernels per (phase path, kernel name), and the device us of both."""
     ranges = sorted(ranges)
     opens = [r[0] for r in ranges]
     counts: Counter = Counter()
     names: Counter = Counter()
-    for t, name in found:
+    us: Counter = Counter()
+    name_us: Counter = Counter()
+    for t, name, dur in found:
         holder = "(outside the step)"
         for start, end, path in reversed(ranges[:bisect.bisect_right(opens, t)]):
             if start <= t <= end:
@@ -126,12 +136,16 @@ def by_phase(found: list[tuple[float, str]], ranges: list[tuple[float, float, st
                 break
         counts[holder] += 1
         names[holder, name] += 1
-    return counts, names
+        us[holder] += dur
+        name_us[holder, name] += dur
+    return counts, names, us, name_us
 
 
-def count_steps(state, book, scfg, device: str, cfg: BenchConfig) -> tuple[Counter, Counter]:
-    """Kernels per learning step by phase and by (phase, name) over ``cfg.profile_steps``
-    steps, after ``cfg.warmup_steps`` (the compiles of the compiled mode happen there)."""
+def count_steps(state, book, scfg, device: str, cfg: BenchConfig
+                ) -> tuple[Counter, Counter, Counter, Counter]:
+    """Kernels per learning step by phase and by (phase, name), and their device us, over
+    ``cfg.profile_steps`` steps, after ``cfg.warmup_steps`` (the compiles of the compiled
+    mode happen there)."""
     step = functools.partial(train_step, state, book, scfg, True)
     for _ in range(cfg.warmup_steps):
         step()
@@ -143,9 +157,8 @@ def count_steps(state, book, scfg, device: str, cfg: BenchConfig) -> tuple[Count
             for _ in range(cfg.profile_steps):
                 whole()
     events = prof.events()
-    counts, names = by_phase(kernels(events, device), phase_ranges(events))
     return tuple(Counter({k: v / cfg.profile_steps for k, v in c.items()})
-                 for c in (counts, names))
+                 for c in by_phase(kernels(events, device), phase_ranges(events)))
 
 
 def phase_tree(counts: Counter) -> dict[str, float]:
@@ -176,8 +189,24 @@ def report(columns: dict[str, Counter]) -> str:
     for path in paths:
         indent = "  " * path.count("/")
         label = indent + path.rsplit("/", 1)[-1]
-        lines.append(f"{label:<{width}}" + "".join(f"{t.get(path, 0.0):>12.1f}"
-                                                  for t in trees.values()))
+        lines.append(f"{label:<{width}}" + "".join(
+            f"{t.get(path, 0.0):>12.{3 if mode.endswith(' ms') else 1}f}"
+            for mode, t in trees.items()))
+    return "\n".join(lines)
+
+
+def report_top(mode: str, name_us: Counter, names: Counter, top: int) -> str:
+    """The ``top`` kernel names by device ms per step, summed over phases."""
+    ms: Counter = Counter()
+    launches: Counter = Counter()
+    for (_, name), us in name_us.items():
+        ms[name] += us / 1e3
+    for (_, name), n in names.items():
+        launches[name] += n
+    total = sum(ms.values())
+    lines = [f"{mode}: top {top} kernels by device ms per step (of {total:.3f} ms)"]
+    for name, t in ms.most_common(top):
+        lines.append(f"  {t:8.3f} ms {100 * t / total:5.1f} % {launches[name]:6.1f}x  {name[:100]}")
     return "\n".join(lines)
 
 
@@ -201,7 +230,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-compiled", action="store_true", help="count the eager step only")
     p.add_argument("--names", metavar="PREFIX", default=None,
                    help="also list kernel names of the phases whose path starts with PREFIX")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--no-combo", action="store_true",
+                   help="compile without Inductor's combo kernels (train.compile_combo_kernels)")
+    p.add_argument("--top", type=int, default=0,
+                   help="CUDA: also list the N kernels with the most device time per step, "
+                        "and a column of device ms per phase")
+    p.add_argument("--inductor", metavar="KEY=VALUE", action="append", default=[],
+                   help="set torch._inductor.config.KEY (a Python literal) before compiling, "
+                        "e.g. combo_kernels=True")
     args = p.parse_args(argv)
+    for item in args.inductor:
+        key, _, value = item.partition("=")
+        setattr(torch._inductor.config, key, ast.literal_eval(value))
     cfg = dataclasses.replace(COUNT, profile_steps=args.steps)
     device = args.device
     if not device.startswith("cuda"):
@@ -213,21 +254,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory() as root:
-        state, book, scfg = build(device, args.batch, args.layers, cfg, Path(root))
+        state, book, scfg = build(device, args.batch, args.layers, cfg, Path(root),
+                                  args.precision)
         progress("built the state and filled the replay")
         results = {"eager": count_steps(state, book, scfg, device, cfg)}
         progress("counted the eager step")
         if not args.no_compiled:
-            compile_networks_(state, CompileConfig(methods=()) if args.kernels_only
-                              else CompileConfig())
+            train = dataclasses.replace(TrainConfig(), compile_combo_kernels=not args.no_combo)
+            base = compile_config(train, device)
+            compile_networks_(state, dataclasses.replace(base, methods=()) if args.kernels_only
+                              else base)
             results["compiled"] = count_steps(state, book, scfg, device, cfg)
             progress("compiled and counted the compiled step")
     kind = "device kernels" if device.startswith("cuda") else "CPU proxy of device kernels"
-    print(f"{kind} per learning step, B={args.batch}, {args.layers} layers, {device}, "
-          f"torch {torch.__version__} ({time.perf_counter() - t0:.0f} s)")
-    print(report({mode: counts for mode, (counts, _) in results.items()}))
-    if args.names is not None:
-        for mode, (_, names) in results.items():
+    print(f"{kind} per learning step, B={args.batch}, {args.layers} layers, {args.precision}, "
+          f"{device}, torch {torch.__version__}, inductor {args.inductor or 'defaults'} "
+          f"({time.perf_counter() - t0:.0f} s)")
+    columns = {mode: r[0] for mode, r in results.items()}
+    if args.top and device.startswith("cuda"):
+        columns.update({f"{mode} ms": Counter({k: v / 1e3 for k, v in r[2].items()})
+                        for mode, r in results.items()})
+    print(report(columns))
+    for mode, (_, names, _, name_us) in results.items():
+        if args.top and device.startswith("cuda"):
+            print(report_top(mode, name_us, names, args.top))
+        if args.names is not None:
             print(report_names(mode, names, args.names))
     return 0
 

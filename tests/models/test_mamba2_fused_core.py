@@ -9,6 +9,7 @@ compiled kernels.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -26,6 +27,9 @@ from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 TOL_FP32, TOL_BF16 = 3e-4, 6e-2
 #: TF32 products (10-bit mantissas) on the GPU
 TOL_TF32 = 1e-2
+#: GPU bf16: the fused core may be this many times as far off as the PyTorch block under
+#: the same autocast (real bf16 products; both against float64), when that exceeds TOL_BF16
+BF16_SLACK = 2.0
 #: (d_model, headdim, d_state, window, last_only)
 CASES = [(32, 16, 16, 37, False), (32, 16, 16, 64, True), (128, 64, 64, 64, False)]
 
@@ -57,10 +61,14 @@ def _run(block, h, last_only, dtype, autocast=False):
     return grads
 
 
+def _errors(got, ref):
+    """Relative error (norm of the difference / norm of the reference) per name."""
+    return {name: ((got[name].double() - want).norm() / want.norm()).item()
+            for name, want in ref.items()}
+
+
 def _check(fused, ref, tol):
-    for name, want in ref.items():
-        got = fused[name].double()
-        err = ((got - want).norm() / want.norm()).item()
+    for name, err in _errors(fused, ref).items():
         assert err < tol, f"{name}: relative error {err:.2e}"
 
 
@@ -97,7 +105,13 @@ def test_compiled_core_matches_float64_on_cuda(tf32_products, d_model, headdim, 
     h = torch.randn(5, window, d_model, device="cuda")
     want = _run(ref, h, last_only, torch.float64)
     _check(_run(fused, h, last_only, torch.float32), want, TOL_TF32)
-    _check(_run(fused, h, last_only, torch.float32, autocast=True), want, TOL_BF16)
+    pytorch = copy.deepcopy(ref).float()  # the PyTorch block, fp32 weights, bf16 autocast
+    pytorch_err = _errors(_run(pytorch, h, last_only, torch.float32, autocast=True), want)
+    got = _errors(_run(fused, h, last_only, torch.float32, autocast=True), want)
+    for name, err in got.items():
+        tol = max(TOL_BF16, BF16_SLACK * pytorch_err[name])
+        assert err < tol, f"{name}: bf16 relative error {err:.2e} (PyTorch block: " \
+                          f"{pytorch_err[name]:.2e})"
 
 
 def test_fused_core_traces_whole_under_torch_compile() -> None:

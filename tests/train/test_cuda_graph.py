@@ -52,6 +52,9 @@ def test_cli_flag_sets_train_cuda_graph() -> None:
     assert "train.cuda_graph=true" in _flag_overrides(Namespace(**base, cuda_graph=True))
     assert not any("cuda_graph" in s for s in _flag_overrides(Namespace(**base,
                                                                         cuda_graph=None)))
+    assert "train.compile=false" in _flag_overrides(Namespace(**base, compile=False))
+    assert "train.compile=true" in _flag_overrides(Namespace(**base, compile=True))
+    assert not any("compile" in s for s in _flag_overrides(Namespace(**base, compile=None)))
 
 
 def test_generators_are_every_custom_generator_of_the_state(tiny_setup) -> None:
@@ -111,9 +114,28 @@ def test_train_compile_compiles_both_networks(tiny_store) -> None:
     from lobsurf.train.loop import _build
     from tests.agent.conftest import tiny_config
 
-    for on in (False, True):
+    for on, want in ((False, False), (True, True), ("auto", False)):  # auto: CUDA only
         cfg = tiny_config(tiny_store.path, train={"compile": on})
         state = _build(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu", None, 0)
         for net in (state.online, state.target):
-            assert compiled(net) is on
+            assert compiled(net) is want
             assert all(not k.startswith("_orig_mod") for k in net.state_dict())
+
+
+def test_compile_auto_means_cuda_in_one_process() -> None:
+    from lobsurf.train.compile import compile_config, compile_wanted
+    from lobsurf.train.config import TrainConfig
+
+    auto = TrainConfig()
+    assert auto.compile == "auto"
+    assert compile_wanted(auto, "cuda", 1) and not compile_wanted(auto, "cuda", 2)
+    assert not compile_wanted(auto, "cpu", 1)
+    assert compile_wanted(TrainConfig(compile=True), "cpu", 1)
+    assert not compile_wanted(TrainConfig(compile=False), "cuda", 1)
+    # combo kernels are an Inductor GPU option: only passed to CUDA compiles, and only if asked
+    assert dict(compile_config(auto, "cuda").options) == {"combo_kernels": True}
+    assert compile_config(auto, "cpu").options == ()
+    no_combo = TrainConfig(compile_combo_kernels=False)
+    assert compile_config(no_combo, "cuda").options == ()
+    with pytest.raises(ValueError, match="compile must be"):
+        TrainConfig(compile="yes")

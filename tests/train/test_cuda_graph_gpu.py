@@ -21,7 +21,9 @@ from lobsurf.agent.step import train_step
 from lobsurf.train.cuda_graph import step_generators
 from lobsurf.train.data import load_training_data
 from lobsurf.train.guard import DivergenceGuard
-from lobsurf.train.loop import _graphed_step, _guarded_step, build_state, step_config
+from lobsurf.train.compile import compiled_kernels
+from lobsurf.train.loop import (
+    _build, _graphed_step, _guarded_step, build_state, step_config)
 from tests.agent.conftest import tiny_config
 
 pytestmark = pytest.mark.gpu
@@ -33,13 +35,13 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
           "net_pnl", "reward")
 
 
-def _run(store, graphed: bool, precision: str = "fp32"):
+def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False):
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
                       gates={"warmup_steps": GATE_WARMUP},
-                      train={"envs": 32, "precision": precision},
+                      train={"envs": 32, "precision": precision, "compile": compiled},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
-    state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
+    state, scfg, guard = _build(cfg, data, "cuda", None, 0), step_config(cfg), DivergenceGuard("cuda")
     runner = _graphed_step(state, data.train_book, scfg, guard, "cuda") if graphed else None
     per_step = []
     for step in range(STEPS):
@@ -74,6 +76,28 @@ def test_graphed_steps_equal_eager_steps(tiny_store, precision) -> None:
         eager_losses[-1, LOSSES.index("gated")])
     for pe, pg in zip(eager.online.parameters(), graph.online.parameters()):
         torch.testing.assert_close(pg, pe, rtol=0, atol=1e-5)
+
+
+def test_compiled_graphed_steps_track_eager_steps(tiny_store) -> None:
+    """train.compile inside the graph (Inductor's kernels) against the eager reference.
+    Inductor reorders float sums, so this is not bit-exact: the actions and rewards taken
+    (Thompson draws from the same uniforms) must agree until a near-tie flips one, the
+    losses up to the first flip within 2e-3 relative, and at least the first two thirds of
+    the steps must come before any flip."""
+    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False)
+    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True, compiled=True)
+    assert runner.captured and len(compiled_kernels(graph)) > 0
+    assert int(graph.step_count) == STEPS and guard.read() is None
+    envs = 32
+    actions = [getattr(s.replay.storage, "action")[:STEPS * envs].view(STEPS, envs)
+               for s in (eager, graph)]
+    differs = (actions[0] != actions[1]).any(dim=1).nonzero()
+    agree = STEPS if differs.numel() == 0 else int(differs[0])
+    assert agree >= 2 * STEPS // 3, f"actions differ from step {agree} of {STEPS}"
+    rewards = [s.replay.storage.reward[:agree * envs] for s in (eager, graph)]
+    torch.testing.assert_close(rewards[1], rewards[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(graph_losses[:agree], eager_losses[:agree], rtol=2e-3, atol=1e-5)
+    assert bool(torch.isfinite(graph_losses).all())
 
 
 def test_eager_step_makes_no_host_sync(tiny_store) -> None:

@@ -34,7 +34,7 @@ import torch
 from lobsurf.agent.step import collect, fresh_noise_, learn, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.data.synth import SynthConfig, write_synth_store
-from lobsurf.train.compile import compile_networks_
+from lobsurf.train.compile import CompileConfig, compile_config, compile_networks_
 from lobsurf.train.config import RunConfig, run_config_from_dict
 from lobsurf.train.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import load_training_data
@@ -220,15 +220,17 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
     row["graph_phase_ms"] = (graphed_phases(state, book, scfg, device, cfg)
                              if graph_unsupported(device) is None else None)
     row["compiled"] = compiled_graph(state, step, device, batch, run_cfg.learner_batch,
-                                     cfg) if compile_ else None
+                                     cfg, compile_config(run_cfg.train, device)
+                                     ) if compile_ else None
     return row
 
 
 def compiled_graph(state, step: Callable[[], None], device: str, batch: int,
-                   learner_batch: int, cfg: BenchConfig) -> dict[str, Any]:
+                   learner_batch: int, cfg: BenchConfig,
+                   compile_cfg: CompileConfig = CompileConfig()) -> dict[str, Any]:
     """The graphed step again with the encoders compiled (train.compile), last: the
     compilation changes the state's modules for good. Compile time and failures are kept."""
-    compile_networks_(state)
+    compile_networks_(state, compile_cfg)
     t0 = time.perf_counter()
     try:
         if graph_unsupported(device) is not None:

@@ -79,9 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshots", type=int, default=d.snapshots_per_day,
                         help="synthetic snapshots per day (2 days)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--compile", action="store_true",
-                        help="also time the graphed step with the encoders compiled "
-                        "(train.compile; compilation takes tens of seconds per shape)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="also time the graphed step compiled, as lobsurf train runs it "
+                        "on CUDA (train.compile; about a minute of compilation per "
+                        "configuration; default: on for CUDA, off on CPU)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -164,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(f"--plan-snapshots/--plan-transitions: {exc}") from exc
     device = resolve_device(None if args.device == "auto" else args.device)
+    compile_ = device.startswith("cuda") if args.compile is None else args.compile
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.fp32_precision = "tf32"
     out = {**header(device), "config": vars(cfg), "memory_plan": memory_plan(device, plan),
@@ -173,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         grid = itertools.product(args.fused_inference, args.fused_training, args.precision,
                                  args.layers, args.batch)
         for fused_inf, fused_train, precision, layers, batch in grid:
-            row = measure(store, device, batch, layers, cfg, args.compile, precision,
+            row = measure(store, device, batch, layers, cfg, compile_, precision,
                           fused_inf, fused_train)
             out["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)

@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
                         help="replay the learning step as one CUDA graph (default: "
                         "train.cuda_graph, on; ignored on CPU)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the step's networks and tensor functions (default: "
+                        "train.compile, auto: on for one CUDA process, off on CPU)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="progress bar (shown only on a terminal)")
 
@@ -78,6 +81,8 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
         sets.append("train.tensorboard=true")
     if getattr(args, "cuda_graph", None) is not None:
         sets.append(f"train.cuda_graph={'true' if args.cuda_graph else 'false'}")
+    if getattr(args, "compile", None) is not None:
+        sets.append(f"train.compile={'true' if args.compile else 'false'}")
     return sets
 
 

@@ -70,10 +70,31 @@ class CompileConfig:
     """Network methods to compile (a subset lets a test compile only some pieces)."""
     kernels: tuple[str, ...] = COMPILED_KERNELS
     """Step kernels to compile."""
+    options: tuple[tuple[str, Any], ...] = ()
+    """Inductor settings (torch._inductor.config names) for these compiles only, e.g.
+    (("combo_kernels", True),); ignored by other backends."""
 
     def compile(self, fn: Callable) -> Callable:
+        options = dict(self.options) if self.backend == "inductor" and self.options else None
         return torch.compile(fn, backend=self.backend, fullgraph=self.fullgraph,
-                             dynamic=self.dynamic)
+                             dynamic=self.dynamic, options=options)
+
+
+def compile_config(train: Any, device: torch.device | str) -> CompileConfig:
+    """The CompileConfig of a run's ``train`` section (TrainConfig) on ``device``: combo
+    kernels on CUDA where ``train.compile_combo_kernels`` asks (Inductor's CPU backend
+    has none)."""
+    cuda = torch.device(device).type == "cuda"
+    combo = (("combo_kernels", True),) if cuda and train.compile_combo_kernels else ()
+    return CompileConfig(options=combo)
+
+
+def compile_wanted(train: Any, device: torch.device | str, processes: int) -> bool:
+    """Whether a run compiles: ``train.compile`` true, or "auto" on CUDA in one process
+    (several processes' steps are eager and unverified compiled)."""
+    if train.compile == "auto":
+        return torch.device(device).type == "cuda" and processes == 1
+    return bool(train.compile)
 
 
 def compile_networks_(state: Any, cfg: CompileConfig = CompileConfig()) -> None:

@@ -99,10 +99,17 @@ class TrainConfig:
     cuda_graph: bool = True
     """On CUDA, one process: the learning step is captured once as a CUDA graph and
     replayed (lobsurf.train.cuda_graph); ignored on CPU and with several processes."""
-    compile: bool = False
+    compile: Literal["auto", True, False] = "auto"
     """torch.compile (Inductor, static shapes, no graph breaks) of the online and target
-    networks' embedding (features, normaliser, encoder) and heads; on CUDA inside the
-    graph. Costs tens of seconds of compilation at the first learning steps."""
+    networks' embedding (features, normaliser, encoder) and heads and of the step's pure
+    tensor functions (lobsurf.train.compile); on CUDA inside the graph. Costs about a
+    minute of compilation at the first learning steps. "auto": on for a one-process CUDA
+    run (3.9x the graphed eager step at B = 1024 on an H200), off on CPU, where the eager
+    step is the reference and Inductor's C++ compile of every piece takes minutes."""
+    compile_combo_kernels: bool = True
+    """With train.compile on CUDA: Inductor's combo kernels (independent small kernels of
+    one compiled piece launched as one kernel). H200, B = 16: 455 -> 313 graph nodes and
+    902 -> 1,108 steps/s (benchmarks/RESULTS.md)."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Network forwards (acting, target, online) in fp32, or under bf16 autocast (CUDA and
     CPU); the SSD decay, softmaxes, the C51 projection and every loss stay fp32 and the
@@ -122,6 +129,8 @@ class TrainConfig:
             raise ValueError(f"rollback_lr_factor must be in (0, 1), got {self.rollback_lr_factor}")
         if self.check_params_every < 0:
             raise ValueError(f"check_params_every must be >= 0, got {self.check_params_every}")
+        if self.compile not in ("auto", True, False):
+            raise ValueError(f"compile must be auto, true or false, got {self.compile!r}")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
 

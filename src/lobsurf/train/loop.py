@@ -60,7 +60,8 @@ from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
-from lobsurf.train.compile import compile_networks_
+from lobsurf.train.compile import (compile_config, compile_networks_, compile_wanted,
+                                   compiled_kernels)
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
 from lobsurf.train.cuda_graph import GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import TrainingData
@@ -241,7 +242,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
     coll = collective or Collective.local()
     sync = coll if coll.active else None
     # ---- state: fresh, or the newest complete checkpoint copied into a fresh build
-    state = _build(cfg, data, device, pretrained, coll.rank)
+    state = _build(cfg, data, device, pretrained, coll.rank, coll.world_size)
     scfg = step_config(cfg)
     tc = cfg.train
     config_dict = run_config_to_dict(cfg)
@@ -280,6 +281,10 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 learning = step >= cfg.learner.learning_starts
                 if graph_on and learning:
                     if graphed is None:
+                        if progress:
+                            print("train: capturing the learning step as a CUDA graph"
+                                  + (", compiling it first (train.compile, about a minute)"
+                                     if compiled_kernels(state) else ""), file=sys.stderr)
                         graphed = _graphed_step(state, data.train_book, scfg, guard, device)
                     graphed()
                 else:
@@ -304,7 +309,8 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                         state, good = roll_back(
                             state, cfg.train, run_dir, log, kept_bytes, fresh_bytes, bad,
                             rollbacks,
-                            rebuild=lambda: _build(cfg, data, device, pretrained, coll.rank),
+                            rebuild=lambda: _build(cfg, data, device, pretrained, coll.rank,
+                                                   coll.world_size),
                             restore=lambda st, path, payload: restore_rank_(st, path, payload,
                                                                             coll.rank))
                         kept_bytes = log.size()
@@ -348,11 +354,12 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
 
 
 def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
-           pretrained: dict[str, torch.Tensor] | None, rank: int) -> TrainState:
+           pretrained: dict[str, torch.Tensor] | None, rank: int, processes: int = 1
+           ) -> TrainState:
     """build_state, then the networks compiled where train.compile asks for it."""
     state = build_state(cfg, data, device, pretrained, rank)
-    if cfg.train.compile:
-        compile_networks_(state)
+    if compile_wanted(cfg.train, device, processes):
+        compile_networks_(state, compile_config(cfg.train, device))
     return state
 
 
