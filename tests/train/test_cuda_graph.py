@@ -139,3 +139,26 @@ def test_compile_auto_means_cuda_in_one_process() -> None:
     assert compile_config(no_combo, "cuda").options == ()
     with pytest.raises(ValueError, match="compile must be"):
         TrainConfig(compile="yes")
+
+
+def test_a_failed_compilation_says_how_to_train_without_it(tiny_store, tiny_toml, tmp_path,
+                                                          monkeypatch, capsys) -> None:
+    from torch._dynamo.exc import TorchDynamoException
+
+    from lobsurf.train.compile import CompileConfig
+    from tests.train.test_train_command import train
+
+    class Refused(TorchDynamoException):
+        pass
+
+    def refusing(self, fn):
+        def call(*args, **kwargs):
+            raise Refused("an op Inductor cannot lower\nmore detail")
+        return call
+
+    monkeypatch.setattr(CompileConfig, "compile", refusing)
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out",
+                 tmp_path / "run", "--compile") == 2
+    err = capsys.readouterr().err
+    assert "compiling the training step failed (Refused: an op Inductor cannot lower)" in err
+    assert "--no-compile" in err

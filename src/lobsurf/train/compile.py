@@ -97,6 +97,28 @@ def compile_wanted(train: Any, device: torch.device | str, processes: int) -> bo
     return bool(train.compile)
 
 
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """The exception types a failed compilation raises at a compiled piece's first call
+    (Dynamo's refusals and backend failures; Inductor's own errors where torch has them)."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    found: list[type[BaseException]] = [TorchDynamoException]
+    try:
+        from torch._inductor.exc import InductorError
+        found.append(InductorError)
+    except ImportError:  # older torch: Inductor's failures arrive as Dynamo's
+        pass
+    return tuple(found)
+
+
+def compile_failure(exc: BaseException) -> str:
+    """What to tell the user when compiling the step failed."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return (f"train.compile: compiling the training step failed ({type(exc).__name__}: "
+            f"{first}); run again with --no-compile (train.compile=false) to train eagerly, "
+            "or with --debug for the traceback")
+
+
 def compile_networks_(state: Any, cfg: CompileConfig = CompileConfig()) -> None:
     """Compile ``cfg.methods`` of ``state.online`` and ``state.target`` and ``cfg.kernels``
     of ``state.kernels`` in place (pieces already compiled or patched are left alone)."""

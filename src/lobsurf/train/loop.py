@@ -60,8 +60,8 @@ from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
-from lobsurf.train.compile import (compile_config, compile_networks_, compile_wanted,
-                                   compiled_kernels)
+from lobsurf.train.compile import (compile_config, compile_errors, compile_failure,
+                                   compile_networks_, compile_wanted, compiled_kernels)
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
 from lobsurf.train.cuda_graph import GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import TrainingData
@@ -279,16 +279,19 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 # the guard's device-side finiteness check (no host sync); the learning
                 # step replays one CUDA graph where it can (train.cuda_graph)
                 learning = step >= cfg.learner.learning_starts
-                if graph_on and learning:
-                    if graphed is None:
-                        if progress:
-                            print("train: capturing the learning step as a CUDA graph"
-                                  + (", compiling it first (train.compile, about a minute)"
-                                     if compiled_kernels(state) else ""), file=sys.stderr)
-                        graphed = _graphed_step(state, data.train_book, scfg, guard, device)
-                    graphed()
-                else:
-                    _guarded_step(state, data.train_book, scfg, guard, learning, sync)
+                try:
+                    if graph_on and learning:
+                        if graphed is None:
+                            if progress:
+                                print("train: capturing the learning step as a CUDA graph"
+                                      + (", compiling it first (train.compile, about a minute)"
+                                         if compiled_kernels(state) else ""), file=sys.stderr)
+                            graphed = _graphed_step(state, data.train_book, scfg, guard, device)
+                        graphed()
+                    else:
+                        _guarded_step(state, data.train_book, scfg, guard, learning, sync)
+                except compile_errors() as exc:
+                    raise UserError(compile_failure(exc)) from exc
                 step += 1
                 faults.pause_point("step")
                 # a signal during the last step changes nothing: the run ends normally
