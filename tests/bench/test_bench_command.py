@@ -10,7 +10,9 @@ ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
-            "achieved_tflops", "graph_phase_ms", "compiled"}
+            "achieved_tflops", "graph_phase_ms", "compiled", "gb_per_step",
+            "gb_read_per_step", "gb_written_per_step", "traffic_top_ops", "peaks",
+            "achieved_tb_s", "tensor_core_fraction", "hbm_fraction"}
 RATE_KEYS = {"ms_per_step", "ms_min", "ms_max", "steps_per_s", "transitions_learned_per_s",
              "env_steps_per_s"}
 
@@ -41,8 +43,29 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
         # children never exceed their parent (the rest is what the named ranges leave)
         assert ph["collect/(rest)"] >= 0 and ph["learn/(rest)"] >= 0
         assert r["gflop_per_step"] > 0
+        assert abs(r["gb_per_step"] - r["gb_read_per_step"] - r["gb_written_per_step"]) < 1e-12
+        assert r["gb_written_per_step"] > 0
+        assert r["traffic_top_ops"][0]["gb_per_step"] <= r["gb_per_step"]
+        # no peaks for a CPU: the fractions stay empty rather than invented
+        assert r["peaks"] is None and r["hbm_fraction"] is None
+        assert abs(r["achieved_tb_s"] / (r["gb_per_step"] / e["ms_per_step"]) - 1) < 1e-9
     printed = capsys.readouterr().out
     assert "eager/s" in printed and "phases of one eager step" in printed
+    assert "roofline:" in printed and "peak unknown" in printed
+
+
+def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
+                 "--repeats", "1", "--snapshots", "3000", "--peak-tflops", "2",
+                 "--peak-tbs", "0.1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())["rows"][0]
+    assert r["peaks"]["hbm_tb_s"] == 0.1 and r["peaks"]["tf32_tflops"] == 2
+    assert abs(r["hbm_fraction"] - r["achieved_tb_s"] / 0.1) < 1e-12
+    assert abs(r["tensor_core_fraction"] - r["achieved_tflops"] / 2) < 1e-12
+    assert "% of peak" in capsys.readouterr().out
+    assert main(["bench", "--device", "cpu", "--peak-tflops", "2"]) == 2
+    assert "go together" in capsys.readouterr().err
 
 
 def test_bench_runs_each_precision(tmp_path, capsys) -> None:

@@ -10,7 +10,8 @@ fills the replay with a few collect-only steps, and then, in one process, on tha
    capture, replays), timed the same way; the graph's node and kernel-node counts;
 3. a profiled eager pass: ms per named sub-phase (lobsurf.bench.phases), device ops per
    step and their summed device time (torch.profiler, CUDA only), FLOPs of one step
-   (torch.utils.flop_counter: matrix products and convolutions);
+   (torch.utils.flop_counter: matrix products and convolutions), its per-op bytes read and
+   written, and both against the device's peaks (lobsurf.bench.roofline);
 4. graphed phases (CUDA): noise + collect and learn captured as two separate graphs and
    replayed between CUDA events, so the graph-mode split of the step is measured too;
 5. with ``compile_`` (``lobsurf bench --compile``): the networks compiled
@@ -21,6 +22,7 @@ Peak memory is read after 1-2 (the phase graphs of 4 hold their own pools).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 import time
@@ -33,6 +35,7 @@ import torch
 
 from lobsurf.agent.step import collect, fresh_noise_, learn, train_step
 from lobsurf.bench.phases import timed_phases
+from lobsurf.bench.roofline import DevicePeaks, roofline, step_traffic
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.train.compile import CompileConfig, compile_config, compile_networks_
 from lobsurf.train.config import RunConfig, run_config_from_dict
@@ -60,9 +63,12 @@ class BenchConfig:
     min_replay_capacity: int = 1 << 17
     """Replay capacity: the training default, raised to 4 B for large B."""
     seed: int = 0
+    top_ops: int = 10
+    """Device kernels (by time) and aten ops (by bytes) listed per configuration."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day"):
+        for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
+                     "top_ops"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.prefill_steps < 1:
@@ -113,7 +119,8 @@ def rates(ms: float, batch: int, learner_batch: int) -> dict[str, float]:
             "env_steps_per_s": steps * batch}
 
 
-def device_ops(step: Callable[[], None], device: str, steps: int) -> dict[str, Any]:
+def device_ops(step: Callable[[], None], device: str, steps: int, top_n: int = 10
+               ) -> dict[str, Any]:
     """Device kernels (and copies, sets) per eager step and their summed device ms."""
     if not device.startswith("cuda"):
         return {"device_ops_per_step": None, "device_busy_ms_per_step": None, "top_ops": []}
@@ -128,7 +135,7 @@ def device_ops(step: Callable[[], None], device: str, steps: int) -> dict[str, A
     by_name: dict[str, float] = {}
     for e in ops:
         by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us()
-    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:10]
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:top_n]
     return {"device_ops_per_step": len(ops) / steps,
             "device_busy_ms_per_step": busy_us / 1e3 / steps,
             "top_ops": [{"name": n[:160], "ms_per_step": round(us / 1e3 / steps, 4)}
@@ -174,9 +181,11 @@ def graphed_phases(state, book, scfg, device: str, cfg: BenchConfig) -> dict[str
 
 def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
             compile_: bool = False, precision: str = "fp32",
-            fused_inference: str = "torch", fused_training: str = "torch") -> dict[str, Any]:
+            fused_inference: str = "torch", fused_training: str = "torch",
+            peaks: DevicePeaks | None = None) -> dict[str, Any]:
     """Every figure of one (B, layers, precision, fused kernels) configuration (module
-    docstring); ``fused_*`` are ``encoder.fused_inference`` / ``encoder.fused_training``."""
+    docstring); ``fused_*`` are ``encoder.fused_inference`` / ``encoder.fused_training``;
+    ``peaks``: the device's rooflines (lobsurf.bench.roofline), None = no fractions."""
     run_cfg = run_config(store, batch, layers, "cuda" if device.startswith("cuda") else "cpu",
                          cfg, precision, fused_inference, fused_training)
     data = load_training_data(run_cfg, device, store)
@@ -213,24 +222,35 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
         for _ in range(cfg.profile_steps):
             step()
     row["phase_ms"] = timer.per_step_ms(cfg.profile_steps)
-    row.update(device_ops(step, device, cfg.profile_steps))
-    row["gflop_per_step"] = step_flops(step) / 1e9
+    row.update(device_ops(step, device, cfg.profile_steps, cfg.top_ops))
+    flops = step_flops(step)
+    traffic = step_traffic(step)
+    row["gflop_per_step"] = flops / 1e9
+    row["gb_per_step"] = traffic.total / 1e9
+    row["gb_read_per_step"], row["gb_written_per_step"] = traffic.read / 1e9, traffic.written / 1e9
+    row["traffic_top_ops"] = [{"op": op, "gb_per_step": b / 1e9}
+                              for op, b in traffic.by_op.most_common(cfg.top_ops)]
     best = (row["graphed"] or row["eager"])["ms_per_step"]
-    row["achieved_tflops"] = row["gflop_per_step"] / best
+    row["peaks"] = None if peaks is None else dataclasses.asdict(peaks)
+    row.update(roofline(flops, traffic.total, best, peaks, precision))
     row["graph_phase_ms"] = (graphed_phases(state, book, scfg, device, cfg)
                              if graph_unsupported(device) is None else None)
     row["compiled"] = compiled_graph(state, step, device, batch, run_cfg.learner_batch,
                                      cfg, compile_config(run_cfg.train, device)
                                      ) if compile_ else None
+    if row["compiled"] is not None and "ms_per_step" in row["compiled"]:
+        # the per-op traffic against the fused step's time: an upper bound (roofline.py)
+        row["compiled"]["roofline"] = roofline(flops, traffic.total,
+                                               row["compiled"]["ms_per_step"], peaks, precision)
     return row
 
 
 def compiled_graph(state, step: Callable[[], None], device: str, batch: int,
                    learner_batch: int, cfg: BenchConfig,
-                   compile_cfg: CompileConfig = CompileConfig()) -> dict[str, Any]:
+                   compile_cfg: CompileConfig | None = None) -> dict[str, Any]:
     """The graphed step again with the encoders compiled (train.compile), last: the
     compilation changes the state's modules for good. Compile time and failures are kept."""
-    compile_networks_(state, compile_cfg)
+    compile_networks_(state, CompileConfig() if compile_cfg is None else compile_cfg)
     t0 = time.perf_counter()
     try:
         if graph_unsupported(device) is not None:
@@ -247,7 +267,8 @@ def compiled_graph(state, step: Callable[[], None], device: str, batch: int,
     except Exception as exc:  # noqa: BLE001  (reported in the row, the bench goes on)
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
     nodes = getattr(run, "nodes", None)
-    ops = device_ops(step, device, cfg.profile_steps)  # the compiled step's kernels, eager
+    # the compiled step's kernels, run eagerly
+    ops = device_ops(step, device, cfg.profile_steps, cfg.top_ops)
     return {**timed, **rates(timed["ms_per_step"], batch, learner_batch),
             "prepare_s": prepare_s, "graph_nodes": nodes[0] if nodes else None,
             "graph_kernel_nodes": nodes[1] if nodes else None,

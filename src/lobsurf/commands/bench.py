@@ -4,9 +4,10 @@ Makes a synthetic store (``lobsurf synth``'s generator) in a temporary folder, t
 each (precision, layers, B) measures the step ``lobsurf train`` runs (lobsurf.bench.measure): train
 steps/s, transitions learned/s, env steps/s, eager and graphed side by side in one process,
 ms per sub-phase from a profiled eager pass, the graph-mode collect/learn split, device
-ops per eager step, graph nodes, FLOPs and achieved TFLOP/s, peak GPU memory, with the
-device name, versions and date. On CPU it runs eagerly only (the graphed columns are
-empty). docs/bench.md.
+ops per eager step, graph nodes, FLOPs and bytes per step against the device's tensor-core
+and HBM peaks (lobsurf.bench.roofline), peak GPU memory, with the device name, versions
+and date; on CUDA the compiled step too. On CPU it runs eagerly only (the graphed columns
+are empty). docs/bench.md.
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dataset rows of the memory plan (does it fit with the replay?)")
     parser.add_argument("--plan-transitions", type=int, default=plan.transitions,
                         help="replay capacity of the memory plan")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="tensor-core peak (TFLOP/s) of the run's precision, for a device "
+                        "not in lobsurf.bench.roofline.DEVICE_PEAKS (with --peak-tbs)")
+    parser.add_argument("--peak-tbs", type=float, default=None,
+                        help="memory bandwidth peak (TB/s) for such a device")
     parser.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
 
 
@@ -112,6 +118,22 @@ def header(device: str) -> dict:
             "date": time.strftime("%Y-%m-%d"), "tf32": device.startswith("cuda"),
             "model": "K=64 d_model=128 Mamba2, 11 actions x 21 atoms (training defaults)",
             "torch_threads": torch.get_num_threads()}
+
+
+def _peaks(args: argparse.Namespace, name: str):
+    """The device's rooflines: --peak-tflops and --peak-tbs together, else the registry's
+    entry for ``name``, else None (no fractions)."""
+    from lobsurf.bench.roofline import DevicePeaks, peaks_for
+
+    given = (args.peak_tflops, args.peak_tbs)
+    if given.count(None) == 1:
+        raise UserError("--peak-tflops and --peak-tbs go together")
+    if None not in given:
+        if min(given) <= 0:
+            raise UserError("--peak-tflops and --peak-tbs must be > 0")
+        return DevicePeaks(name, hbm_tb_s=args.peak_tbs, tf32_tflops=args.peak_tflops,
+                           bf16_tflops=args.peak_tflops)
+    return peaks_for(name)
 
 
 def _fmt(value, spec: str) -> str:
@@ -143,6 +165,28 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _fraction(value) -> str:
+    return "peak unknown" if value is None else f"{100 * value:.1f} % of peak"
+
+
+def roofline_line(row: dict) -> str:
+    """FLOPs and per-op bytes of a step, and the fastest mode against the device's peaks."""
+    mode = "graphed" if row["graphed"] else "eager"
+    line = (f"B={row['batch']} layers={row['layers']} {row['precision']} roofline: "
+            f"{row['gflop_per_step']:.1f} GFLOP (matrix products) and {row['gb_per_step']:.2f} "
+            f"GB (per op: read {row['gb_read_per_step']:.2f}, written "
+            f"{row['gb_written_per_step']:.2f}) per step; {mode}: "
+            f"{row['achieved_tflops']:.2f} TFLOP/s ({_fraction(row['tensor_core_fraction'])}), "
+            f"{row['achieved_tb_s']:.3f} TB/s ({_fraction(row['hbm_fraction'])})")
+    c = row["compiled"]
+    if c is not None and "roofline" in c:
+        rc = c["roofline"]
+        line += (f"; compiled: {rc['achieved_tflops']:.2f} TFLOP/s "
+                 f"({_fraction(rc['tensor_core_fraction'])}), at most "
+                 f"{rc['achieved_tb_s']:.3f} TB/s (fused kernels move less than the per-op count)")
+    return line
+
+
 def phase_table(row: dict) -> str:
     lines = [f"phases of one eager step, B={row['batch']} layers={row['layers']} "
              f"{row['precision']} fused inference/training={_fused_label(row)} "
@@ -155,9 +199,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lobsurf.bench.measure import make_store, measure
-    from lobsurf.devices import resolve_device
-
     from lobsurf.bench.memory_plan import PlanConfig, memory_plan, plan_line
+    from lobsurf.devices import resolve_device
+    from lobsurf.train.loop import device_name
 
     cfg = _config(args)
     try:
@@ -166,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--plan-snapshots/--plan-transitions: {exc}") from exc
     device = resolve_device(None if args.device == "auto" else args.device)
     compile_ = device.startswith("cuda") if args.compile is None else args.compile
+    peaks = _peaks(args, device_name(device))
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.fp32_precision = "tf32"
     out = {**header(device), "config": vars(cfg), "memory_plan": memory_plan(device, plan),
@@ -176,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
                                  args.layers, args.batch)
         for fused_inf, fused_train, precision, layers, batch in grid:
             row = measure(store, device, batch, layers, cfg, compile_, precision,
-                          fused_inf, fused_train)
+                          fused_inf, fused_train, peaks)
             out["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if device.startswith("cuda"):
@@ -191,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
           "eager step and their summed time; collect/learn = ms of each as its own graph")
     print(table(out["rows"]))
     print(plan_line(out["memory_plan"]))
+    for r in out["rows"]:
+        print(roofline_line(r))
     for r in out["rows"]:
         c = r["compiled"]
         if c is not None:

@@ -60,8 +60,14 @@ from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
-from lobsurf.train.compile import (compile_config, compile_errors, compile_failure,
-                                   compile_networks_, compile_wanted, compiled_kernels)
+from lobsurf.train.compile import (
+    compile_config,
+    compile_errors,
+    compile_failure,
+    compile_networks_,
+    compile_wanted,
+    compiled_kernels,
+)
 from lobsurf.train.config import RunConfig, run_config_to_dict, run_config_to_toml
 from lobsurf.train.cuda_graph import GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import TrainingData
