@@ -287,11 +287,10 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 learning = step >= cfg.learner.learning_starts
                 try:
                     if graph_on and learning:
-                        if graphed is None:
-                            if progress:
-                                print("train: capturing the learning step as a CUDA graph"
-                                      + (", compiling it first (train.compile, about a minute)"
-                                         if compiled_kernels(state) else ""), file=sys.stderr)
+                        if graphed is None:  # said even without the bar: it can take a minute
+                            print("train: capturing the learning step as a CUDA graph"
+                                  + (", compiling it first (train.compile, about a minute)"
+                                     if compiled_kernels(state) else ""), file=sys.stderr)
                             graphed = _graphed_step(state, data.train_book, scfg, guard, device)
                         graphed()
                     else:
