@@ -23,7 +23,9 @@
   its functions for the phase timer) is neither traced into a compiled graph nor a reason
   to recompile.
 
-Static shapes; ``fullgraph`` by default, so a graph break is an error at the first call
+``lobsurf train`` compiles where ``compile_wanted`` says (``train.compile``: auto = one
+CUDA process) with ``compile_config`` (Inductor's combo kernels on CUDA); a failed compile
+stops the run with ``compile_failure``'s message. Static shapes; ``fullgraph`` by default, so a graph break is an error at the first call
 instead of a silent eager island inside the CUDA graph. Each piece compiles once per
 (batch shape, grad mode, autocast state) it meets; the graphed step's eager warm-up makes
 them, so the capture records Inductor's kernels. PERFORMANCE.md 3.2 measured 1.6x on the
@@ -111,9 +113,13 @@ def compile_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+#: characters of a compile error's first line quoted to the user (the rest: --debug)
+_FAILURE_CHARS = 300
+
+
 def compile_failure(exc: BaseException) -> str:
     """What to tell the user when compiling the step failed."""
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    first = (str(exc).strip().splitlines() or [""])[0][:_FAILURE_CHARS]
     return (f"train.compile: compiling the training step failed ({type(exc).__name__}: "
             f"{first}); run again with --no-compile (train.compile=false) to train eagerly, "
             "or with --debug for the traceback")
