@@ -4,9 +4,10 @@
   aten op that moves data, the bytes of its distinct input tensors (read) and of its
   output tensors (written). Views, allocations and metadata ops move nothing and are left
   out; a gather reads only what it selects, and an in-place indexed write (the replay's
-  ``index_copy_``) touches only the rows it writes. This is the traffic of the per-op (eager and graphed) step, each op a round trip
-  through memory; a compiled step fuses ops and moves less, so against its time the
-  figure is an upper bound, not a measurement.
+  ``index_copy_``) touches only the rows it writes. This is the traffic of the per-op
+  (eager and graphed) step, each op a round trip through memory; a compiled step fuses
+  ops and moves less, so against its time the figure is an upper bound, not a measurement.
+  fp32 rows are held against the TF32 peak: the bench turns TF32 on on CUDA.
 * **Peaks**: ``DEVICE_PEAKS`` holds the dense tensor-core and HBM peaks of the GPUs we
   measure on, from their vendors' data sheets; ``peaks_for`` finds a device's entry by its
   name. A device that is not listed gets no fractions (``lobsurf bench --peak-tflops``
