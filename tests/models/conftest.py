@@ -5,6 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lobsurf.models.config import EncoderConfig
+from lobsurf.models.mamba2 import Mamba2Block
+
+
+def perturbed_block(cfg: EncoderConfig, seed: int) -> Mamba2Block:
+    """A Mamba2 block of ``cfg`` (seeded) with every parameter moved off its init, so that a
+    kernel which drops a term (the D skip, a dt bias) shows in its output: the fused
+    kernels' tests."""
+    torch.manual_seed(seed)
+    block = Mamba2Block(cfg)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        block.mixer.dt_bias.uniform_(-1.0, 1.0)
+        block.mixer.D.normal_()
+    return block
+
 
 @pytest.fixture
 def tf32_products():

@@ -20,6 +20,7 @@ from lobsurf.models import mamba2_fused  # noqa: E402
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.encoder import Encoder  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
+from tests.models.conftest import perturbed_block  # noqa: E402
 from tests.models.mamba2_numpy_reference import mamba2_block_reference  # noqa: E402
 
 #: max |fused - reference| / max |reference|: fp32 products (IEEE on CPU; the PyTorch fp32
@@ -40,16 +41,9 @@ SHAPES = [(32, 16, 16, 37), (32, 16, 16, 64), (128, 64, 64, 64)]
 
 def _block(d_model: int, headdim: int, d_state: int, backend: str, seed: int,
            device: str = "cpu") -> Mamba2Block:
-    torch.manual_seed(seed)
     cfg = EncoderConfig(d_model=d_model, headdim=headdim, d_state=d_state,
                         fused_inference=backend)
-    block = Mamba2Block(cfg)
-    with torch.no_grad():  # every parameter off its init, so a dropped term shows
-        for p in block.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-        block.mixer.dt_bias.uniform_(-1.0, 1.0)
-        block.mixer.D.normal_()
-    return block.to(device)
+    return perturbed_block(cfg, seed).to(device)
 
 
 def _reference(block: Mamba2Block, h: torch.Tensor) -> np.ndarray:

@@ -19,6 +19,7 @@ pytest.importorskip("triton", reason="the fused kernels need Triton (dev extra o
 
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
+from tests.models.conftest import perturbed_block  # noqa: E402
 
 #: relative error (norm of the difference / norm of the float64 value) allowed for fp32
 #: products, per output and gradient; the PyTorch fp32 block is as far off (dt_bias and A_log
@@ -37,13 +38,7 @@ CASES = [(32, 16, 16, 37, False), (32, 16, 16, 64, True), (128, 64, 64, 64, Fals
 def _blocks(d_model, headdim, d_state, device="cpu"):
     cfg = EncoderConfig(d_model=d_model, headdim=headdim, d_state=d_state,
                         fused_training="triton", fused_inference="torch")
-    torch.manual_seed(d_model + d_state)
-    fused = Mamba2Block(cfg)
-    with torch.no_grad():  # every parameter off its init, so a dropped term shows
-        for p in fused.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-        fused.mixer.dt_bias.uniform_(-1.0, 1.0)
-        fused.mixer.D.normal_()
+    fused = perturbed_block(cfg, seed=d_model + d_state)
     ref = Mamba2Block(dataclasses.replace(cfg, fused_training="torch")).double()
     ref.load_state_dict(fused.state_dict())
     return fused.to(device), ref.to(device)
