@@ -2,7 +2,7 @@
 # Issue 9 device call for the compiled step: GPU tests ($TEST_ARGS), the compiled step's
 # kernels and device ms per phase with the top kernels (count_step_kernels.py at
 # B=$COUNT_B, $COUNT_PREC; COUNT_B=0 skips), then lobsurf bench --compile per
-# "B:layers:precision" argument under each Inductor option set of $INDUCTOR_SETS
+# "B:layers:precision[:extra bench flag]" argument under each Inductor option set of $INDUCTOR_SETS
 # (space-separated; each a comma list of KEY=VALUE for torch._inductor.config, "default" =
 # none), each run under $LIMIT s. Every log goes into $OUT/all.tgz (the device returns few
 # files); the summaries are printed.
@@ -17,6 +17,10 @@ if [ -n "${TEST_ARGS:-}" ]; then
     $TEST_ARGS > "$LOGS/gpu_tests.log" 2>&1
   echo "gpu tests rc=$?"; grep -E "passed|failed|Error|assert" "$LOGS/gpu_tests.log" | tail -12 | cut -c1-240
 fi
+if [ -n "${PROBE:-}" ]; then
+  timeout "${PROBE_LIMIT:-200}" python3 benchmarks/probe_fused_block_fault.py > "$LOGS/probe.log" 2>&1
+  echo "probe rc=$?"; cat "$LOGS/probe.log" | tail -12
+fi
 if [ "${COUNT_B:-0}" != 0 ]; then
   timeout "${COUNT_LIMIT:-150}" python3 benchmarks/count_step_kernels.py --device cuda \
     --batch "$COUNT_B" --precision "${COUNT_PREC:-bf16}" --top "${TOP:-30}" \
@@ -26,10 +30,10 @@ if [ "${COUNT_B:-0}" != 0 ]; then
 fi
 for opts in ${INDUCTOR_SETS:-default}; do
   for cfg in "$@"; do
-    IFS=: read -r b l p <<< "$cfg"
-    tag="${b}_${l}_${p}_${opts//[^a-zA-Z0-9]/_}"
+    IFS=: read -r b l p x <<< "$cfg"
+    tag="${b}_${l}_${p}_${opts//[^a-zA-Z0-9]/_}${x//[^a-zA-Z0-9]/_}"
     timeout "${LIMIT:-200}" python3 - "$opts" bench --batch "$b" --layers "$l" --precision "$p" \
-      --compile --steps "${STEPS:-30}" --repeats 2 --snapshots 50000 \
+      --compile --steps "${STEPS:-30}" --repeats 2 --snapshots 50000 ${x:-} \
       --json "$LOGS/bench_$tag.json" > "$LOGS/bench_$tag.log" 2> "$LOGS/bench_$tag.err" <<'EOF'
 import ast, sys
 import torch._inductor.config as inductor
@@ -40,9 +44,9 @@ for item in sys.argv[1].split(","):
 from lobsurf.cli import main
 sys.exit(main(sys.argv[2:]))
 EOF
-    echo "bench B=$b L=$l $p inductor=$opts rc=$?"
+    echo "bench B=$b L=$l $p ${x:-} inductor=$opts rc=$?"
     grep -v '^{' "$LOGS/bench_$tag.err" | grep -iv warn | tail -2 | cut -c1-300
-    grep -E "compiled encoders" "$LOGS/bench_$tag.log" | cut -c1-220
+    grep -E "compiled encoders|^ +[0-9]+ +[0-9]+ (fp32|bf16)" "$LOGS/bench_$tag.log" | cut -c1-220
   done
 done
 cd "$OUT" && tar czf all.tgz logs && rm -rf logs && ls "$OUT"

@@ -140,3 +140,18 @@ def test_bench_prints_the_memory_plan(tmp_path, capsys) -> None:
     assert (plan["snapshots"], plan["transitions"]) == (5_000_000, 400_000)
     assert "memory plan: 5,000,000 snapshots" in capsys.readouterr().out
     assert main(["bench", "--device", "cpu", "--plan-transitions", "0"]) == 2
+
+
+def test_roofline_line_says_when_the_per_op_count_exceeds_hbm() -> None:
+    from lobsurf.commands.bench import roofline_line
+
+    row = {"batch": 1024, "layers": 2, "precision": "bf16", "graphed": {"x": 1},
+           "gflop_per_step": 166.4, "gb_per_step": 34.0, "gb_read_per_step": 20.0,
+           "gb_written_per_step": 14.0, "achieved_tflops": 8.5, "tensor_core_fraction": 0.01,
+           "achieved_tb_s": 1.74, "hbm_fraction": 0.36,
+           "compiled": {"roofline": {"achieved_tflops": 34.9, "tensor_core_fraction": 0.035,
+                                     "achieved_tb_s": 7.13, "hbm_fraction": 1.486}}}
+    line = roofline_line(row)
+    assert "149 % of peak if every op's bytes went through HBM" in line
+    row["compiled"]["roofline"]["hbm_fraction"] = 0.15
+    assert "fused kernels move less than the per-op count" in roofline_line(row)

@@ -35,10 +35,12 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
           "net_pnl", "reward")
 
 
-def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False):
+def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
+         overlap: bool = True):
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
                       gates={"warmup_steps": GATE_WARMUP},
-                      train={"envs": 32, "precision": precision, "compile": compiled},
+                      train={"envs": 32, "precision": precision, "compile": compiled,
+                             "overlap_target": overlap},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
     state, scfg, guard = _build(cfg, data, "cuda", None, 0), step_config(cfg), DivergenceGuard("cuda")
@@ -61,12 +63,7 @@ def test_graphed_steps_equal_eager_steps(tiny_store, precision) -> None:
     graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True,
                                               precision=precision)
     assert runner.captured and runner.nodes is not None and runner.nodes[1] > 100
-    n = STEPS * 32
-    for name in ("action", "row", "position", "reward", "done", "trade_closed", "next_row"):
-        a = getattr(eager.replay.storage, name)[:n]
-        b = getattr(graph.replay.storage, name)[:n]
-        bad = (a != b).nonzero()
-        assert bad.numel() == 0, f"{name} differs first at transition {bad[0].item()}"
+    _same_transitions(eager, graph, STEPS * 32)
     for ge, gg in zip(step_generators(eager), step_generators(graph)):
         assert torch.equal(ge.get_state(), gg.get_state())
     assert int(graph.step_count) == STEPS and guard.read() is None
@@ -76,6 +73,30 @@ def test_graphed_steps_equal_eager_steps(tiny_store, precision) -> None:
         eager_losses[-1, LOSSES.index("gated")])
     for pe, pg in zip(eager.online.parameters(), graph.online.parameters()):
         torch.testing.assert_close(pg, pe, rtol=0, atol=1e-5)
+
+
+def _same_transitions(a, b, n: int) -> None:
+    for name in ("action", "row", "position", "reward", "done", "trade_closed", "next_row"):
+        x, y = getattr(a.replay.storage, name)[:n], getattr(b.replay.storage, name)[:n]
+        bad = (x != y).nonzero()
+        assert bad.numel() == 0, f"{name} differs first at transition {bad[0].item()}"
+
+
+@pytest.mark.parametrize("graphed", [False, True])
+def test_target_beside_online_equals_one_stream(tiny_store, graphed) -> None:
+    """train.overlap_target (the target net's forward on a second stream, parallel graph
+    branches when captured) takes the same steps as the one-stream step: the same kernels
+    on the same inputs. Losses within the tolerance of the module docstring (the backward's
+    atomic adds)."""
+    one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False)
+    two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True)
+    assert one.branch is None and two.branch is not None
+    if graphed:
+        assert runner.captured
+    _same_transitions(one, two, STEPS * 32)
+    torch.testing.assert_close(two_losses, one_losses, rtol=1e-4, atol=1e-6)
+    for p1, p2 in zip(one.online.parameters(), two.online.parameters()):
+        torch.testing.assert_close(p2, p1, rtol=0, atol=1e-5)
 
 
 def test_compiled_graphed_steps_track_eager_steps(tiny_store) -> None:

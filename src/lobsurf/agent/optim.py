@@ -13,6 +13,13 @@ captured graph). Multi-tensor (``_foreach``) ops keep the kernel count per step 
 The step's scalars (t + 1, the bias corrections, the step size) are a pure function,
 ``adam_scalars``, which the training step may pass in compiled (a handful of 0-d kernels
 become one; lobsurf.agent.step.StepKernels).
+
+``fused=True`` runs the update as one multi-tensor kernel, ``torch._fused_adam_`` (the
+kernel behind ``torch.optim.Adam(fused=True, capturable=True)``, reading the step count
+and learning rate from device tensors), where the multi-tensor path launches nine; the
+training step takes it on CUDA (``train.fused_adam``). Same formula, its own rounding: the
+multi-tensor path stays the CPU path and the reference, and tests check both against a
+float64 numpy Adam.
 """
 
 from __future__ import annotations
@@ -46,13 +53,14 @@ class TensorAdam:
     """Adam over a fixed list of parameters; state lives in device tensors."""
 
     def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+                 eps: float = 1e-8, fused: bool = False) -> None:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("no trainable parameters")
         device = self.params[0].device
         self.beta1, self.beta2 = betas
         self.eps = eps
+        self.fused = fused  # one torch._fused_adam_ kernel per step instead of nine ops
         self.lr = torch.tensor(float(lr), dtype=torch.float32, device=device)
         self.step_count = torch.zeros((), dtype=torch.float32, device=device)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
@@ -78,6 +86,12 @@ class TensorAdam:
         grads = [p.grad for p in params]
         k = scalars(self.step_count, self.lr, self.beta1, self.beta2)
         copy_values_([(self.step_count, k.step_count)])
+        if self.fused:
+            # the bias corrections come from the (already advanced) shared step count
+            torch._fused_adam_(params, grads, m, v, [], [self.step_count] * len(params),
+                               lr=self.lr, beta1=self.beta1, beta2=self.beta2,
+                               weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+            return
         torch._foreach_lerp_(m, grads, 1.0 - self.beta1)
         torch._foreach_mul_(v, self.beta2)
         torch._foreach_addcmul_(v, grads, grads, value=1.0 - self.beta2)

@@ -10,7 +10,7 @@ Read top to bottom, a step is:
     (+ outcome labels of the trades that closed; terminal only at episode ends)
     -> controllers (post-gate action histogram, gate threshold) -> metrics
     -> [learn] replay sample -> target net on s and s' -> C51 projection of the target's
-    greedy action at s' -> online heads at s -> C51 CE x IS weights + pi distillation/entropy
+    greedy action at s' -> online heads at s (beside the target side, on CUDA) -> C51 CE x IS weights + pi distillation/entropy
     + V + FRD + direction + outcome (all batch means) -> backward -> clip -> Adam ->
     priorities -> Polyak -> per_beta, alpha, tau
 
@@ -62,6 +62,7 @@ from lobsurf.models.heads import direction_loss, frd_loss, outcome_loss
 from lobsurf.models.precision import float_outputs, forward_precision
 from lobsurf.sim.env import BatchedLobEnv, StepValues, step_values
 from lobsurf.sim.state import SimState, StepResult
+from lobsurf.streams import run_beside
 from lobsurf.writeback import copy_values_, named_pairs
 
 
@@ -128,6 +129,9 @@ class TrainState:
     """Auxiliary labels of the training book's rows."""
     kernels: StepKernels = field(default_factory=lambda: StepKernels())
     """The step's pure tensor functions (eager; ``train.compile`` swaps in compiled ones)."""
+    branch: torch.cuda.Stream | None = None
+    """A second CUDA stream on which the target net's forward and the C51 target run beside
+    the online net's forward (``train.overlap_target``); None: one stream, in order."""
 
 
 def _state_inputs(ctl: ControllerState, position: torch.Tensor, time_in_trade: torch.Tensor,
@@ -386,16 +390,22 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     ctl, t = state.controllers, sample.transitions
     li = state.kernels.learner_inputs(t, sample.index, state.replay.storage,
                                       state.replay.pointer, book, ctl, cfg)
-    # ---- target net at s (pi's distillation target) and s' (C51 target), one batched call
-    with torch.no_grad():
+
+    def target_side() -> tuple[torch.Tensor, torch.Tensor]:
+        # ---- target net at s (pi's distillation target) and s' (C51 target), one call
+        with torch.no_grad():
+            with forward_precision(cfg.precision, li.z.device):
+                target_q = state.target.q_logits(state.target.embed(li.target_window),
+                                                 li.target_inputs).float()
+            return state.kernels.c51_target(target_q, li.reward, li.done, li.gamma, li.z)
+
+    def online_side() -> AgentOutput:
+        # ---- online heads at s
         with forward_precision(cfg.precision, li.z.device):
-            target_q = state.target.q_logits(state.target.embed(li.target_window),
-                                             li.target_inputs).float()
-        target_mean_s, target = state.kernels.c51_target(target_q, li.reward, li.done,
-                                                         li.gamma, li.z)
-    # ---- online heads at s
-    with forward_precision(cfg.precision, li.z.device):
-        out = state.online(li.online_window, li.online_inputs)
+            return state.online(li.online_window, li.online_inputs)
+
+    # the two are independent: beside each other on state.branch (lobsurf.streams)
+    (target_mean_s, target), out = run_beside(state.branch, target_side, online_side)
     return Losses(*state.kernels.loss_terms(float_outputs(out), target, target_mean_s, li.z, t,
                                             sample.weight, state.labels,
                                             state.tables.order_lots, ctl, cfg))

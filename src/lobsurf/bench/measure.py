@@ -65,6 +65,10 @@ class BenchConfig:
     seed: int = 0
     top_ops: int = 10
     """Device kernels (by time) and aten ops (by bytes) listed per configuration."""
+    overlap_target: bool = True
+    """train.overlap_target: the target net's forward on a second CUDA stream."""
+    fused_adam: bool = True
+    """train.fused_adam: Adam's update as one fused kernel on CUDA."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -90,7 +94,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "data": {"store": str(store)},
         "encoder": {"n_layers": layers, "fused_inference": fused_inference,
                     "fused_training": fused_training},
-        "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision},
+        "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
+                  "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
 

@@ -84,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time the graphed step compiled, as lobsurf train runs it "
                         "on CUDA (train.compile; about a minute of compilation per "
                         "configuration; default: on for CUDA, off on CPU)")
+    parser.add_argument("--overlap-target", action=argparse.BooleanOptionalAction,
+                        default=d.overlap_target, help="the target net's forward on a second "
+                        "CUDA stream beside the online net's (train.overlap_target)")
+    parser.add_argument("--fused-adam", action=argparse.BooleanOptionalAction,
+                        default=d.fused_adam, help="Adam's update as one fused kernel on CUDA "
+                        "(train.fused_adam)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -104,7 +110,8 @@ def _config(args: argparse.Namespace):
 
     try:
         return BenchConfig(steps=args.steps, repeats=args.repeats,
-                           snapshots_per_day=args.snapshots)
+                           snapshots_per_day=args.snapshots,
+                           overlap_target=args.overlap_target, fused_adam=args.fused_adam)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -183,7 +190,11 @@ def roofline_line(row: dict) -> str:
         rc = c["roofline"]
         line += (f"; compiled: {rc['achieved_tflops']:.2f} TFLOP/s "
                  f"({_fraction(rc['tensor_core_fraction'])}), at most "
-                 f"{rc['achieved_tb_s']:.3f} TB/s (fused kernels move less than the per-op count)")
+                 f"{rc['achieved_tb_s']:.3f} TB/s")
+        over = rc["hbm_fraction"] is not None and rc["hbm_fraction"] > 1
+        line += (f" ({100 * rc['hbm_fraction']:.0f} % of peak if every op's bytes went "
+                 "through HBM: the fused kernels keep the rest on chip)" if over else
+                 " (fused kernels move less than the per-op count)")
     return line
 
 
@@ -228,9 +239,11 @@ def run(args: argparse.Namespace) -> int:
                 torch.cuda.empty_cache()
     for row in out["rows"]:
         print(phase_table(row))
-    v = out["versions"]
+    v, cuda = out["versions"], device.startswith("cuda")
     print(f"lobsurf bench on {out['device']}, torch {v['torch']}, CUDA {v['cuda']}, "
-          f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}")
+          f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, target and "
+          f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
+          f"{'fused' if cfg.fused_adam and cuda else 'multi-tensor'}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -58,8 +58,9 @@ class EncoderConfig:
     benchmarks/RESULTS.md); "auto" = the one-kernel Triton block (``mamba2_fused.py``) on
     CUDA where Triton and the shape allow it, else PyTorch; "triton" = insist on the kernel
     (an error says why it cannot run; on CPU it needs Triton's interpreter, which the
-    tests use). Experimental: correct in the CPU interpreter's tests, but its GPU tests have
-    not passed yet (benchmarks/RESULTS.md, "Fused Mamba2 kernels in Triton")."""
+    tests use). Experimental and **off on CUDA for now** ("auto" = PyTorch there, "triton"
+    an error): correct in the CPU interpreter's tests, but in its GPU test it reads outside
+    its shared memory (``mamba2_fused.CUDA_DISABLED``; benchmarks/RESULTS.md)."""
     fused_training: Literal["auto", "torch", "triton"] = "torch"
     """Mixer core (conv -> SSD -> gated norm) when autograd is on (the learner's forward and
     backward) over a window with no state: "torch" = the PyTorch mixer (the default and the
@@ -67,7 +68,7 @@ class EncoderConfig:
     of a block at B = 1024, benchmarks/RESULTS.md); "auto" = one forward and one backward
     Triton kernel (``mamba2_fused_core.py``) between the in- and out-projection GEMMs, on
     CUDA where Triton and the shape allow it; "triton" = insist (on CPU only under Triton's
-    interpreter). Experimental, like ``fused_inference``: its GPU tests have not run yet."""
+    interpreter). Experimental: its GPU tests pass on the H200 (benchmarks/RESULTS.md)."""
     fused_warps: int = 4
     """Triton warps per window of the fused kernels (4 measured faster than 8)."""
     ssd_triton_warps_fwd: int = 4

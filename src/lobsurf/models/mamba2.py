@@ -277,7 +277,8 @@ class Mamba2Block(nn.Module):
                                   cfg.chunk_size),
             "power-of-two d_model, headdim and d_state >= 16 and a window of at most "
             "chunk_size", f"d_model {cfg.d_model}, headdim {cfg.headdim}, d_state "
-            f"{cfg.d_state}, window {h.shape[1]}, chunk_size {cfg.chunk_size}")
+            f"{cfg.d_state}, window {h.shape[1]}, chunk_size {cfg.chunk_size}",
+            mamba2_fused.CUDA_DISABLED)
 
     def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token h [B, D] -> [B, D]; ``state`` updated in place."""

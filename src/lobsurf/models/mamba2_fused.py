@@ -26,7 +26,8 @@ the norms, softplus, cumsum and exp are fp32. There is no backward: the learner'
 two, and both against the float64 step-by-step numpy block).
 
 On CPU tensors the kernel runs only under Triton's interpreter (``TRITON_INTERPRET=1`` set
-before Triton is imported: what the CPU tests do); otherwise it needs CUDA.
+before Triton is imported: what the CPU tests do). On CUDA tensors it is off for now
+(``CUDA_DISABLED`` says why; ``use_fused`` falls back or refuses).
 
 Registered as ``torch.ops.lobsurf.mamba2_block_inference`` so torch.compile treats it as
 one opaque call inside a compiled ``embed`` and CUDA graphs capture it.
@@ -47,6 +48,17 @@ except ImportError:  # installs without Triton: the PyTorch block runs instead
 #: smallest tile side tl.dot accepts
 _MIN_DOT = 16
 
+#: Why the one-kernel block does not run on CUDA tensors (its CPU interpreter path, which
+#: the tests use, stays). In its GPU test on the H200 (Triton 3.6) it faulted with an
+#: illegal memory access, and compute-sanitizer finds 22 invalid reads of the kernel's own
+#: shared memory (512 bytes, at the conv's shift products); the same launches from a
+#: standalone script are clean under compute-sanitizer, so the cause is not found yet
+#: (benchmarks/probe_fused_block_fault.py). It is also slower than the compiled PyTorch
+#: block at every measured shape (benchmarks/RESULTS.md).
+CUDA_DISABLED = ("it reads outside its shared memory in its GPU test (compute-sanitizer, "
+                 "Triton 3.6 on the H200; issue 9) and is slower than the compiled PyTorch "
+                 "block")
+
 
 def interpreter_active() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (set before Triton's import)."""
@@ -63,13 +75,20 @@ def supports(d_model: int, headdim: int, d_state: int, length: int, chunk_size: 
 
 
 def use_fused(choice: str, option: str, x: torch.Tensor, wanted: bool, shape_ok: bool,
-              needs: str, shape: str) -> bool:
+              needs: str, shape: str, cuda_disabled: str | None = None) -> bool:
     """Whether a fused-kernel option runs on ``x`` here: "torch" never; "auto" on CUDA
     tensors when Triton and the shape allow it; "triton" always, or an error saying why it
     cannot (``needs``: the shape rule, ``shape``: what was given). ``wanted``: the call is
-    one the kernel serves (autograd off for the block kernel, on for the core)."""
+    one the kernel serves (autograd off for the block kernel, on for the core).
+    ``cuda_disabled``: why the kernel is off on CUDA tensors ("auto" falls back, "triton"
+    says so)."""
     if choice == "torch" or not wanted:
         return False
+    if cuda_disabled is not None and x.is_cuda:
+        if choice == "auto":
+            return False
+        raise RuntimeError(f"{option}='triton' is disabled on CUDA: {cuda_disabled}; use "
+                           f"{option}='torch'")
     ok = available_for(x.device) and shape_ok
     if choice == "auto":
         return ok and x.is_cuda

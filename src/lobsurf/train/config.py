@@ -110,6 +110,13 @@ class TrainConfig:
     """With train.compile on CUDA: Inductor's combo kernels (independent small kernels of
     one compiled piece launched as one kernel). H200, B = 16: 455 -> 313 graph nodes and
     902 -> 1,108 steps/s (benchmarks/RESULTS.md)."""
+    overlap_target: bool = True
+    """On CUDA: the target net's forward and the C51 target run on a second stream beside
+    the online net's forward (parallel branches of the CUDA graph; the same kernels, so
+    the same numbers: lobsurf.streams). Off: one stream, in order."""
+    fused_adam: bool = True
+    """On CUDA: Adam's update as one fused multi-tensor kernel (torch._fused_adam_) instead
+    of nine; CPU keeps the multi-tensor reference (lobsurf.agent.optim)."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Network forwards (acting, target, online) in fp32, or under bf16 autocast (CUDA and
     CPU); the SSD decay, softmaxes, the C51 projection and every loss stay fp32 and the

@@ -58,6 +58,7 @@ from lobsurf.pretrain.split import evenly_spaced
 from lobsurf.progress import step_progress
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
+from lobsurf.streams import side_stream
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
 from lobsurf.train.compile import (
@@ -128,7 +129,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     target = copy.deepcopy(online)
     for p in target.parameters():
         p.requires_grad_(False)
-    optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps)
+    optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps,
+                           fused=cfg.train.fused_adam and torch.device(device).type == "cuda")
     try:
         env = BatchedLobEnv(data.train_book, cfg.train.envs, sim)
     except ValueError as exc:
@@ -144,7 +146,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         metrics=MetricSums.zeros(device),
         step_count=torch.zeros((), dtype=torch.int64, device=device),
         tables=step_tables(cfg, env, device),
-        labels=compute_labels(data.train_book, cfg.labels))
+        labels=compute_labels(data.train_book, cfg.labels),
+        branch=side_stream(cfg.train.overlap_target, device))
 
 
 def step_tables(cfg: RunConfig, env: BatchedLobEnv, device: torch.device | str) -> StepTables:
