@@ -122,7 +122,7 @@ def test_a_kernel_disabled_on_cuda_falls_back_or_says_why() -> None:
 def test_block_kernel_is_off_on_cuda() -> None:
     """The block's own switch on a real CUDA tensor: "auto" runs the PyTorch block, "triton"
     says why it cannot run (the kernel reads outside its shared memory in the GPU test that
-    this replaces: benchmarks/probe_fused_block_fault.py, RESULTS.md)."""
+    this replaces, now benchmarks/repro_fused_block_fault.py; RESULTS.md)."""
     auto = _block(32, 16, 16, "auto", seed=1, device="cuda")
     insist = _block(32, 16, 16, "triton", seed=1, device="cuda")
     pytorch = _block(32, 16, 16, "torch", seed=1, device="cuda")
