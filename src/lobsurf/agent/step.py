@@ -10,9 +10,10 @@ Read top to bottom, a step is:
     (+ outcome labels of the trades that closed; terminal only at episode ends)
     -> controllers (post-gate action histogram, gate threshold) -> metrics
     -> [learn] replay sample -> target net on s and s' -> C51 projection of the target's
-    greedy action at s' -> online heads at s (beside the target side, on CUDA) -> C51 CE x IS weights + pi distillation/entropy
-    + V + FRD + direction + outcome (all batch means) -> backward -> clip -> Adam ->
-    priorities -> Polyak -> per_beta, alpha, tau
+    greedy action at s' -> online heads at s (on CUDA beside the target side, on a second
+    stream) -> C51 CE x IS weights + pi distillation/entropy + V + FRD + direction +
+    outcome (all batch means) -> backward -> clip -> Adam -> priorities -> Polyak ->
+    per_beta, alpha, tau
 
 Capture-ready: static shapes, buffers updated in place, no ``.item()``/``.cpu()``/
 ``.tolist()`` and no Python branch on a device value (tests patch those to raise): the gate
