@@ -29,14 +29,12 @@ def one(d: int, p: int, n: int, length: int, prec: str, warps: int, last_only: b
     torch.backends.cuda.matmul.fp32_precision = "tf32"
     block = perturbed_block(EncoderConfig(d_model=d, headdim=p, d_state=n,
                                           fused_inference="triton"), length).cuda()
-    mx, norm = block.mixer, block.norm
     h = torch.randn(5, length, d, device="cuda")
     if prec == "bf16":
         h = h.bfloat16()
     with torch.no_grad():
-        out = mamba2_fused._launch(h, norm.weight, mx.in_proj.weight, mx.conv_weight, mx.conv_bias,
-                                   mx.dt_bias, mx.A_log, mx.D, mx.norm_weight,
-                                   mx.out_proj.weight, p, n, mx.cfg.norm_eps, last_only, warps)
+        out = mamba2_fused._launch(h, *block.kernel_parameters(), p, n, block.mixer.cfg.norm_eps,
+                                   last_only, warps)
     torch.cuda.synchronize()
     print(f"ok, |out| max {float(out.float().abs().max()):.3g}")
 

@@ -27,11 +27,10 @@ BF16_SLACK = 2.0
 
 
 def _kernel(block, h: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-    m, cfg = block.mixer, block.mixer.cfg
+    cfg = block.mixer.cfg
     return mamba2_fused.mamba2_block_inference(
-        h, block.norm.weight, m.in_proj.weight, m.conv_weight, m.conv_bias, m.dt_bias,
-        m.A_log, m.D, m.norm_weight, m.out_proj.weight, cfg.headdim, cfg.d_state,
-        cfg.norm_eps, last_only, cfg.fused_warps)
+        h, *block.kernel_parameters(), cfg.headdim, cfg.d_state, cfg.norm_eps, last_only,
+        cfg.fused_warps)
 
 
 @pytest.mark.gpu

@@ -252,10 +252,10 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
 
 def compiled_graph(state, step: Callable[[], None], device: str, batch: int,
                    learner_batch: int, cfg: BenchConfig,
-                   compile_cfg: CompileConfig | None = None) -> dict[str, Any]:
+                   compile_cfg: CompileConfig) -> dict[str, Any]:
     """The graphed step again with the encoders compiled (train.compile), last: the
     compilation changes the state's modules for good. Compile time and failures are kept."""
-    compile_networks_(state, CompileConfig() if compile_cfg is None else compile_cfg)
+    compile_networks_(state, compile_cfg)
     t0 = time.perf_counter()
     try:
         if graph_unsupported(device) is not None:

@@ -259,14 +259,19 @@ class Mamba2Block(nn.Module):
         Without autograd and state, the whole block may run as one fused kernel
         (``EncoderConfig.fused_inference``)."""
         if state is None and self._fused(h):
-            m = self.mixer
-            cfg = m.cfg
+            cfg = self.mixer.cfg
             return mamba2_fused.mamba2_block_inference(
-                h, self.norm.weight, m.in_proj.weight, m.conv_weight, m.conv_bias, m.dt_bias,
-                m.A_log, m.D, m.norm_weight, m.out_proj.weight, cfg.headdim, cfg.d_state,
-                cfg.norm_eps, last_only, cfg.fused_warps)
+                h, *self.kernel_parameters(), cfg.headdim, cfg.d_state, cfg.norm_eps,
+                last_only, cfg.fused_warps)
         mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
         return (h[:, -1] if last_only else h) + mixed
+
+    def kernel_parameters(self) -> tuple[torch.Tensor, ...]:
+        """The parameters in the order the one-kernel block takes them (norm weight,
+        in_proj, conv weight and bias, dt bias, A_log, D, gated-norm weight, out_proj)."""
+        m = self.mixer
+        return (self.norm.weight, m.in_proj.weight, m.conv_weight, m.conv_bias, m.dt_bias,
+                m.A_log, m.D, m.norm_weight, m.out_proj.weight)
 
     def _fused(self, h: torch.Tensor) -> bool:
         # The fused kernel has no backward: only forwards with autograd off may use it.

@@ -25,8 +25,9 @@
 
 ``lobsurf train`` compiles where ``compile_wanted`` says (``train.compile``: auto = one
 CUDA process) with ``compile_config`` (Inductor's combo kernels on CUDA); a failed compile
-stops the run with ``compile_failure``'s message. Static shapes; ``fullgraph`` by default, so a graph break is an error at the first call
-instead of a silent eager island inside the CUDA graph. Each piece compiles once per
+stops the run with ``compile_failure``'s message. Static shapes; ``fullgraph`` by default,
+so a graph break is an error at the first call instead of a silent eager island inside the
+CUDA graph. Each piece compiles once per
 (batch shape, grad mode, autocast state) it meets; the graphed step's eager warm-up makes
 them, so the capture records Inductor's kernels. PERFORMANCE.md 3.2 measured 1.6x on the
 whole step for the encoder alone.
