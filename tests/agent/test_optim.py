@@ -15,14 +15,21 @@ STEPS, LOWER_AT, LR, LOWER = 12, 6, 1e-2, 0.5
 TOL = 1e-5
 
 
-def _numpy_adam(params: list[np.ndarray], grads: list[list[np.ndarray]]) -> list[np.ndarray]:
+#: gradient divisors per step (a clip's factor), 1 = no clip
+DIVISORS = [1.0, 3.0, 1.0, 1.0, 7.5, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.25]
+
+
+def _numpy_adam(params: list[np.ndarray], grads: list[list[np.ndarray]],
+                divisors: list[float] | None = None) -> list[np.ndarray]:
     b1, b2 = BETAS
+    divisors = divisors or [1.0] * STEPS
     p = [x.astype(np.float64) for x in params]
     m = [np.zeros_like(x) for x in p]
     v = [np.zeros_like(x) for x in p]
     for t in range(1, STEPS + 1):
         lr = LR * (LOWER if t > LOWER_AT else 1.0)
         for i, g in enumerate(grads[t - 1]):
+            g = g / divisors[t - 1]
             m[i] = b1 * m[i] + (1 - b1) * g
             v[i] = b2 * v[i] + (1 - b2) * g * g
             m_hat, v_hat = m[i] / (1 - b1 ** t), v[i] / (1 - b2 ** t)
@@ -38,8 +45,9 @@ def _grads(shapes, seed: int) -> list[list[np.ndarray]]:
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("clipped", [False, True])
 @pytest.mark.parametrize("fused", [False, True])
-def test_adam_matches_numpy_reference(fused, device) -> None:
+def test_adam_matches_numpy_reference(fused, clipped, device) -> None:
     shapes = [(7, 5), (5,), (3, 2, 4)]
     rng = np.random.default_rng(0)
     start = [rng.standard_normal(s).astype(np.float32) for s in shapes]
@@ -51,8 +59,12 @@ def test_adam_matches_numpy_reference(fused, device) -> None:
             opt.lr.mul_(LOWER)
         for p, g in zip(params, grads[t]):
             p.grad = torch.from_numpy(g.astype(np.float32)).to(device)
-        opt.step()
-    want = _numpy_adam(start, grads)
+        divisor = torch.tensor(DIVISORS[t], device=device) if clipped else None
+        opt.step(grad_divisor=divisor)
+        if clipped:  # the divided gradients stay, on both paths
+            for p, g in zip(params, grads[t]):
+                np.testing.assert_allclose(p.grad.cpu().numpy(), g / DIVISORS[t], rtol=1e-6)
+    want = _numpy_adam(start, grads, DIVISORS if clipped else None)
     scale = max(np.abs(w - s).max() for w, s in zip(want, start))
     for p, w in zip(params, want):
         assert np.abs(p.detach().double().cpu().numpy() - w).max() < TOL * scale

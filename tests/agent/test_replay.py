@@ -50,6 +50,23 @@ def test_unfilled_slots_are_never_sampled():
     assert int(s.index.max()) < 5 and int(rb.size) == 5
 
 
+def test_reserved_slots_are_never_sampled_even_across_the_ring_end():
+    # a sample drawn before a write of 3 leaves out the 3 slots that write replaces (the
+    # oldest when full, wrapping past the end), however high their priority
+    cfg = ReplayConfig(capacity=8, alpha=1.0, priority_eps=1e-12)
+    rb = PrioritizedReplay(cfg, "cpu", seed=0)
+    rb.add(batch(8))
+    rb.add(batch(6, start=100))  # full, pointer at slot 6
+    rb.update_priorities(torch.tensor([6, 7, 0]), torch.tensor([1e6, 1e6, 1e6]))
+    beta = torch.tensor(1.0, dtype=torch.float64)
+    s = rb.sample(20_000, beta, reserved=3)
+    drawn = set(s.index.tolist())
+    assert drawn == {1, 2, 3, 4, 5}
+    assert {6, 7, 0} <= set(rb.sample(100, beta).index.tolist())  # without: mostly those
+    # the importance weights are those of the draw among the slots left
+    np.testing.assert_allclose(s.weight.numpy(), np.ones(20_000), rtol=1e-6)
+
+
 def test_duplicate_indices_keep_the_largest_priority():
     cfg = ReplayConfig(capacity=4, alpha=1.0, priority_eps=1e-12)
     rb = PrioritizedReplay(cfg, "cpu", seed=0)

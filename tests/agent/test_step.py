@@ -1,5 +1,5 @@
 """The training step: no host sync, batch-size-invariant gradients, training rows only,
-and the tensor Adam against torch.optim.Adam."""
+the tensor Adam against torch.optim.Adam, and the fused Adam's clip."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ import torch
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import losses, train_step
+from lobsurf.train.data import load_training_data
+from lobsurf.train.loop import build_state, step_config
+from tests.agent.conftest import tiny_config
 
 
 @contextlib.contextmanager
@@ -94,3 +97,47 @@ def test_tensor_adam_matches_torch_adam():
         ref.step()
     for p, q in zip(a, b):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_adam_step_clips_as_the_multi_tensor_step(tiny_store):
+    # the fused Adam divides by the clip's divisor inside its kernel instead of the clip
+    # scaling the gradients first: the same clipped gradients and parameters
+    cfg = tiny_config(tiny_store.path, learner={"grad_clip_norm": 0.05})
+    data = load_training_data(cfg, "cpu", tiny_store.path)
+    states = [build_state(cfg, data, "cpu") for _ in range(2)]
+    states[1].optimizer.fused = True
+    scfg = step_config(cfg)
+    for state in states:
+        for step in range(5):
+            train_step(state, data.train_book, scfg, learning=step == 4)
+    assert float(states[0].metrics.grad_norm) > 10 * cfg.learner.grad_clip_norm  # it clips
+    for a, b in zip(states[0].online.parameters(), states[1].online.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-9)
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_learner_half_and_collect_commute(tiny_store, monkeypatch, n_step):
+    # learn_beside_collect runs the learner's losses and backward beside collect (two CUDA
+    # streams): sound only if neither writes what the other reads. Run in either order on
+    # CPU, every tensor the steps write must come out the same, bit for bit.
+    import lobsurf.agent.step as step_module
+    from tests.train.test_compile_kernels import _setup, _state_tensors
+
+    def collect_first(stream, side, main):
+        main_result = main()
+        return side(), main_result
+
+    finals = []
+    for order in ("learner first", "collect first"):
+        if order == "collect first":
+            monkeypatch.setattr(step_module, "run_beside", collect_first)
+        data, state, scfg = _setup(tiny_store, n_step)
+        assert scfg.learner.sample_before_collect
+        for step in range(14):
+            train_step(state, data.train_book, scfg, learning=step >= 4)
+        finals.append(_state_tensors(state))
+    assert finals[0].keys() == finals[1].keys()
+    for name, a in finals[0].items():
+        assert torch.equal(a, finals[1][name]), name
+    assert float(state.metrics.learn_steps) == 10

@@ -40,7 +40,7 @@ def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
                       gates={"warmup_steps": GATE_WARMUP},
                       train={"envs": 32, "precision": precision, "compile": compiled,
-                             "overlap_target": overlap},
+                             "overlap_target": overlap, "overlap_collect": overlap},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
     state, scfg, guard = _build(cfg, data, "cuda", None, 0), step_config(cfg), DivergenceGuard("cuda")
@@ -83,14 +83,17 @@ def _same_transitions(a, b, n: int) -> None:
 
 
 @pytest.mark.parametrize("graphed", [False, True])
-def test_target_beside_online_equals_one_stream(tiny_store, graphed) -> None:
-    """train.overlap_target (the target net's forward on a second stream, parallel graph
-    branches when captured) takes the same steps as the one-stream step: the same kernels
-    on the same inputs. Losses within the tolerance of the module docstring (the backward's
+def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed) -> None:
+    """train.overlap_target (the target net's forward on a second stream) and
+    train.overlap_collect (the learner's losses and backward on a third, beside the
+    collect), parallel graph branches when captured, take the same steps as the
+    one-stream step: the same kernels on the same inputs, and no piece writes what one
+    beside it reads. Losses within the tolerance of the module docstring (the backward's
     atomic adds)."""
     one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False)
     two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True)
-    assert one.branch is None and two.branch is not None
+    assert one.branch is None and one.learner_branch is None
+    assert two.branch is not None and two.learner_branch is not None
     if graphed:
         assert runner.captured
     _same_transitions(one, two, STEPS * 32)

@@ -127,6 +127,12 @@ class LearnerConfig:
     acting: Literal["thompson", "pi", "greedy"] = "thompson"
     """Training-time action choice: one Thompson sample of Q per action then the gates,
     a sample of pi, or argmax E[Q]."""
+    sample_before_collect: bool = True
+    """A learning step draws its sample before the step's collect writes (from the
+    transitions of the steps before, never from the slots the write replaces) and reads
+    the controllers as they were before it, so its losses and backward can run beside the
+    collect (train.overlap_collect). False: collect, then sample (the newest transitions
+    can be drawn at once)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 0:

@@ -99,12 +99,16 @@ class AgentNetwork(nn.Module):
 
     def q_logits(self, h: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """[B, D] embedding + [B, 3] agent state -> [B, A, N] C51 logits."""
-        x = torch.relu(self.q_hidden(torch.cat((h, state), dim=-1)))
+        return self._q_from_joint(torch.cat((h, state), dim=-1))
+
+    def _q_from_joint(self, hs: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.q_hidden(hs))
         return self.q_out(x).unflatten(-1, (self.num_actions, self.cfg.num_atoms))
 
     def heads(self, h: torch.Tensor, state: torch.Tensor) -> AgentOutput:
+        # one [h, s] for Q's hidden layer, pi and V
         hs = torch.cat((h, state), dim=-1)
-        return AgentOutput(q_logits=self.q_logits(h, state), pi_logits=self.pi(hs),
+        return AgentOutput(q_logits=self._q_from_joint(hs), pi_logits=self.pi(hs),
                            value=self.value(hs)[:, 0], frd_logits=self.frd(h),
                            direction_logits=self.direction(h), outcome_logits=self.outcome(h))
 

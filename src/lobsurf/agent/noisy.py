@@ -7,27 +7,27 @@ for Exploration", sec. 3.2).
 The noise vectors are buffers resampled in place by ``resample_(generator)``: one seeded
 generator per run draws them (reproducible, checkpointed), and the buffers keep stable
 addresses so a captured graph reads the fresh noise. Nothing is drawn inside ``forward``.
-``resample_noise_`` resamples every noisy layer of several modules at once: one draw per
-buffer, in layer order as ``resample_`` would, then f over all of them in four multi-tensor
-ops (eight small kernels per layer otherwise: the step resamples two networks each step).
+``resample_noise_`` resamples every noisy layer of several modules at once: one draw of
+standard normals for all their buffers (eps_in then eps_out of each layer, in module
+order), f over it as one pure function (``scaled_noise``, which the training step may pass
+in compiled), and one multi-tensor copy into the buffers: three kernels for the step's two
+networks, where a draw and f per buffer took twelve.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 
+from lobsurf.writeback import copy_values_
 
-def _scale_noise_(buffers: list[torch.Tensor]) -> None:
-    """e <- f(e) = sign(e) sqrt(|e|) in place over every buffer (sqrt(|e|) sign(e): the same
-    product, as multiplication commutes exactly)."""
-    sign = torch._foreach_sign(buffers)
-    torch._foreach_abs_(buffers)
-    torch._foreach_sqrt_(buffers)
-    torch._foreach_mul_(buffers, sign)
+
+def scaled_noise(e: torch.Tensor) -> torch.Tensor:
+    """f(e) = sign(e) sqrt(|e|), pure (copysign: the same numbers, one fused expression)."""
+    return torch.copysign(torch.sqrt(torch.abs(e)), e)
 
 
 class NoisyLinear(nn.Module):
@@ -56,18 +56,20 @@ class NoisyLinear(nn.Module):
 
 
 @torch.no_grad()
-def resample_noise_(modules: nn.Module | Iterable[nn.Module], generator: torch.Generator
-                    ) -> None:
+def resample_noise_(modules: nn.Module | Iterable[nn.Module], generator: torch.Generator,
+                    scale: Callable[[torch.Tensor], torch.Tensor] = scaled_noise) -> None:
     """Resample every NoisyLinear inside ``modules`` (one module or several, in order).
 
-    Each buffer is filled with standard normals in place (``normal_`` is what ``randn``
-    does into a fresh tensor: the same numbers), eps_in then eps_out of each layer in
-    module order, then scaled by f all at once.
+    One draw of standard normals covers every buffer (eps_in then eps_out of each layer in
+    module order, laid end to end), ``scale`` (``scaled_noise`` or a compiled copy) maps it
+    through f, and one multi-tensor copy writes the pieces into the buffers in place.
     """
     roots = [modules] if isinstance(modules, nn.Module) else list(modules)
     buffers = [eps for root in roots for m in root.modules() if isinstance(m, NoisyLinear)
                for eps in (m.eps_in, m.eps_out)]
-    for eps in buffers:
-        eps.normal_(generator=generator)
-    if buffers:
-        _scale_noise_(buffers)
+    if not buffers:
+        return
+    draw = torch.empty(sum(b.numel() for b in buffers), dtype=buffers[0].dtype,
+                       device=buffers[0].device).normal_(generator=generator)
+    pieces = torch.split(scale(draw), [b.numel() for b in buffers])
+    copy_values_(zip(buffers, pieces))

@@ -74,9 +74,13 @@ class TensorAdam:
             torch._foreach_zero_(grads)
 
     @torch.no_grad()
-    def step(self, scalars: Callable[..., AdamScalars] = adam_scalars) -> None:
+    def step(self, scalars: Callable[..., AdamScalars] = adam_scalars,
+             grad_divisor: torch.Tensor | None = None) -> None:
         """One Adam step of every parameter with a gradient (``scalars``: ``adam_scalars``
-        or a compiled copy of it)."""
+        or a compiled copy of it). ``grad_divisor`` (0-d, on the parameters' device): the
+        gradients are divided by it first (a gradient clip's factor; the fused kernel does
+        it in the same pass as its grad_scale, and leaves the divided gradients in place,
+        as the multi-tensor path does)."""
         params = [p for p in self.params if p.grad is not None]
         if not params:
             return
@@ -90,8 +94,11 @@ class TensorAdam:
             # the bias corrections come from the (already advanced) shared step count
             torch._fused_adam_(params, grads, m, v, [], [self.step_count] * len(params),
                                lr=self.lr, beta1=self.beta1, beta2=self.beta2,
-                               weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+                               weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False,
+                               grad_scale=grad_divisor)
             return
+        if grad_divisor is not None:
+            torch._foreach_div_(grads, grad_divisor)
         torch._foreach_lerp_(m, grads, 1.0 - self.beta1)
         torch._foreach_mul_(v, self.beta2)
         torch._foreach_addcmul_(v, grads, grads, value=1.0 - self.beta2)

@@ -163,15 +163,22 @@ def write_plan(pointer: torch.Tensor, size: torch.Tensor, max_priority: torch.Te
 
 
 def sample_values(weight: torch.Tensor, size: torch.Tensor, packs: tuple[torch.Tensor, ...],
-                  u: torch.Tensor, beta: torch.Tensor) -> Sample:
+                  u: torch.Tensor, beta: torch.Tensor, pointer: torch.Tensor | None = None,
+                  reserved: int = 0) -> Sample:
     """A prioritized sample from uniforms (pure; ``PrioritizedReplay.sample``).
 
     Args:
         weight: [C] float64 priority ** alpha. size: 0-d fill count.
         packs: the [C, k] packed storage (``PACKING``). u: [n] float64 uniforms in [0, 1).
         beta: 0-d importance-weight exponent.
+        pointer, reserved: the ``reserved`` ring slots from ``pointer`` on (the next write's)
+            are never drawn: a sample taken before a write must not hold a slot that the
+            write replaces (its priority update would land on the new transition).
     """
     capacity = weight.shape[0]
+    if reserved:
+        ahead = (torch.arange(capacity, device=weight.device) - pointer) % capacity
+        weight = torch.where(ahead < reserved, 0.0, weight)
     cumulative = weight.cumsum(0)  # float64 [C]
     total = cumulative[-1]
     index = torch.searchsorted(cumulative, u * total, right=True).clamp_(max=capacity - 1)
@@ -295,18 +302,20 @@ class PrioritizedReplay:
         self._label_(plan.outcome_slots, plan.outcome_labels)
         copy_values_([(self.pointer, plan.pointer), (self.size, plan.size)])
 
-    def sample(self, n: int, beta: torch.Tensor, kernel: SampleFunction = sample_values
-               ) -> Sample:
+    def sample(self, n: int, beta: torch.Tensor, kernel: SampleFunction = sample_values,
+               reserved: int = 0) -> Sample:
         """Draw n indices with P(i) proportional to priority ** alpha (with replacement).
 
         Args:
             n: batch size.
             beta: 0-d importance-weight exponent (the per_beta controller).
             kernel: ``sample_values`` or a compiled copy of it.
+            reserved: leave out the next ``reserved`` ring slots (those the next write of
+                that many transitions fills); 0 = draw from every slot.
         """
         u = torch.rand(n, dtype=torch.float64, generator=self.generator,
                        device=self.weight.device)
-        return kernel(self.weight, self.size, self.packs, u, beta)
+        return kernel(self.weight, self.size, self.packs, u, beta, self.pointer, reserved)
 
     def write_priorities_(self, index: torch.Tensor, weight: torch.Tensor,
                           max_priority: torch.Tensor | None = None) -> None:

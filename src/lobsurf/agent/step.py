@@ -15,6 +15,11 @@ Read top to bottom, a step is:
     outcome (all batch means) -> backward -> clip -> Adam -> priorities -> Polyak ->
     per_beta, alpha, tau
 
+By default (``learner.sample_before_collect``) the learner draws its sample before the
+collect writes, from the transitions of the steps before, so everything up to its
+backward runs beside the collect (on CUDA on a stream of its own) and only clip, Adam and
+what follows wait for both (``learn_beside_collect``).
+
 Capture-ready: static shapes, buffers updated in place, no ``.item()``/``.cpu()``/
 ``.tolist()`` and no Python branch on a device value (tests patch those to raise): the gate
 warm-up compares a device step counter. The only Python branches are on static config and on
@@ -24,8 +29,8 @@ Kernel count: at small B the graphed step costs about a microsecond per kernel
 (PERFORMANCE.md 2.1), so the arithmetic between the network calls is in pure tensor
 functions, ``StepKernels`` (observe, act, simulate, the post-simulator bookkeeping, the
 replay sample, the learner's inputs, the C51 target, the losses, the gradient clip's and
-Adam's scalars, the learner's bookkeeping), which ``train.compile`` fuses into a few kernels
-each. They return new values; the step writes them into its state in place in a handful of
+Adam's scalars, the learner's bookkeeping, f of the noise), which ``train.compile`` fuses
+into a few kernels each. They return new values; the step writes them into its state in place in a handful of
 multi-tensor copies (lobsurf.writeback). Outside them stay the random draws (custom
 generators), the writes at indices into big buffers (replay storage, priorities), the
 multi-tensor ops over the parameters (gradients, clip, Adam, Polyak) and the networks.
@@ -51,7 +56,7 @@ from lobsurf.agent.gates import (GateResult, apply_gates, exploration_slots,
                                  gate_threshold_values, move_probabilities, profit_confidence)
 from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentNetwork, AgentOutput, agent_state_features
-from lobsurf.agent.noisy import resample_noise_
+from lobsurf.agent.noisy import resample_noise_, scaled_noise
 from lobsurf.agent.optim import AdamScalars, TensorAdam, adam_scalars
 from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_loss
 from lobsurf.agent.replay import (PrioritizedReplay, Sample, Transitions, WritePlan,
@@ -132,7 +137,13 @@ class TrainState:
     """The step's pure tensor functions (eager; ``train.compile`` swaps in compiled ones)."""
     branch: torch.cuda.Stream | None = None
     """A second CUDA stream on which the target net's forward and the C51 target run beside
-    the online net's forward (``train.overlap_target``); None: one stream, in order."""
+    the online net's forward (``train.overlap_target``), and two small independent pieces
+    beside the main line: the noise draws beside the replay sample, the learner's
+    bookkeeping (priorities, controllers, metrics) beside Adam and Polyak; None: one
+    stream, in order."""
+    learner_branch: torch.cuda.Stream | None = None
+    """A CUDA stream on which the learner's losses and backward run beside collect
+    (``train.overlap_collect`` with ``learner.sample_before_collect``); None: in turn."""
 
 
 def _state_inputs(ctl: ControllerState, position: torch.Tensor, time_in_trade: torch.Tensor,
@@ -299,6 +310,16 @@ def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
 
 def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transitions:
     """Act in every env once, run the reward pipeline, write the transitions to replay."""
+    batch, pending = collect_deferred(state, book, cfg)
+    copy_values_(pending)
+    return batch
+
+
+def collect_deferred(state: TrainState, book: BookTensors, cfg: StepConfig
+                     ) -> tuple[Transitions, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """``collect`` less its last write: the new controllers and metric sums come back as
+    (destination, value) pairs for ``copy_values_``, so a learner running beside it reads
+    the controllers as they were."""
     env, ctl, kernels = state.env, state.controllers, state.kernels
     # ---- observe: K-window at each cursor plus the agent's own state
     obs = kernels.observe(env.state, book, ctl, cfg)
@@ -314,9 +335,8 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
                                   state.online.num_actions, cfg)
     state.replay.write_(upd.replay)
     state.step_count.add_(1)
-    copy_values_(named_pairs(ctl, acted.controllers | upd.controllers)
-                 + named_pairs(state.metrics, upd.metrics))
-    return upd.batch
+    return upd.batch, (named_pairs(ctl, acted.controllers | upd.controllers)
+                       + named_pairs(state.metrics, upd.metrics))
 
 
 @dataclass
@@ -385,12 +405,22 @@ def learner_inputs(t: Transitions, index: torch.Tensor, storage: Transitions,
                          online_inputs=s_inputs, reward=reward, done=done, gamma=gamma)
 
 
-def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig) -> Losses:
-    """All losses of a replay sample; each a batch mean, so the same batch repeated twice
-    gives the same gradients (the original's encoder gradients grew with B)."""
+def sampled_inputs(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
+                   ) -> LearnerInputs:
+    """The networks' inputs and the bootstrap of a replay sample (``learner_inputs``), read
+    from the replay and the controllers as they stand now."""
+    return state.kernels.learner_inputs(sample.transitions, sample.index, state.replay.storage,
+                                        state.replay.pointer, book, state.controllers, cfg)
+
+
+def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
+           li: LearnerInputs | None = None) -> Losses:
+    """All losses of a replay sample (from its inputs ``li`` when given, else read now);
+    each a batch mean, so the same batch repeated twice gives the same gradients (the
+    original's encoder gradients grew with B)."""
     ctl, t = state.controllers, sample.transitions
-    li = state.kernels.learner_inputs(t, sample.index, state.replay.storage,
-                                      state.replay.pointer, book, ctl, cfg)
+    if li is None:
+        li = sampled_inputs(state, book, sample, cfg)
 
     def target_side() -> tuple[torch.Tensor, torch.Tensor]:
         # ---- target net at s (pi's distillation target) and s' (C51 target), one call
@@ -494,11 +524,14 @@ _CLIP_NORM_TYPE, _CLIP_EPS = 2.0, 1e-6
 
 
 def clip_coefficient(norms: list[torch.Tensor], max_norm: float
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(total gradient norm, the factor that clips it to ``max_norm``, at most 1) from the
-    per-tensor norms: the arithmetic of torch.nn.utils.clip_grad_norm_, pure."""
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(total gradient norm, the factor that clips it to ``max_norm``, at most 1, and the
+    divisor that does the same, at least 1) from the per-tensor norms: the arithmetic of
+    torch.nn.utils.clip_grad_norm_, pure. The divisor is for an optimizer that scales the
+    gradients inside its own kernel (fused Adam's grad_scale divides)."""
     total = torch.linalg.vector_norm(torch.stack(norms), _CLIP_NORM_TYPE)
-    return total, torch.clamp(max_norm / (total + _CLIP_EPS), max=1.0)
+    return (total, torch.clamp(max_norm / (total + _CLIP_EPS), max=1.0),
+            torch.clamp((total + _CLIP_EPS) / max_norm, min=1.0))
 
 
 @dataclass
@@ -516,9 +549,10 @@ class StepKernels:
     learner_inputs: Callable[..., LearnerInputs] = learner_inputs
     c51_target: Callable[..., tuple[torch.Tensor, torch.Tensor]] = c51_target
     loss_terms: Callable[..., tuple[torch.Tensor, ...]] = loss_terms
-    clip_coefficient: Callable[..., tuple[torch.Tensor, torch.Tensor]] = clip_coefficient
+    clip_coefficient: Callable[..., tuple[torch.Tensor, ...]] = clip_coefficient
     adam_scalars: Callable[..., AdamScalars] = adam_scalars
     learn_updates: Callable[..., LearnUpdates] = learn_updates
+    noise: Callable[[torch.Tensor], torch.Tensor] = scaled_noise
 
 
 class GradientSync(Protocol):
@@ -531,53 +565,96 @@ class GradientSync(Protocol):
 def learn(state: TrainState, book: BookTensors, cfg: StepConfig,
           sync: GradientSync | None = None) -> Losses:
     """One update from a prioritized sample; returns the (detached) losses."""
+    sample, li = draw_sample(state, book, cfg)
+    ls, params = gradients(state, book, sample, cfg, li)
+    return apply_gradients(state, sample, ls, params, cfg, sync)
+
+
+def draw_sample(state: TrainState, book: BookTensors, cfg: StepConfig, reserved: int = 0
+                ) -> tuple[Sample, LearnerInputs]:
+    """The learner's prioritized sample and its networks' inputs, leaving out the
+    ``reserved`` ring slots the next write fills (PrioritizedReplay.sample)."""
     sample = state.replay.sample(cfg.batch_size, state.controllers.per_beta,
-                                 kernel=state.kernels.sample)
-    return learn_from(state, book, sample, cfg, sync)
+                                 kernel=state.kernels.sample, reserved=reserved)
+    return sample, sampled_inputs(state, book, sample, cfg)
 
 
 def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
                sync: GradientSync | None = None) -> Losses:
     """The update of ``learn`` from a given sample; with ``sync`` the gradients are averaged
     over the ranks before clipping (data parallel: the same update on every rank)."""
-    ctl, lc = state.controllers, cfg.learner
-    ls = losses(state, book, sample, cfg)
+    ls, params = gradients(state, book, sample, cfg)
+    return apply_gradients(state, sample, ls, params, cfg, sync)
+
+
+def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
+              li: LearnerInputs | None = None) -> tuple[Losses, list[torch.Tensor]]:
+    """The first half of a learning step: every loss of the sample and its gradients in
+    the online parameters' .grad (returns the losses and the parameters that have one).
+    It writes nothing but the gradients."""
+    ls = losses(state, book, sample, cfg, li)
     state.optimizer.zero_grad()
-    params = accumulate_gradients_(ls.total, state.optimizer.params)
+    return ls, accumulate_gradients_(ls.total, state.optimizer.params)
+
+
+def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[torch.Tensor],
+                    cfg: StepConfig, sync: GradientSync | None = None) -> Losses:
+    """The second half: (rank average,) clip, then Adam and Polyak beside the priorities and
+    the learner's controllers and metrics."""
+    ctl, lc = state.controllers, cfg.learner
     if sync is not None:
         sync.grads_(params)
     # max_norm inf: measure the norm without clipping (clip disabled)
     max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
-    grad_norm = clip_gradients_(params, max_norm, state.kernels.clip_coefficient)
-    state.optimizer.step(state.kernels.adam_scalars)
-    with torch.no_grad():
+    # the fused Adam divides by the clip's divisor in its kernel (grad_scale)
+    grad_norm, divisor = clip_gradients_(params, max_norm, state.kernels.clip_coefficient,
+                                         defer=state.optimizer.fused)
+
+    @torch.no_grad()
+    def bookkeeping() -> None:
         # ---- priorities, controllers of the learner (per_beta, alpha, tau), metrics
         upd = state.kernels.learn_updates(ls, grad_norm, ctl, state.metrics,
                                           state.replay.max_priority, state.online.num_actions,
                                           cfg)
         state.replay.write_priorities_(sample.index, upd.priority_weight)
-        # ---- Polyak: target <- (1 - tau) target + tau online, in place
-        torch._foreach_lerp_(list(state.target.parameters()), list(state.online.parameters()),
-                             lc.polyak_tau)
         copy_values_(named_pairs(ctl, upd.controllers) + named_pairs(state.metrics, upd.metrics)
                      + [(state.replay.max_priority, upd.max_priority)])
+
+    def update() -> None:
+        state.optimizer.step(state.kernels.adam_scalars, grad_divisor=divisor)
+        # ---- Polyak: target <- (1 - tau) target + tau online, in place
+        with torch.no_grad():
+            torch._foreach_lerp_(list(state.target.parameters()),
+                                 list(state.online.parameters()), lc.polyak_tau)
+
+    # the bookkeeping reads the losses and the norm only, Adam and Polyak the parameters:
+    # beside each other on state.branch
+    run_beside(state.branch, bookkeeping, update)
     return ls
 
 
 def clip_gradients_(params: list[torch.Tensor], max_norm: float,
-                    coefficient: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-                    = clip_coefficient) -> torch.Tensor:
+                    coefficient: Callable[..., tuple[torch.Tensor, ...]] = clip_coefficient,
+                    defer: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` with its scalar
     arithmetic in ``coefficient`` (``clip_coefficient`` or a compiled copy: one kernel for
     five); the same numbers for gradients of one device and dtype, which the step's are
-    (else the torch function runs). Returns the total norm before clipping."""
+    (else the torch function runs).
+
+    Returns (the total norm before clipping, None); with ``defer`` the gradients are left
+    as they are and the second value is the divisor that clips them, for an optimizer that
+    divides in its own kernel (the fused Adam: one multi-tensor pass fewer per step).
+    """
     grads = [p.grad for p in params]
     if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), None
     with torch.no_grad():
-        total, coef = coefficient(torch._foreach_norm(grads, _CLIP_NORM_TYPE), max_norm)
+        total, coef, divisor = coefficient(torch._foreach_norm(grads, _CLIP_NORM_TYPE),
+                                           max_norm)
+        if defer:
+            return total, divisor
         torch._foreach_mul_(grads, coef)
-    return total
+    return total, None
 
 
 def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -603,20 +680,50 @@ def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor]) -> lis
 def fresh_noise_(state: TrainState) -> None:
     """New noise in the online and the target network's noisy layers (online first, from
     the noise generator), resampled together (lobsurf.agent.noisy.resample_noise_)."""
-    resample_noise_((state.online, state.target), state.noise_generator)
+    resample_noise_((state.online, state.target), state.noise_generator, state.kernels.noise)
 
 
 def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: bool,
                sync: GradientSync | None = None) -> None:
-    """Resample the noise, collect one step, and learn when ``learning`` (host flag).
+    """Resample the noise, collect one step, and learn when ``learning`` (host flag): from a
+    sample drawn before the collect, beside it (``learn_beside_collect``, the default
+    ``learner.sample_before_collect``), or after it.
 
     With ``sync`` (several processes) the controllers are averaged over the ranks right
-    after ``collect``, the only place they move on local data, so ``learn`` and its
-    controller updates read the same values on every rank; then the gradients are averaged.
+    after ``collect``, the only place they move on local data, so the learner's controller
+    updates read the same values on every rank; then the gradients are averaged.
     """
+    if learning and cfg.learner.sample_before_collect:
+        learn_beside_collect(state, book, cfg, sync)
+        return
     fresh_noise_(state)
     collect(state, book, cfg)
     if sync is not None:
         sync.controllers_(state.controllers)
     if learning:
         learn(state, book, cfg, sync)
+
+
+def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
+                         sync: GradientSync | None = None) -> None:
+    """A learning step whose learner samples before the step's collect writes
+    (``learner.sample_before_collect``), so its losses and backward need nothing collect
+    makes and run beside it (on ``state.learner_branch``, a second CUDA stream; in turn
+    without one: the learner's half first). The noise is resampled beside the draw.
+
+    The learner's half reads the replay sample it gathered first (never one of the slots
+    this collect overwrites), the networks' parameters and the controllers as they were
+    before collect; collect reads the parameters and writes the simulator, the replay and
+    (deferred to the join) the controllers and metric sums; neither writes what the other
+    reads. After the join: clip, Adam, priorities, the learner's controllers, Polyak.
+    """
+    # the noise draws touch nothing the sample reads: beside it on state.branch
+    _, (sample, li) = run_beside(state.branch, lambda: fresh_noise_(state),
+                                 lambda: draw_sample(state, book, cfg, reserved=cfg.num_envs))
+    (ls, params), (_, pending) = run_beside(
+        state.learner_branch, lambda: gradients(state, book, sample, cfg, li),
+        lambda: collect_deferred(state, book, cfg))
+    copy_values_(pending)
+    if sync is not None:
+        sync.controllers_(state.controllers)
+    apply_gradients(state, sample, ls, params, cfg, sync)

@@ -69,6 +69,8 @@ class BenchConfig:
     """train.overlap_target: the target net's forward on a second CUDA stream."""
     fused_adam: bool = True
     """train.fused_adam: Adam's update as one fused kernel on CUDA."""
+    overlap_collect: bool = True
+    """train.overlap_collect: the learner's losses and backward beside the collect."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -95,7 +97,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "encoder": {"n_layers": layers, "fused_inference": fused_inference,
                     "fused_training": fused_training},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
-                  "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam},
+                  "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
+                  "overlap_collect": cfg.overlap_collect},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
 

@@ -50,7 +50,10 @@ _METHODS = (
 _FUNCTIONS = (
     ("fresh_noise_", "noise"), ("accumulate_gradients_", "backward"),
     ("clip_gradients_", "grad clip"),
-    ("collect", "collect"), ("learn", "learn"), ("losses", "losses"),
+    # collect and the learner's three parts by name, so that the phases read the same
+    # whether the learner runs after the collect or beside it (learn_beside_collect)
+    ("collect_deferred", "collect"), ("draw_sample", "learn"), ("gradients", "learn"),
+    ("apply_gradients", "learn"), ("losses", "losses"),
     ("gather_window", "window gather"), ("choose_actions", "act + gates"),
     ("reward_pipeline_values", "reward pipeline"), ("mark_shaping", "reward shaping"),
     ("action_histogram_values", "controllers"),

@@ -90,6 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fused-adam", action=argparse.BooleanOptionalAction,
                         default=d.fused_adam, help="Adam's update as one fused kernel on CUDA "
                         "(train.fused_adam)")
+    parser.add_argument("--overlap-collect", action=argparse.BooleanOptionalAction,
+                        default=d.overlap_collect, help="the learner's losses and backward "
+                        "on a CUDA stream of their own beside the collect "
+                        "(train.overlap_collect)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -111,7 +115,8 @@ def _config(args: argparse.Namespace):
     try:
         return BenchConfig(steps=args.steps, repeats=args.repeats,
                            snapshots_per_day=args.snapshots,
-                           overlap_target=args.overlap_target, fused_adam=args.fused_adam)
+                           overlap_target=args.overlap_target, fused_adam=args.fused_adam,
+                           overlap_collect=args.overlap_collect)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -243,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"lobsurf bench on {out['device']}, torch {v['torch']}, CUDA {v['cuda']}, "
           f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, target and "
           f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
-          f"{'fused' if cfg.fused_adam and cuda else 'multi-tensor'}")
+          f"{'fused' if cfg.fused_adam and cuda else 'multi-tensor'}, learner "
+          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -114,6 +114,10 @@ class TrainConfig:
     """On CUDA: the target net's forward and the C51 target run on a second stream beside
     the online net's forward (parallel branches of the CUDA graph; the same kernels, so
     the same numbers: lobsurf.streams). Off: one stream, in order."""
+    overlap_collect: bool = True
+    """On CUDA with learner.sample_before_collect: the learner's losses and backward run
+    on a stream of their own beside the collect (parallel branches of the CUDA graph;
+    neither writes what the other reads: lobsurf.agent.step.learn_beside_collect)."""
     fused_adam: bool = True
     """On CUDA: Adam's update as one fused multi-tensor kernel (torch._fused_adam_) instead
     of nine; CPU keeps the multi-tensor reference (lobsurf.agent.optim)."""
@@ -167,6 +171,10 @@ class RunConfig:
                              f"horizon index (labels has {self.labels.num_horizons})")
         if self.learner.batch_size > self.replay.capacity:
             raise ValueError("learner.batch_size exceeds replay.capacity")
+        if self.learner.sample_before_collect and self.train.envs >= self.replay.capacity:
+            raise ValueError(f"train.envs ({self.train.envs}) must be below replay.capacity "
+                             f"({self.replay.capacity}) with learner.sample_before_collect "
+                             "(a sample leaves out the slots the next write fills)")
         if self.train.envs > self.replay.capacity:
             raise ValueError(f"train.envs ({self.train.envs}) exceeds replay.capacity "
                              f"({self.replay.capacity})")

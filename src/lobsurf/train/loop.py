@@ -147,7 +147,9 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         step_count=torch.zeros((), dtype=torch.int64, device=device),
         tables=step_tables(cfg, env, device),
         labels=compute_labels(data.train_book, cfg.labels),
-        branch=side_stream(cfg.train.overlap_target, device))
+        branch=side_stream(cfg.train.overlap_target, device),
+        learner_branch=side_stream(cfg.train.overlap_collect
+                                   and cfg.learner.sample_before_collect, device))
 
 
 def step_tables(cfg: RunConfig, env: BatchedLobEnv, device: torch.device | str) -> StepTables:
