@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import lobsurf.train.checkpoint as checkpoint
+from lobsurf.errors import UserError
 from lobsurf.train.checkpoint import list_checkpoints, load_payload
 from lobsurf.train.run_folder import MetricsLog
 from tests.train.test_reliability_crash import assert_same_run
@@ -110,3 +111,37 @@ def test_a_read_only_checkpoint_folder(tiny_store, tiny_toml, tmp_path, capsys):
     finally:
         folder.chmod(0o755)
     assert load_payload(list_checkpoints(run)[-1])["step"] == 10
+
+
+def test_background_writer_returns_at_once_runs_one_write_at_a_time_and_raises_later():
+    import threading
+    import time
+
+    from lobsurf.train.checkpoint import CheckpointWriter
+
+    release, order = threading.Event(), []
+
+    def slow(name):
+        def write():
+            release.wait(5)
+            order.append(name)
+        return write
+
+    writer = CheckpointWriter()
+    t0 = time.perf_counter()
+    writer.submit(slow("first"))
+    assert time.perf_counter() - t0 < 1.0 and order == []  # the loop did not wait
+    writer.check()  # still running: no wait, no error
+    release.set()
+    writer.submit(slow("second"))  # waits for the first
+    assert order[0] == "first"
+    writer.wait()
+    assert order == ["first", "second"]
+
+    def failing():
+        raise UserError("cannot write step_00000020.pt: No space left on device")
+
+    writer.submit(failing)
+    with pytest.raises(UserError, match="No space left"):
+        writer.wait()
+    writer.wait()  # raised once

@@ -5,6 +5,7 @@ of times."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -144,3 +145,35 @@ def test_the_guard_makes_no_host_sync_and_names_the_first_bad_step(tiny_setup):
     assert guard.read() == (7, "parameter")
     guard.reset_()
     assert guard.read() is None
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_guard_names_the_earliest_quantity_compiled_or_not(tiny_setup, compiled):
+    # lobsurf train compiles the guard's arithmetic (compile_guard_) with the step: either
+    # way a spoiled controller, parameter, gradient or loss is named, and when several go
+    # bad in one step the earliest in causal order (loss, gradient, parameter, controller)
+    from lobsurf.train.compile import CompileConfig, compile_guard_
+
+    cfg, data, state, scfg = tiny_setup
+    for step in range(6):
+        train_step(state, data.train_book, scfg, learning=step >= 4)
+    nan = float("nan")
+    spoils = [("controller", lambda st: st.controllers.sac_alpha.fill_(nan)),
+              ("parameter", _spoil_parameter),
+              ("gradient", lambda st: next(p.grad for p in st.online.parameters()
+                                           if p.grad is not None).view(-1)[0].fill_(nan)),
+              ("loss", lambda st: st.metrics.loss_q.fill_(nan))]
+    for count in range(1, len(spoils) + 1):
+        guard = DivergenceGuard("cpu")
+        if compiled:
+            compile_guard_(guard, CompileConfig(options=()))
+        twin = copy.deepcopy(state)
+        for mine, theirs in zip(twin.online.parameters(), state.online.parameters()):
+            mine.grad = None if theirs.grad is None else theirs.grad.clone()  # deepcopy drops
+        guard.check_(twin)
+        assert guard.read() is None
+        for _name, spoil in spoils[:count]:
+            spoil(twin)
+        twin.step_count.fill_(9)
+        guard.check_(twin)
+        assert guard.read() == (9, spoils[count - 1][0])

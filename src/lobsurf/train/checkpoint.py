@@ -32,6 +32,10 @@ pruning removes a step's shards with it.
 
 A failing write (disk full, read-only folder) raises a one-line ``UserError`` naming the
 file; the temporary file is removed and the previous checkpoints are untouched.
+
+``lobsurf train`` (one process, ``train.background_checkpoints``) takes the payload's host
+copies in the loop and hands the writing to a ``CheckpointWriter`` thread; the loop waits
+for it before the next checkpoint, a rollback and the end of the run.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import hashlib
 import os
 import re
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -180,11 +186,61 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+class CheckpointWriter:
+    """Writes checkpoint files on a background thread, one at a time, so the training loop
+    stalls only for the payload's host copy (on an H200 at B = 16 a synchronous write took
+    about 75 ms, 110 steps' worth, every 1,000 steps).
+
+    A write's error is raised in the loop by the next ``submit``, ``check`` or ``wait``; the
+    files stay as atomic as before (temporary file, fsync, rename, marker), so a crash
+    mid-write leaves the previous checkpoint the newest complete one. ``background=False``
+    writes inside ``submit``.
+    """
+
+    def __init__(self, background: bool = True) -> None:
+        self.background = background
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, write: Callable[[], Any]) -> None:
+        """Run ``write()`` after the previous write has finished (raising its error)."""
+        self.wait()
+        if not self.background:
+            write()
+            return
+
+        def run() -> None:
+            try:
+                write()
+            except BaseException as exc:  # handed to the loop's thread
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="lobsurf-checkpoint")
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise the error of a write that has finished, without waiting for one that has
+        not."""
+        if self._thread is not None and not self._thread.is_alive():
+            self.wait()
+
+    def wait(self) -> None:
+        """Wait for the write in flight, if any; raise its error."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
 def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
-                    metrics_bytes: int, meta: dict, keep: int, extra: dict | None = None
-                    ) -> Path:
+                    metrics_bytes: int, meta: dict, keep: int, extra: dict | None = None,
+                    writer: CheckpointWriter | None = None) -> Path:
     """Write step ``step``'s checkpoint and its complete-marker atomically, prune to the
-    newest ``keep``. ``extra``: loop bookkeeping stored beside the state (e.g. rollbacks)."""
+    newest ``keep``. ``extra``: loop bookkeeping stored beside the state (e.g. rollbacks).
+    With ``writer`` the payload (host copies) is taken now and the files are written by it,
+    on its thread; the returned path exists once ``writer.wait()`` returns."""
     path = checkpoint_path(run_dir, step)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -192,13 +248,18 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
         raise UserError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
     payload = checkpoint_payload(state, step, config, metrics_bytes, meta)
     payload.update(extra or {})
+    (writer or CheckpointWriter(background=False)).submit(
+        lambda: _write_and_prune(run_dir, path, payload, keep))
+    return path
+
+
+def _write_and_prune(run_dir: Path, path: Path, payload: dict[str, Any], keep: int) -> None:
     write_marked(path, payload)
     for old in list_checkpoints(run_dir)[:-keep]:
         for shard in rank_shard_paths(old):  # the other ranks' parts of a multi-process run
             shard.unlink(missing_ok=True)
         marker_path(old).unlink(missing_ok=True)
         old.unlink()
-    return path
 
 
 def write_marked(path: Path, payload: dict[str, Any]) -> None:

@@ -158,6 +158,15 @@ def frozen_globals(fn: Callable) -> Callable:
     return copy
 
 
+def compile_guard_(guard: Any, cfg: CompileConfig = CompileConfig()) -> None:
+    """The divergence guard's arithmetic (``lobsurf.train.guard.guard_values``) compiled in
+    place, as the step kernels are: the loop runs the guard inside the graphed step."""
+    from lobsurf.train.guard import guard_values
+
+    if guard.values is guard_values:  # not compiled yet
+        guard.values = cfg.compile(frozen_globals(guard_values))
+
+
 def compiled(net: torch.nn.Module) -> bool:
     """Whether ``compile_networks_`` compiled ``net``'s methods."""
     return all(name in vars(net) for name in COMPILED_METHODS)

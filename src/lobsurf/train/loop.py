@@ -60,11 +60,12 @@ from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.streams import side_stream
 from lobsurf.train import faults
-from lobsurf.train.checkpoint import newest_valid_checkpoint, save_checkpoint
+from lobsurf.train.checkpoint import CheckpointWriter, newest_valid_checkpoint, save_checkpoint
 from lobsurf.train.compile import (
     compile_config,
     compile_errors,
     compile_failure,
+    compile_guard_,
     compile_networks_,
     compile_wanted,
     compiled_kernels,
@@ -260,8 +261,12 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
     meta = {"data": data.summary(), "versions": versions(), "device": device_name(device),
             "init": init_note, "world_size": coll.world_size}
     guard = DivergenceGuard(device)
+    if compiled_kernels(state):
+        compile_guard_(guard, compile_config(cfg.train, device))
     log = None
     progress = progress and coll.is_main
+    # one process: checkpoint files written beside the loop (the payload is copied first)
+    writer = CheckpointWriter(background=tc.background_checkpoints and coll.world_size == 1)
     try:
         if not coll.is_main:
             log = NullLog()
@@ -314,10 +319,12 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 save_now = step % tc.checkpoint_every == 0 or step == total or stopping
                 # ---- divergence: read the guard where the loop syncs anyway
                 if log_now or save_now:
+                    writer.check()  # a failed background write stops the run here
                     bad = guard.read()
                     if coll.any_(bad is not None, device) and bad is None:
                         bad = (step, "value on another rank")
                     if bad is not None:
+                        writer.wait()  # the newest checkpoint complete on disk first
                         rollbacks += 1
                         state, good = roll_back(
                             state, cfg.train, run_dir, log, kept_bytes, fresh_bytes, bad,
@@ -351,19 +358,24 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                     last_path = save_all_ranks(run_dir, state, step, coll, functools.partial(
                         save_checkpoint, run_dir, state, step, config_dict, log.size(), meta,
                         tc.keep_checkpoints,
-                        extra={"rollbacks": rollbacks, "world_size": coll.world_size}))
+                        extra={"rollbacks": rollbacks, "world_size": coll.world_size},
+                        writer=writer))
                 advance(1)
                 if stopping:
                     break
             interrupted = stop.requested.name if stopping else None
+        writer.wait()
         if interrupted is None and start < total:
             log.write({"event": "run_end", "step": total,
                        "wall_s": round(time.perf_counter() - t0, 3)})
         return RunResult(run_dir=run_dir, last_metrics=last_record, step=max(step, start),
                          checkpoint=last_path, interrupted=interrupted)
     finally:
-        if log is not None:
-            log.close()
+        try:
+            writer.wait()  # an error here is the run's own, or follows the one raised above
+        finally:
+            if log is not None:
+                log.close()
 
 
 def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
