@@ -30,10 +30,11 @@ Kernel count: at small B the graphed step costs about a microsecond per kernel
 functions, ``StepKernels`` (observe, act, simulate, the post-simulator bookkeeping, the
 replay sample, the learner's inputs, the C51 target, the losses, the gradient clip's and
 Adam's scalars, the learner's bookkeeping, f of the noise), which ``train.compile`` fuses
-into a few kernels each. They return new values; the step writes them into its state in place in a handful of
-multi-tensor copies (lobsurf.writeback). Outside them stay the random draws (custom
-generators), the writes at indices into big buffers (replay storage, priorities), the
-multi-tensor ops over the parameters (gradients, clip, Adam, Polyak) and the networks.
+into a few kernels each. They return new values; the step writes them into its state in
+place in a handful of multi-tensor copies (lobsurf.writeback). Outside them stay the
+random draws (custom generators), the writes at indices into big buffers (replay storage,
+priorities), the multi-tensor ops over the parameters (gradients, clip, Adam, Polyak) and
+the networks.
 """
 
 from __future__ import annotations
