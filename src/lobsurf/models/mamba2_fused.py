@@ -53,8 +53,9 @@ _MIN_DOT = 16
 #: illegal memory access, and compute-sanitizer finds 22 invalid reads of the kernel's own
 #: shared memory (512 bytes, at the conv's shift products); the same launches from a
 #: standalone script are clean under compute-sanitizer, so the cause is not found yet
-#: (benchmarks/probe_fused_block_fault.py; the test: benchmarks/repro_fused_block_fault.py). It is also slower than the compiled PyTorch
-#: block at every measured shape (benchmarks/RESULTS.md).
+#: (benchmarks/probe_fused_block_fault.py; the test: benchmarks/repro_fused_block_fault.py).
+#: It is also slower than the compiled PyTorch block at every measured shape
+#: (benchmarks/RESULTS.md).
 CUDA_DISABLED = ("it reads outside its shared memory in its GPU test (compute-sanitizer, "
                  "Triton 3.6 on the H200; issue 9) and is slower than the compiled PyTorch "
                  "block")

@@ -248,8 +248,10 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
         raise UserError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
     payload = checkpoint_payload(state, step, config, metrics_bytes, meta)
     payload.update(extra or {})
-    (writer or CheckpointWriter(background=False)).submit(
-        lambda: _write_and_prune(run_dir, path, payload, keep))
+    if writer is None:
+        _write_and_prune(run_dir, path, payload, keep)
+    else:
+        writer.submit(lambda: _write_and_prune(run_dir, path, payload, keep))
     return path
 
 
