@@ -25,3 +25,17 @@ def resolve_device(name: str | None) -> str:
         why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise UserError(f"device {device!r} is not usable: {why}") from exc
     return device
+
+
+def enable_tf32() -> None:
+    """TF32 matrix products for a CUDA run.
+
+    Set through ``torch.set_float32_matmul_precision("high")``, which keeps the legacy and
+    the per-backend settings consistent (``torch.backends.cuda.matmul.fp32_precision`` reads
+    "tf32" after it): Inductor's GEMM autotuning (``train.compile_max_autotune``) still reads
+    the legacy getter, and that getter raises once only the per-backend API has set a
+    precision (pytorch/pytorch#196728).
+    """
+    import torch
+
+    torch.set_float32_matmul_precision("high")

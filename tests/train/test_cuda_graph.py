@@ -137,6 +137,10 @@ def test_compile_auto_means_cuda_in_one_process() -> None:
     assert compile_config(auto, "cpu").options == ()
     no_combo = TrainConfig(compile_combo_kernels=False)
     assert compile_config(no_combo, "cuda").options == ()
+    tuned = TrainConfig(compile_max_autotune=True)
+    assert dict(compile_config(tuned, "cuda").options) == {"combo_kernels": True,
+                                                           "max_autotune_gemm": True}
+    assert compile_config(tuned, "cpu").options == ()
     with pytest.raises(ValueError, match="compile must be"):
         TrainConfig(compile="yes")
 

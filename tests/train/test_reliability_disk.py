@@ -18,16 +18,17 @@ from tests.train.test_train_command import train
 
 
 def _fail_second_save(monkeypatch):
-    """torch.save writes part of the second checkpoint, then the disk is full."""
-    real, calls = torch.save, {"n": 0}
+    """The second checkpoint's file takes half of its first write, then the disk is full."""
+    real, files = checkpoint._HashingWriter.write, []
 
-    def save(obj, f, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            f.write(b"partial bytes")
+    def write(self, data):
+        if not files or files[-1] is not self:
+            files.append(self)  # a new checkpoint file (markers are written directly)
+        if len(files) == 2:
+            real(self, data[:len(data) // 2])
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(obj, f, *args, **kwargs)
-    monkeypatch.setattr(checkpoint.torch, "save", save)
+        return real(self, data)
+    monkeypatch.setattr(checkpoint._HashingWriter, "write", write)
     return "step_00000020.pt"
 
 
@@ -145,3 +146,43 @@ def test_background_writer_returns_at_once_runs_one_write_at_a_time_and_raises_l
     with pytest.raises(UserError, match="No space left"):
         writer.wait()
     writer.wait()  # raised once
+
+
+def test_background_checkpoints_serialise_on_the_loops_thread(tiny_store, tiny_toml, tmp_path,
+                                                              monkeypatch):
+    # torch.save's pickler holds the GIL: on the writer thread it would stall the loop at
+    # every graph launch (checkpoint.py's docstring). Only the file work goes there: the
+    # metrics file's fsync first (the checkpoint records its size), then the checkpoint.
+    import threading
+
+    from lobsurf.train.run_folder import MetricsLog
+
+    real_save, real_write = torch.save, checkpoint._HashingWriter.write
+    real_sync, events = MetricsLog.sync, []
+
+    def save(*args, **kwargs):
+        events.append(("save", threading.current_thread()))
+        return real_save(*args, **kwargs)
+
+    def write(self, data):
+        if not events or events[-1][0] != "write":
+            events.append(("write", threading.current_thread()))
+        return real_write(self, data)
+
+    def sync(self):
+        events.append(("sync", threading.current_thread()))
+        return real_sync(self)
+    monkeypatch.setattr(checkpoint.torch, "save", save)
+    monkeypatch.setattr(checkpoint._HashingWriter, "write", write)
+    monkeypatch.setattr(MetricsLog, "sync", sync)
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", tmp_path / "r") == 0
+    main = threading.main_thread()
+    saves = [t for kind, t in events if kind == "save"]
+    assert saves and set(saves) == {main}
+    # every checkpoint file: a save on the loop's thread, then on the writer's thread the
+    # metrics fsync, then the file
+    files = [i for i, (kind, _) in enumerate(events) if kind == "write"]
+    assert files
+    for i in files:
+        assert events[i - 1][0] == "sync" and events[i - 1][1] is events[i][1] is not main
+        assert events[i - 2] == ("save", main)

@@ -71,6 +71,8 @@ class BenchConfig:
     """train.fused_adam: Adam's update as one fused kernel on CUDA."""
     overlap_collect: bool = True
     """train.overlap_collect: the learner's losses and backward beside the collect."""
+    max_autotune: bool = False
+    """train.compile_max_autotune: Inductor's GEMM autotuning in the compiled step."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -98,7 +100,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "fused_training": fused_training},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
-                  "overlap_collect": cfg.overlap_collect},
+                  "overlap_collect": cfg.overlap_collect,
+                  "compile_max_autotune": cfg.max_autotune},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
 

@@ -94,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.overlap_collect, help="the learner's losses and backward "
                         "on a CUDA stream of their own beside the collect "
                         "(train.overlap_collect)")
+    parser.add_argument("--max-autotune", action=argparse.BooleanOptionalAction,
+                        default=d.max_autotune, help="Inductor's GEMM autotuning in the "
+                        "compiled step (train.compile_max_autotune; minutes more compilation)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -116,7 +119,8 @@ def _config(args: argparse.Namespace):
         return BenchConfig(steps=args.steps, repeats=args.repeats,
                            snapshots_per_day=args.snapshots,
                            overlap_target=args.overlap_target, fused_adam=args.fused_adam,
-                           overlap_collect=args.overlap_collect)
+                           overlap_collect=args.overlap_collect,
+                           max_autotune=args.max_autotune)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -216,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lobsurf.bench.measure import make_store, measure
     from lobsurf.bench.memory_plan import PlanConfig, memory_plan, plan_line
-    from lobsurf.devices import resolve_device
+    from lobsurf.devices import enable_tf32, resolve_device
     from lobsurf.train.loop import device_name
 
     cfg = _config(args)
@@ -228,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     compile_ = device.startswith("cuda") if args.compile is None else args.compile
     peaks = _peaks(args, device_name(device))
     if device.startswith("cuda"):
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        enable_tf32()
     out = {**header(device), "config": vars(cfg), "memory_plan": memory_plan(device, plan),
            "rows": []}
     with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
@@ -249,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
           f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, target and "
           f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
           f"{'fused' if cfg.fused_adam and cuda else 'multi-tensor'}, learner "
-          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect")
+          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
+          f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

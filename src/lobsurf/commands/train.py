@@ -125,9 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import torch
-
-    from lobsurf.devices import resolve_device
+    from lobsurf.devices import enable_tf32, resolve_device
     from lobsurf.train.config import load_toml, resolve_run_config
     from lobsurf.train.data import default_store, load_training_data
     from lobsurf.train.distributed import init_collective
@@ -159,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
     if not collective.is_main:
         args.progress = False
     if device.startswith("cuda"):
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        enable_tf32()
     store_path = Path(cfg.data.store) if cfg.data.store else default_store(args.progress)
     # ---- the memory ceiling, stated and checked before anything is loaded
     estimate = memory_estimate(cfg, store_rows(store_path, cfg.data.instrument_id), device)

@@ -34,13 +34,19 @@ A failing write (disk full, read-only folder) raises a one-line ``UserError`` na
 file; the temporary file is removed and the previous checkpoints are untouched.
 
 ``lobsurf train`` (one process, ``train.background_checkpoints``) takes the payload's host
-copies in the loop and hands the writing to a ``CheckpointWriter`` thread; the loop waits
-for it before the next checkpoint, a rollback and the end of the run.
+copies in the loop, serialises them into memory there, and hands the rest (hashing, writing,
+syncing, pruning) to a ``CheckpointWriter`` thread; the loop waits for it before the next
+checkpoint, a rollback and the end of the run. The serialising stays on the loop's thread
+because ``torch.save``'s pickler holds the GIL: run beside the loop it took the GIL from the
+loop at every CUDA-graph launch (the GIL's 5 ms switch interval per step), so a background
+``torch.save`` stalled the loop longer than a synchronous one (H200, B = 16: ~150 against
+~75 ms per checkpoint). Hashing, file writes and fsync release the GIL.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import sys
@@ -65,6 +71,8 @@ _NAME = re.compile(r"^step_(\d{8})\.pt$")
 MARKER_SUFFIX = ".sha256"
 #: bytes read at a time when hashing a checkpoint file (bounds host memory)
 HASH_CHUNK_BYTES = 1 << 20
+#: bytes handed to the file at a time when writing one (a fault test's kill lands between)
+WRITE_CHUNK_BYTES = 1 << 20
 
 
 class CorruptCheckpoint(ValueError):
@@ -85,13 +93,42 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def _cpu(tree: Any) -> Any:
-    if isinstance(tree, torch.Tensor):
-        return tree.detach().cpu().clone()
-    if isinstance(tree, dict):
-        return {k: _cpu(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_cpu(v) for v in tree)
-    return tree
+    """``tree`` with every tensor replaced by a host copy of its own. The tensors travel
+    packed, one device-to-host copy per (device, dtype): a checkpoint holds a few hundred
+    small tensors, and a copy each stalled the loop once each (host tensors take the same
+    path, so CPU runs and tests run the packing too)."""
+    leaves: list[torch.Tensor] = []
+
+    def collect(node: Any) -> None:
+        if isinstance(node, torch.Tensor):
+            leaves.append(node.detach())
+        elif isinstance(node, dict):
+            for v in node.values():
+                collect(v)
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                collect(v)
+    collect(tree)
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, t in enumerate(leaves):
+        groups.setdefault((t.device, t.dtype), []).append(i)
+    copies: list[torch.Tensor | None] = [None] * len(leaves)
+    for members in groups.values():
+        packed = torch.cat([leaves[i].reshape(-1) for i in members]).cpu()
+        sizes = [leaves[i].numel() for i in members]
+        for i, flat in zip(members, packed.split(sizes)):
+            copies[i] = flat.view(leaves[i].shape).clone()  # its own storage
+    found = iter(copies)
+
+    def rebuild(node: Any) -> Any:
+        if isinstance(node, torch.Tensor):
+            return next(found)
+        if isinstance(node, dict):
+            return {k: rebuild(v) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return type(node)(rebuild(v) for v in node)
+        return node
+    return rebuild(tree)
 
 
 def _fields(obj: SimState | SimStats) -> dict[str, torch.Tensor]:
@@ -188,8 +225,8 @@ def _sync_folder(folder: Path) -> None:
 
 class CheckpointWriter:
     """Writes checkpoint files on a background thread, one at a time, so the training loop
-    stalls only for the payload's host copy (on an H200 at B = 16 a synchronous write took
-    about 75 ms, 110 steps' worth, every 1,000 steps).
+    stalls only for the payload's host copy and its serialisation into memory (on an H200
+    at B = 16 a synchronous write took about 75 ms, 110 steps' worth, every 1,000 steps).
 
     A write's error is raised in the loop by the next ``submit``, ``check`` or ``wait``; the
     files stay as atomic as before (temporary file, fsync, rename, marker), so a crash
@@ -236,9 +273,12 @@ class CheckpointWriter:
 
 def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
                     metrics_bytes: int, meta: dict, keep: int, extra: dict | None = None,
-                    writer: CheckpointWriter | None = None) -> Path:
+                    writer: CheckpointWriter | None = None,
+                    before_write: Callable[[], None] | None = None) -> Path:
     """Write step ``step``'s checkpoint and its complete-marker atomically, prune to the
     newest ``keep``. ``extra``: loop bookkeeping stored beside the state (e.g. rollbacks).
+    ``before_write`` runs first where the files are written (the metrics file's fsync: the
+    ``metrics_bytes`` recorded must be on disk before a checkpoint that records them).
     With ``writer`` the payload (host copies) is taken now and the files are written by it,
     on its thread; the returned path exists once ``writer.wait()`` returns."""
     path = checkpoint_path(run_dir, step)
@@ -248,15 +288,20 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
         raise UserError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
     payload = checkpoint_payload(state, step, config, metrics_bytes, meta)
     payload.update(extra or {})
+    data = serialize_payload(payload)  # on this thread: torch.save holds the GIL (docstring)
+    def write() -> None:
+        if before_write is not None:
+            before_write()
+        _write_and_prune(run_dir, path, data, keep)
     if writer is None:
-        _write_and_prune(run_dir, path, payload, keep)
+        write()
     else:
-        writer.submit(lambda: _write_and_prune(run_dir, path, payload, keep))
+        writer.submit(write)
     return path
 
 
-def _write_and_prune(run_dir: Path, path: Path, payload: dict[str, Any], keep: int) -> None:
-    write_marked(path, payload)
+def _write_and_prune(run_dir: Path, path: Path, data: memoryview, keep: int) -> None:
+    write_marked_bytes(path, data)
     for old in list_checkpoints(run_dir)[:-keep]:
         for shard in rank_shard_paths(old):  # the other ranks' parts of a multi-process run
             shard.unlink(missing_ok=True)
@@ -264,11 +309,24 @@ def _write_and_prune(run_dir: Path, path: Path, payload: dict[str, Any], keep: i
         old.unlink()
 
 
+def serialize_payload(payload: dict[str, Any]) -> memoryview:
+    """The bytes ``torch.save`` writes for ``payload`` (in memory)."""
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getbuffer()
+
+
 def write_marked(path: Path, payload: dict[str, Any]) -> None:
     """``torch.save`` ``payload`` to ``path`` atomically, then its complete-marker."""
+    write_marked_bytes(path, serialize_payload(payload))
+
+
+def write_marked_bytes(path: Path, data: memoryview) -> None:
+    """Serialised checkpoint ``data`` to ``path`` atomically, then its complete-marker."""
     def write_payload(fh: BinaryIO) -> str:
         writer = _HashingWriter(fh)
-        torch.save(payload, writer)
+        for start in range(0, len(data), WRITE_CHUNK_BYTES):
+            writer.write(data[start:start + WRITE_CHUNK_BYTES])
         return writer.digest.hexdigest()
 
     digest = _write_atomic(path, write_payload)

@@ -86,11 +86,12 @@ class CompileConfig:
 
 def compile_config(train: Any, device: torch.device | str) -> CompileConfig:
     """The CompileConfig of a run's ``train`` section (TrainConfig) on ``device``: combo
-    kernels on CUDA where ``train.compile_combo_kernels`` asks (Inductor's CPU backend
-    has none)."""
+    kernels and GEMM autotuning on CUDA where ``train.compile_combo_kernels`` and
+    ``train.compile_max_autotune`` ask (Inductor's CPU backend has no combo kernels)."""
     cuda = torch.device(device).type == "cuda"
-    combo = (("combo_kernels", True),) if cuda and train.compile_combo_kernels else ()
-    return CompileConfig(options=combo)
+    options = ((("combo_kernels", True),) if cuda and train.compile_combo_kernels else ()) + \
+        ((("max_autotune_gemm", True),) if cuda and train.compile_max_autotune else ())
+    return CompileConfig(options=options)
 
 
 def compile_wanted(train: Any, device: torch.device | str, processes: int) -> bool:

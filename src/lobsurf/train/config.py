@@ -114,6 +114,10 @@ class TrainConfig:
     """With train.compile on CUDA: Inductor's combo kernels (independent small kernels of
     one compiled piece launched as one kernel). H200, B = 16: 455 -> 313 graph nodes and
     902 -> 1,108 steps/s (benchmarks/RESULTS.md)."""
+    compile_max_autotune: bool = False
+    """With train.compile on CUDA: Inductor's GEMM autotuning (``max_autotune_gemm``: each
+    matrix product of the compiled pieces timed against Triton templates, which can fuse
+    the neighbouring element-wise ops into it). Adds minutes of compilation at start-up."""
     overlap_target: bool = True
     """On CUDA: the target net's forward and the C51 target run on a second stream beside
     the online net's forward (parallel branches of the CUDA graph; the same kernels, so

@@ -356,10 +356,10 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 # ---- checkpoint (the metrics file size goes with it)
                 if save_now:
                     last_path = save_all_ranks(run_dir, state, step, coll, functools.partial(
-                        save_checkpoint, run_dir, state, step, config_dict, log.size(), meta,
-                        tc.keep_checkpoints,
+                        save_checkpoint, run_dir, state, step, config_dict, log.flushed_size(),
+                        meta, tc.keep_checkpoints,
                         extra={"rollbacks": rollbacks, "world_size": coll.world_size},
-                        writer=writer))
+                        writer=writer, before_write=log.sync))
                 advance(1)
                 if stopping:
                     break

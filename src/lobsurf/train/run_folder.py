@@ -99,13 +99,27 @@ class MetricsLog:
                          "read-only?)")
 
     def size(self) -> int:
-        """Bytes written so far, flushed and synced to disk (a checkpoint records this)."""
+        """Bytes written so far, flushed and synced to disk."""
+        size = self.flushed_size()
+        self.sync()
+        return size
+
+    def flushed_size(self) -> int:
+        """Bytes written so far, handed to the OS but not yet synced (``sync``): a
+        checkpoint records this and syncs on its writer's thread, before its own file."""
         try:
             self._fh.flush()
-            os.fsync(self._fh.fileno())
         except OSError as exc:
             raise self._error(exc) from exc
         return self._fh.tell()
+
+    def sync(self) -> None:
+        """Make every byte flushed so far durable (safe beside ``write`` on another
+        thread: it syncs the file descriptor, not the buffer)."""
+        try:
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise self._error(exc) from exc
 
     def write(self, record: dict[str, Any]) -> None:
         data = (json.dumps(_finite(record), allow_nan=False) + "\n").encode()
@@ -152,6 +166,12 @@ class NullLog:
 
     def size(self) -> int:
         return 0
+
+    def flushed_size(self) -> int:
+        return 0
+
+    def sync(self) -> None:
+        pass
 
     def write(self, record: dict[str, Any]) -> None:
         pass
