@@ -92,43 +92,34 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def _map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``tree`` (dicts, lists, tuples) with every tensor t replaced by ``fn(t)``, in order."""
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: _map_tensors(v, fn) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_tensors(v, fn) for v in tree)
+    return tree
+
+
 def _cpu(tree: Any) -> Any:
     """``tree`` with every tensor replaced by a host copy of its own. The tensors travel
     packed, one device-to-host copy per (device, dtype): a checkpoint holds a few hundred
     small tensors, and a copy each stalled the loop once each (host tensors take the same
     path, so CPU runs and tests run the packing too)."""
     leaves: list[torch.Tensor] = []
-
-    def collect(node: Any) -> None:
-        if isinstance(node, torch.Tensor):
-            leaves.append(node.detach())
-        elif isinstance(node, dict):
-            for v in node.values():
-                collect(v)
-        elif isinstance(node, (list, tuple)):
-            for v in node:
-                collect(v)
-    collect(tree)
+    _map_tensors(tree, lambda t: leaves.append(t.detach()))
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(leaves):
         groups.setdefault((t.device, t.dtype), []).append(i)
-    copies: list[torch.Tensor | None] = [None] * len(leaves)
+    copies: list[torch.Tensor] = list(leaves)
     for members in groups.values():
         packed = torch.cat([leaves[i].reshape(-1) for i in members]).cpu()
-        sizes = [leaves[i].numel() for i in members]
-        for i, flat in zip(members, packed.split(sizes)):
+        for i, flat in zip(members, packed.split([leaves[i].numel() for i in members])):
             copies[i] = flat.view(leaves[i].shape).clone()  # its own storage
     found = iter(copies)
-
-    def rebuild(node: Any) -> Any:
-        if isinstance(node, torch.Tensor):
-            return next(found)
-        if isinstance(node, dict):
-            return {k: rebuild(v) for k, v in node.items()}
-        if isinstance(node, (list, tuple)):
-            return type(node)(rebuild(v) for v in node)
-        return node
-    return rebuild(tree)
+    return _map_tensors(tree, lambda _: next(found))
 
 
 def _fields(obj: SimState | SimStats) -> dict[str, torch.Tensor]:

@@ -89,9 +89,10 @@ def compile_config(train: Any, device: torch.device | str) -> CompileConfig:
     kernels and GEMM autotuning on CUDA where ``train.compile_combo_kernels`` and
     ``train.compile_max_autotune`` ask (Inductor's CPU backend has no combo kernels)."""
     cuda = torch.device(device).type == "cuda"
-    options = ((("combo_kernels", True),) if cuda and train.compile_combo_kernels else ()) + \
-        ((("max_autotune_gemm", True),) if cuda and train.compile_max_autotune else ())
-    return CompileConfig(options=options)
+    asked = {"combo_kernels": train.compile_combo_kernels,
+             "max_autotune_gemm": train.compile_max_autotune}
+    return CompileConfig(options=tuple((name, True) for name, on in asked.items()
+                                       if cuda and on))
 
 
 def compile_wanted(train: Any, device: torch.device | str, processes: int) -> bool:
