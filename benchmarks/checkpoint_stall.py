@@ -1,8 +1,10 @@
 """Where a training checkpoint's stall goes (issue 9: "metrics and checkpoints must not
-stall the step"): the pieces the loop's thread runs (host copies of the payload, its
-serialisation, the metrics file's size) timed one by one, the writer thread's pieces
-(metrics fsync, the checkpoint file written and synced), and how much a write on the
-writer's thread slows a thread that launches small device kernels meanwhile (the GIL).
+stall the step"): the pieces the loop's thread runs (``pack``: the device-side copies
+queued and the header pickled, then the metrics file's size) timed one by one, the writer
+thread's pieces (waiting for the copies, the metrics fsync, the checkpoint file written and
+synced), the earlier way's pieces for comparison (host copies, ``torch.save`` of the whole
+payload), and how much a write on the writer's thread slows a thread that launches small
+device kernels meanwhile (the GIL).
 
     python benchmarks/checkpoint_stall.py --envs 16 --device cuda [--repeats 5]
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import statistics
 import tempfile
 import threading
@@ -21,6 +24,7 @@ import torch
 
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.train import checkpoint as ck
+from lobsurf.train.checkpoint_file import pack
 from lobsurf.train.config import RunConfig
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state
@@ -81,6 +85,22 @@ def _packed(leaves, pinned: bool):
     return out
 
 
+def _loop_side_ms(fn, repeats: int) -> float:
+    # the calling thread's time only: no sync after (what the loop waits)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _serialised(tree) -> int:
+    buffer = io.BytesIO()
+    torch.save(tree, buffer)
+    return buffer.tell()
+
+
 def _launches(x: torch.Tensor, n: int, device: str) -> float:
     _sync(device)
     t0 = time.perf_counter()
@@ -107,40 +127,40 @@ def main() -> None:
     log.write({"event": "x", "pad": "y" * 200})
     r = args.repeats
     rows = {}
-    rows["payload host copies"], payload = _ms(
-        lambda: ck.checkpoint_payload(state, 1, {}, 0, {}), args.device, r)
+    payload = ck.checkpoint_payload(state, 1, {}, 0, {})
     leaves = _leaves(_device_tree(state))
-    rows[f"  of which the state dicts ({len(leaves)} tensors)"], _ = _ms(
+    rows[f"the state dicts ({len(leaves)} tensors)"], _ = _ms(
         lambda: _device_tree(state), args.device, r)
-    rows["  one .cpu().clone() per tensor"], _ = _ms(lambda: _one_copy_each(leaves),
-                                                    args.device, r)
-    rows["  packed by dtype, pageable .cpu()"], _ = _ms(lambda: _packed(leaves, False),
-                                                       args.device, r)
-    rows["  packed by dtype, into fresh pinned memory"], _ = _ms(
-        lambda: _packed(leaves, True), args.device, r)
-    rows["  device cat only"], _ = _ms(
-        lambda: [torch.cat([t.reshape(-1) for t in leaves if t.dtype == d])
-                 for d in {t.dtype for t in leaves}], args.device, r)
-    rows["serialise (torch.save to memory)"], data_ = _ms(
-        lambda: ck.serialize_payload(payload), args.device, r)
-    rows["metrics flushed_size"], _ = _ms(log.flushed_size, args.device, r)
+    rows["pack, the loop's thread (no sync)"] = _loop_side_ms(lambda: pack(payload), r)
+    rows["pack, until its device copies are done"], packed = _ms(
+        lambda: pack(payload), args.device, r)
+    rows["metrics flushed_size (loop)"], _ = _ms(log.flushed_size, args.device, r)
     rows["metrics fsync (writer thread)"], _ = _ms(log.sync, args.device, r)
     rows["file write + fsync + marker (writer thread)"], _ = _ms(
-        lambda: ck.write_marked_bytes(root / "step.pt", data_), args.device, r)
+        lambda: ck.write_marked_bytes(root / "step.pt", packed), args.device, r)
+    rows["earlier: one .cpu().clone() per tensor"], _ = _ms(lambda: _one_copy_each(leaves),
+                                                           args.device, r)
+    rows["earlier: packed by dtype, pageable .cpu()"], _ = _ms(lambda: _packed(leaves, False),
+                                                              args.device, r)
+    rows["earlier: packed by dtype, fresh pinned memory"], _ = _ms(
+        lambda: _packed(leaves, True), args.device, r)
+    host = {"tensors": _one_copy_each(leaves)}
+    rows["earlier: torch.save of the host payload"], size = _ms(
+        lambda: _serialised(host), args.device, r)
     x = torch.zeros(1, device=args.device)
     alone = _launches(x, args.launches, args.device)
     writes = threading.Event()
 
     def keep_writing() -> None:
         while not writes.is_set():
-            ck.write_marked_bytes(root / "bg.pt", data_)
+            ck.write_marked_bytes(root / "bg.pt", packed)
     t = threading.Thread(target=keep_writing)
     t.start()
     beside = _launches(x, args.launches, args.device)
     writes.set()
     t.join()
     print(f"checkpoint pieces, {args.envs} envs on {args.device}, "
-          f"{len(data_) / 1e6:.1f} MB file, median of {r}:")
+          f"{size / 1e6:.1f} MB payload, median of {r}:")
     for name, ms in rows.items():
         print(f"  {name:45s} {ms:8.2f} ms")
     print(f"  {'one small launch, alone':45s} {alone:8.2f} us")

@@ -141,18 +141,47 @@ def test_eager_step_makes_no_host_sync(tiny_store) -> None:
     assert int(state.step_count) == 8
 
 
-def test_metric_sums_read_between_replays(tiny_store) -> None:
-    """The loop's readout outside the graph: reading and zeroing the sums between replays
-    leaves the next replays counting from zero."""
+def _after_six_replays(tiny_store):
+    """(state, guard, graphed step) of a tiny 32-env run that learns from step 0, after six
+    steps through the loop's graphed step (eager warm-up, capture, replays)."""
     cfg = tiny_config(tiny_store.path, learner={"learning_starts": 0}, train={"envs": 32})
     data = load_training_data(cfg, "cuda", tiny_store.path)
     state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
     runner = _graphed_step(state, data.train_book, scfg, guard, "cuda")
     for _ in range(6):
         runner()
+    return state, guard, runner
+
+
+def test_metric_sums_read_between_replays(tiny_store) -> None:
+    """The loop's readout outside the graph: reading and zeroing the sums between replays
+    leaves the next replays counting from zero."""
+    state, guard, runner = _after_six_replays(tiny_store)
     assert state.metrics.read_and_reset()["learn_steps"] == 6
     for _ in range(2):
         runner()
     values = state.metrics.read_and_reset()
     assert values["learn_steps"] == 2 and values["env_steps"] == 64
     assert isinstance(state.metrics, MetricSums) and dataclasses.is_dataclass(state.metrics)
+
+
+def test_a_deferred_readout_takes_no_host_sync_and_reads_its_own_step(tiny_store) -> None:
+    """The loop's deferred readout (lobsurf.train.readout): taken between replays without a
+    host sync, finished after the next replay, it holds the sums of its own step."""
+    from lobsurf.train.readout import Readout
+
+    state, guard, runner = _after_six_replays(tiny_store)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        readout = Readout(state, guard, 6, with_metrics=True)
+        runner()  # the next step, launched before the readout is read
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    readout.finish()
+    # (learning from step 0 on a near-empty replay may already have tripped the guard: the
+    # readout must say what a synchronous read says)
+    assert readout.bad == guard.read(state) and readout.means["learn_steps"] == 6
+    assert readout.means["env_steps"] == 6 * 32
+    assert readout.controllers.keys() == state.controllers.as_dict().keys()
+    assert state.metrics.read_and_reset()["learn_steps"] == 1

@@ -151,18 +151,23 @@ def test_background_writer_returns_at_once_runs_one_write_at_a_time_and_raises_l
 def test_background_checkpoints_serialise_on_the_loops_thread(tiny_store, tiny_toml, tmp_path,
                                                               monkeypatch):
     # torch.save's pickler holds the GIL: on the writer thread it would stall the loop at
-    # every graph launch (checkpoint.py's docstring). Only the file work goes there: the
-    # metrics file's fsync first (the checkpoint records its size), then the checkpoint.
+    # every graph launch (checkpoint.py's docstring). The loop pickles only the header (no
+    # tensor in it: the tensors travel packed, raw); only the file work goes to the writer:
+    # the metrics file's fsync first (the checkpoint records its size), then the checkpoint.
     import threading
+
+    from lobsurf.train.checkpoint_file import map_tensors
 
     from lobsurf.train.run_folder import MetricsLog
 
     real_save, real_write = torch.save, checkpoint._HashingWriter.write
     real_sync, events = MetricsLog.sync, []
 
-    def save(*args, **kwargs):
-        events.append(("save", threading.current_thread()))
-        return real_save(*args, **kwargs)
+    def save(obj, *args, **kwargs):
+        tensors = []
+        map_tensors(obj, tensors.append)
+        events.append(("save", threading.current_thread(), len(tensors)))
+        return real_save(obj, *args, **kwargs)
 
     def write(self, data):
         if not events or events[-1][0] != "write":
@@ -177,12 +182,12 @@ def test_background_checkpoints_serialise_on_the_loops_thread(tiny_store, tiny_t
     monkeypatch.setattr(MetricsLog, "sync", sync)
     assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", tmp_path / "r") == 0
     main = threading.main_thread()
-    saves = [t for kind, t in events if kind == "save"]
-    assert saves and set(saves) == {main}
+    saves = [e for e in events if e[0] == "save"]
+    assert saves and set(saves) == {("save", main, 0)}
     # every checkpoint file: a save on the loop's thread, then on the writer's thread the
     # metrics fsync, then the file
-    files = [i for i, (kind, _) in enumerate(events) if kind == "write"]
+    files = [i for i, e in enumerate(events) if e[0] == "write"]
     assert files
     for i in files:
         assert events[i - 1][0] == "sync" and events[i - 1][1] is events[i][1] is not main
-        assert events[i - 2] == ("save", main)
+        assert events[i - 2] == ("save", main, 0)

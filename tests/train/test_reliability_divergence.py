@@ -32,6 +32,11 @@ def _spoil_parameter(state):
         next(state.online.parameters()).view(-1)[0] = NAN
 
 
+def _spoil_target(state):
+    with torch.no_grad():
+        next(state.target.parameters()).view(-1)[0] = NAN
+
+
 def _spoil_controller(state):
     state.controllers.reward_scale.fill_(math.inf)
 
@@ -83,6 +88,9 @@ def rollbacks(run):
 # checkpoint every 10, lr 3e-4 by default
 @pytest.mark.parametrize("quantity,plant,bad_step", [
     ("parameter", lambda mp: inject_after_step(mp, 13, _spoil_parameter), 13),
+    # a spoiled target network (checked where the guard is read, guard docstring) spoils the
+    # next step's C51 target first
+    ("loss", lambda mp: inject_after_step(mp, 13, _spoil_target), 14),
     ("controller", lambda mp: inject_after_step(mp, 12, _spoil_controller), 12),
     ("loss", lambda mp: inject_nan_loss(mp, 8), 12),
     ("gradient", lambda mp: inject_inf_gradient(mp, 9), 13),
@@ -118,6 +126,49 @@ def test_a_nan_before_the_first_checkpoint_restarts_from_step_zero(tiny_store, t
     assert [r["step"] for r in records if r["event"] == "metrics"] == [5, 10, 15, 20]
 
 
+def test_deferred_log_readouts_write_the_records_and_rollbacks_of_immediate_ones(
+        tiny_store, tiny_toml, tmp_path, monkeypatch):
+    # train.defer_log_readout finishes a log step's readout after the next step (readout.py);
+    # at log_every = 1 a readout is pending at every step, the one taken beside a rollback too
+    from tests.train.test_reliability_crash import assert_same_run
+
+    runs = {}
+    for defer in (True, False):
+        run = runs[defer] = tmp_path / f"defer_{defer}"
+        with monkeypatch.context() as mp:
+            inject_after_step(mp, 13, _spoil_parameter)
+            assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", run,
+                         "--set", "train.log_every=1", "--set",
+                         f"train.defer_log_readout={str(defer).lower()}") == 0
+        [rb] = rollbacks(run)
+        assert (rb["step"], rb["quantity"], rb["to_step"]) == (13, "parameter", 10)
+    assert_same_run(runs[False], runs[True])
+    steps = [r["step"] for r in read_metrics(runs[True] / "metrics.jsonl")
+             if r["event"] == "metrics"]
+    assert steps == list(range(1, 21))
+
+
+def test_a_log_steps_readout_is_finished_after_the_next_step(tiny_store, tiny_toml, tmp_path,
+                                                              monkeypatch):
+    from lobsurf.train.readout import Readout
+
+    calls, finished = {"n": 0}, {}
+    real_step, real_finish = loop.train_step, Readout.finish
+
+    def step(*args, **kwargs):
+        real_step(*args, **kwargs)
+        calls["n"] += 1
+
+    def finish(self):
+        finished.setdefault(self.step, calls["n"])
+        return real_finish(self)
+    monkeypatch.setattr(loop, "train_step", step)
+    monkeypatch.setattr(Readout, "finish", finish)
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", tmp_path / "r") == 0
+    # log every 5, checkpoint every 10 (finished at once: a checkpoint needs the guard)
+    assert finished == {5: 6, 10: 10, 15: 16, 20: 20}
+
+
 def test_past_max_rollbacks_the_run_stops_with_a_clear_message(tiny_store, tiny_toml, tmp_path,
                                                                monkeypatch, capsys):
     run = tmp_path / "run"
@@ -145,6 +196,18 @@ def test_the_guard_makes_no_host_sync_and_names_the_first_bad_step(tiny_setup):
     assert guard.read() == (7, "parameter")
     guard.reset_()
     assert guard.read() is None
+
+
+def test_the_target_network_is_checked_where_the_guard_is_read(tiny_setup):
+    cfg, data, state, scfg = tiny_setup
+    guard = DivergenceGuard("cpu")
+    for step in range(6):
+        train_step(state, data.train_book, scfg, learning=step >= 4)
+        guard.check_(state)
+    _spoil_target(state)
+    guard.check_(state)  # per step: the online network only (guard docstring)
+    assert guard.read() is None
+    assert guard.read(state) == (6, "parameter")
 
 
 @pytest.mark.parametrize("compiled", [False, True])

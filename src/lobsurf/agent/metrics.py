@@ -1,10 +1,11 @@
 """Training metrics accumulated on the device, read by the host once per log interval.
 
 The step adds into named 0-d float64 sums (no host sync): ``added`` gives the new sums, which
-the step writes back in place with its other state (lobsurf.writeback); ``read_and_reset``
-stacks them into one tensor, copies it to the host in one transfer (the one deliberate sync
-of a log interval), turns sums into the logged means and zeroes the sums. Every key is
-defined in docs/training.md.
+the step writes back in place with its other state (lobsurf.writeback); ``take_`` stacks them
+into one device tensor and zeroes the sums (device ops), ``means`` turns its host copy into
+the logged means; ``read_and_reset`` does both with one transfer (a host sync). The training
+loop copies the stack without a sync (lobsurf.train.readout). Every key is defined in
+docs/training.md.
 """
 
 from __future__ import annotations
@@ -56,11 +57,21 @@ class MetricSums:
         for name, value in values.items():
             getattr(self, name).copy_(value)
 
+    def take_(self) -> torch.Tensor:
+        """The sums stacked into one device tensor (field order), then zeroed (device ops)."""
+        sums = list(self.as_dict().values())
+        stacked = torch.stack(sums)
+        torch._foreach_zero_(sums)
+        return stacked
+
     def read_and_reset(self) -> dict[str, float]:
         """Host copy of the logged means (one transfer), then zero the sums."""
-        names = [f.name for f in fields(self)]
-        values = dict(zip(names, torch.stack([getattr(self, n) for n in names]).tolist()))
-        torch._foreach_zero_([getattr(self, n) for n in names])
+        return self.means(self.take_().tolist())
+
+    @staticmethod
+    def means(sums: list[float]) -> dict[str, float]:
+        """The logged means from the host values of ``take_``'s stack."""
+        values = dict(zip([f.name for f in fields(MetricSums)], sums))
         nan = float("nan")
         steps = max(values["collect_steps"], 1.0)
         learns = values["learn_steps"]

@@ -1,7 +1,8 @@
 """Checkpoints of a training run: everything a step reads, so a resume continues exactly.
 
-One ``torch.save`` file per checkpoint under RUN/checkpoints/step_NNNNNNNN.pt, holding plain
-types and tensors only (loadable with ``weights_only=True``):
+One file per checkpoint under RUN/checkpoints/step_NNNNNNNN.pt (its layout:
+``lobsurf.train.checkpoint_file``: a ``weights_only``-loadable header and the tensors packed
+raw), holding plain types and tensors only:
 
     format, version    "lobsurf-train", 1
     step               steps completed
@@ -33,20 +34,21 @@ pruning removes a step's shards with it.
 A failing write (disk full, read-only folder) raises a one-line ``UserError`` naming the
 file; the temporary file is removed and the previous checkpoints are untouched.
 
-``lobsurf train`` (one process, ``train.background_checkpoints``) takes the payload's host
-copies in the loop, serialises them into memory there, and hands the rest (hashing, writing,
-syncing, pruning) to a ``CheckpointWriter`` thread; the loop waits for it before the next
-checkpoint, a rollback and the end of the run. The serialising stays on the loop's thread
-because ``torch.save``'s pickler holds the GIL: run beside the loop it took the GIL from the
-loop at every CUDA-graph launch (the GIL's 5 ms switch interval per step), so a background
-``torch.save`` stalled the loop longer than a synchronous one (H200, B = 16: ~150 against
-~75 ms per checkpoint). Hashing, file writes and fsync release the GIL.
+``lobsurf train`` (one process, ``train.background_checkpoints``) packs the payload in the
+loop (device-side copies into pinned host memory, no host sync; only the small tree of
+names and numbers is pickled there) and hands the rest (waiting for the copies, hashing,
+writing, syncing, pruning) to a ``CheckpointWriter`` thread; the loop waits for it before
+the next checkpoint, a rollback and the end of the run. No pickling runs on the writer's
+thread: ``torch.save``'s pickler holds the GIL, and run beside the loop it took the GIL from
+the loop at every CUDA-graph launch (the GIL's 5 ms switch interval per step), so a
+background ``torch.save`` of the whole payload stalled the loop longer than a synchronous
+one (H200, B = 16: ~150 against ~75 ms per checkpoint). Hashing, file writes and fsync of
+large buffers release the GIL.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import sys
@@ -63,6 +65,7 @@ from lobsurf.agent.step import TrainState
 from lobsurf.errors import UserError
 from lobsurf.sim.state import SimState, SimStats
 from lobsurf.train import faults
+from lobsurf.train.checkpoint_file import Packed, pack, unpack_file
 
 CHECKPOINT_FORMAT = "lobsurf-train"
 CHECKPOINT_VERSION = 1
@@ -92,43 +95,14 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``tree`` (dicts, lists, tuples) with every tensor t replaced by ``fn(t)``, in order."""
-    if isinstance(tree, torch.Tensor):
-        return fn(tree)
-    if isinstance(tree, dict):
-        return {k: _map_tensors(v, fn) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_map_tensors(v, fn) for v in tree)
-    return tree
-
-
-def _cpu(tree: Any) -> Any:
-    """``tree`` with every tensor replaced by a host copy of its own. The tensors travel
-    packed, one device-to-host copy per (device, dtype): a checkpoint holds a few hundred
-    small tensors, and a copy each stalled the loop once each (host tensors take the same
-    path, so CPU runs and tests run the packing too)."""
-    leaves: list[torch.Tensor] = []
-    _map_tensors(tree, lambda t: leaves.append(t.detach()))
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for i, t in enumerate(leaves):
-        groups.setdefault((t.device, t.dtype), []).append(i)
-    copies: list[torch.Tensor] = list(leaves)
-    for members in groups.values():
-        packed = torch.cat([leaves[i].reshape(-1) for i in members]).cpu()
-        for i, flat in zip(members, packed.split([leaves[i].numel() for i in members])):
-            copies[i] = flat.view(leaves[i].shape).clone()  # its own storage
-    found = iter(copies)
-    return _map_tensors(tree, lambda _: next(found))
-
-
 def _fields(obj: SimState | SimStats) -> dict[str, torch.Tensor]:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def local_payload(state: TrainState) -> dict[str, Any]:
-    """What each rank of a multi-process run owns (see ``restore_local_``), on the host."""
-    return _cpu({
+    """What each rank of a multi-process run owns (see ``restore_local_``): the state's own
+    tensors (``pack`` copies them)."""
+    return {
         "replay": state.replay.state_dict(),
         "sim_state": _fields(state.env.state),
         "sim_stats": _fields(state.env.stats),
@@ -136,12 +110,14 @@ def local_payload(state: TrainState) -> dict[str, Any]:
         "noise_generator": state.noise_generator.get_state(),
         "acting_generator": state.acting_generator.get_state(),
         "metric_sums": state.metrics.as_dict(),
-    })
+    }
 
 
 def checkpoint_payload(state: TrainState, step: int, config: dict, metrics_bytes: int,
                        meta: dict) -> dict[str, Any]:
-    return _cpu({
+    """Everything a checkpoint holds (module docstring): the state's own tensors, which
+    ``pack`` copies."""
+    return {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
         "step": step,
@@ -155,16 +131,16 @@ def checkpoint_payload(state: TrainState, step: int, config: dict, metrics_bytes
         "step_count": state.step_count,
         "metrics_bytes": metrics_bytes,
         "meta": meta,
-    })
+    }
 
 
 class _HashingWriter:
-    """File wrapper that hashes what ``torch.save`` writes (no second read of the file)."""
+    """File wrapper that hashes what is written through it (no second read of the file)."""
 
     def __init__(self, fh: BinaryIO) -> None:
         self.fh, self.digest, self._first = fh, hashlib.sha256(), True
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         self.digest.update(data)
         written = self.fh.write(data)
         if self._first and data:
@@ -216,8 +192,8 @@ def _sync_folder(folder: Path) -> None:
 
 class CheckpointWriter:
     """Writes checkpoint files on a background thread, one at a time, so the training loop
-    stalls only for the payload's host copy and its serialisation into memory (on an H200
-    at B = 16 a synchronous write took about 75 ms, 110 steps' worth, every 1,000 steps).
+    stalls only for packing the payload (on an H200 at B = 16 a synchronous write took about
+    75 ms, 110 steps' worth, every 1,000 steps).
 
     A write's error is raised in the loop by the next ``submit``, ``check`` or ``wait``; the
     files stay as atomic as before (temporary file, fsync, rename, marker), so a crash
@@ -270,8 +246,9 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
     newest ``keep``. ``extra``: loop bookkeeping stored beside the state (e.g. rollbacks).
     ``before_write`` runs first where the files are written (the metrics file's fsync: the
     ``metrics_bytes`` recorded must be on disk before a checkpoint that records them).
-    With ``writer`` the payload (host copies) is taken now and the files are written by it,
-    on its thread; the returned path exists once ``writer.wait()`` returns."""
+    With ``writer`` the payload is packed now (its copies queued on the device) and the
+    files are written by it, on its thread; the returned path exists once ``writer.wait()``
+    returns."""
     path = checkpoint_path(run_dir, step)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -279,7 +256,8 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
         raise UserError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
     payload = checkpoint_payload(state, step, config, metrics_bytes, meta)
     payload.update(extra or {})
-    data = serialize_payload(payload)  # on this thread: torch.save holds the GIL (docstring)
+    data = pack(payload)  # on this thread: before the next step, and pickling (docstring)
+
     def write() -> None:
         if before_write is not None:
             before_write()
@@ -291,7 +269,7 @@ def save_checkpoint(run_dir: Path, state: TrainState, step: int, config: dict,
     return path
 
 
-def _write_and_prune(run_dir: Path, path: Path, data: memoryview, keep: int) -> None:
+def _write_and_prune(run_dir: Path, path: Path, data: Packed, keep: int) -> None:
     write_marked_bytes(path, data)
     for old in list_checkpoints(run_dir)[:-keep]:
         for shard in rank_shard_paths(old):  # the other ranks' parts of a multi-process run
@@ -300,24 +278,18 @@ def _write_and_prune(run_dir: Path, path: Path, data: memoryview, keep: int) -> 
         old.unlink()
 
 
-def serialize_payload(payload: dict[str, Any]) -> memoryview:
-    """The bytes ``torch.save`` writes for ``payload`` (in memory)."""
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    return buffer.getbuffer()
-
-
 def write_marked(path: Path, payload: dict[str, Any]) -> None:
-    """``torch.save`` ``payload`` to ``path`` atomically, then its complete-marker."""
-    write_marked_bytes(path, serialize_payload(payload))
+    """``payload`` to ``path`` atomically, then its complete-marker."""
+    write_marked_bytes(path, pack(payload))
 
 
-def write_marked_bytes(path: Path, data: memoryview) -> None:
-    """Serialised checkpoint ``data`` to ``path`` atomically, then its complete-marker."""
+def write_marked_bytes(path: Path, data: Packed) -> None:
+    """Packed checkpoint ``data`` to ``path`` atomically (once its device copies are done),
+    then its complete-marker."""
     def write_payload(fh: BinaryIO) -> str:
         writer = _HashingWriter(fh)
-        for start in range(0, len(data), WRITE_CHUNK_BYTES):
-            writer.write(data[start:start + WRITE_CHUNK_BYTES])
+        for chunk in data.chunks(WRITE_CHUNK_BYTES):
+            writer.write(chunk)
         return writer.digest.hexdigest()
 
     digest = _write_atomic(path, write_payload)
@@ -358,7 +330,7 @@ def verify_checkpoint(path: Path) -> None:
 def load_payload(path: Path) -> dict[str, Any]:
     """The verified payload of one checkpoint file."""
     verify_checkpoint(path)
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    payload = unpack_file(path)
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a lobsurf training checkpoint")
     if payload.get("version") != CHECKPOINT_VERSION:
@@ -373,7 +345,7 @@ def newest_valid_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]] | None
     for path in reversed(list_checkpoints(run_dir)):
         try:
             return path, load_payload(path)
-        except (CorruptCheckpoint, RuntimeError, EOFError) as exc:
+        except (CorruptCheckpoint, RuntimeError, EOFError, ValueError) as exc:
             print(f"warning: skipping checkpoint {exc}; using the previous one",
                   file=sys.stderr)
             marker_path(path).unlink(missing_ok=True)

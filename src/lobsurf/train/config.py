@@ -84,8 +84,14 @@ class TrainConfig:
     """Newest checkpoints kept in RUN/checkpoints."""
     background_checkpoints: bool = True
     """One process: write checkpoint files on a background thread, so the loop waits only
-    for the state's host copy (a synchronous write cost an H200 run at B = 16 about 75 ms
-    every checkpoint); a failed write stops the run at the next log interval."""
+    for packing the state (device-side copies into pinned memory, no host sync; a
+    synchronous write cost an H200 run at B = 16 about 75 ms every checkpoint, packing
+    about 5 ms); a failed write stops the run at the next log interval."""
+    defer_log_readout: bool = True
+    """One process: a log step's device values (guard, metric sums, controllers) are copied
+    without a host sync and read after the next step is launched, so the GPU does not wait
+    for the record to be written (lobsurf.train.readout); off = read at the log step. The
+    records are the same either way."""
     controller_ema_rate: float = 0.01
     """EMA rate of the action-histogram controllers (action entropy, hold fraction)."""
     tensorboard: bool = False

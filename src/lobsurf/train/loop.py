@@ -3,7 +3,8 @@
 data (store, split, training book) -> network (seeded init, normaliser fitted on training
 rows, or a pretrain checkpoint) -> target network -> optimiser -> simulator -> replay ->
 controllers -> run folder -> loop of ``lobsurf.agent.step.train_step`` with metrics every
-``log_every`` steps (one device-to-host copy) and checkpoints every ``checkpoint_every``.
+``log_every`` steps (one device-to-host copy with the guard's state, read a step later in one
+process: lobsurf.train.readout) and checkpoints every ``checkpoint_every``.
 On CUDA (``train.cuda_graph``, one process) the learning step is one CUDA graph replayed
 (lobsurf.train.cuda_graph); the pre-learning steps, metrics and checkpoints stay eager,
 between replays on the same stream.
@@ -14,8 +15,8 @@ back to the size it had then, and continues: on CPU, N steps + resume + M steps 
 uninterrupted steps bit for bit, however the first part ended (SIGKILL included).
 
 Faults (docs/reliability.md): every step ends with the divergence guard's device-side check
-(lobsurf.train.guard); where the loop syncs anyway (a log interval, a checkpoint) it reads
-the guard, and a NaN/Inf rolls the run back to the last good checkpoint with the learning
+(lobsurf.train.guard); the loop reads the guard with each readout (a log interval, a
+checkpoint), and a NaN/Inf rolls the run back to the last good checkpoint with the learning
 rate times ``train.rollback_lr_factor``, at most ``train.max_rollbacks`` times
 (lobsurf.train.rollback). SIGINT and
 SIGTERM stop the run after the current step with a final checkpoint
@@ -77,6 +78,7 @@ from lobsurf.train.distributed import RANK_SEED_STRIDE, Collective, check_identi
 from lobsurf.train.guard import DivergenceGuard
 from lobsurf.train.interrupts import StopOnSignal
 from lobsurf.train.rank_shards import restore_rank_, save_all_ranks
+from lobsurf.train.readout import Readout
 from lobsurf.train.rollback import roll_back
 from lobsurf.train.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog, NullLog
 
@@ -191,20 +193,6 @@ class RunResult:
     interrupted: str | None = None
 
 
-def _metrics_record(state: TrainState, step: int, wall_s: float, interval_s: float,
-                    interval_steps: int, envs: int) -> dict[str, Any]:
-    means = state.metrics.read_and_reset()  # the deliberate host sync of a log interval
-    ctl = {k: v for k, v in zip(state.controllers.as_dict(),
-                                torch.stack(list(state.controllers.as_dict().values())).tolist())}
-    steps_per_s = interval_steps / interval_s if interval_s > 0 else float("nan")
-    return {"event": "metrics", "step": step, "wall_s": round(wall_s, 3),
-            "steps_per_s": steps_per_s, "env_steps_per_s": steps_per_s * envs, **means,
-            "action_entropy": ctl["action_entropy"], "v_min": ctl["v_min"],
-            "v_max": ctl["v_max"], "reward_scale": ctl["reward_scale"],
-            "alpha": ctl["sac_alpha"], "tau": ctl["distill_tau"], "beta": ctl["kl_beta"],
-            "gate_threshold": ctl["gate_threshold"], "controllers": ctl}
-
-
 def _mirror(cfg: RunConfig, run_dir: Path):
     """The TensorBoard mirror of the metrics (RUN/tb) when train.tensorboard is on."""
     if not cfg.train.tensorboard:
@@ -284,6 +272,9 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
         last_record = None
         graph_on = _graph_enabled(cfg, device, sync)
         graphed = None
+        # one process: a log step's readout is finished a step later (train.defer_log_readout)
+        defer = tc.defer_log_readout and not coll.active
+        pending: Readout | None = None
         t0 = time.perf_counter()
         t_log, s_log = t0, start
         total = tc.steps
@@ -317,12 +308,25 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                                     step)
                 log_now = step % tc.log_every == 0 or step == total
                 save_now = step % tc.checkpoint_every == 0 or step == total or stopping
-                # ---- divergence: read the guard where the loop syncs anyway
+                # ---- readouts: the previous log step's (taken without a sync, finished
+                # now that this step is launched: lobsurf.train.readout), then this step's
+                due = [] if pending is None else [pending]
+                pending = None
                 if log_now or save_now:
                     writer.check()  # a failed background write stops the run here
-                    bad = guard.read()
+                    if log_now:
+                        coll.metric_sums_(state.metrics)  # rank 0 logs every rank's steps
+                    taken = Readout(state, guard, step, with_metrics=log_now)
+                    if log_now and not save_now and defer:
+                        pending = taken
+                    else:
+                        due.append(taken)  # a checkpoint needs the guard's verdict first
+                rolled_back = False
+                for readout in due:
+                    bad = readout.finish().bad
+                    # ---- divergence: roll back to the newest good checkpoint
                     if coll.any_(bad is not None, device) and bad is None:
-                        bad = (step, "value on another rank")
+                        bad = (readout.step, "value on another rank")
                     if bad is not None:
                         writer.wait()  # the newest checkpoint complete on disk first
                         rollbacks += 1
@@ -336,20 +340,24 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                         kept_bytes = log.size()
                         guard.reset_()
                         graphed = None  # a rebuilt state: capture again
+                        pending = None  # taken from the state rolled away from
                         step, last_path = good.step, good.checkpoint or last_path
                         t_log, s_log = time.perf_counter(), step
-                        if stopping:
-                            break
-                        continue
-                # ---- log: one host copy of the device sums every log_every steps
-                if log_now:
-                    now = time.perf_counter()
-                    coll.metric_sums_(state.metrics)  # rank 0 logs every rank's steps
-                    last_record = _metrics_record(state, step, now - t0, now - t_log,
-                                                  step - s_log, tc.envs * coll.world_size)
-                    log.write(last_record)
-                    t_log, s_log = now, step
-                    advance(0, **_bar_fields(last_record))
+                        rolled_back = True
+                        break
+                    # ---- log: the record of a readout with metrics
+                    if readout.means is not None:
+                        now = time.perf_counter()
+                        last_record = readout.record(now - t0, now - t_log,
+                                                     readout.step - s_log,
+                                                     tc.envs * coll.world_size)
+                        log.write(last_record)
+                        t_log, s_log = now, readout.step
+                        advance(0, **_bar_fields(last_record))
+                if rolled_back:
+                    if stopping:
+                        break
+                    continue
                 if stopping:
                     log.write({"event": "interrupted", "step": step,
                                "signal": stop.requested.name})

@@ -22,12 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lobsurf.agent.step import TrainState
 from lobsurf.train.checkpoint import (CorruptCheckpoint, checkpoint_path, local_payload,
                                       rank_shard_path, restore_local_, restore_shared_,
                                       verify_checkpoint, write_marked)
+from lobsurf.train.checkpoint_file import unpack_file
 from lobsurf.train.distributed import Collective
 
 SHARD_FORMAT = "lobsurf-train-rank"
@@ -46,7 +45,7 @@ def save_shard(run_dir: Path, state: TrainState, step: int, rank: int) -> Path:
 def load_shard(path: Path, step: int, rank: int) -> dict[str, Any]:
     """The verified shard at ``path``; ValueError when it belongs to another step or rank."""
     verify_checkpoint(path)
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    payload = unpack_file(path)
     if (not isinstance(payload, dict) or payload.get("format") != SHARD_FORMAT
             or payload.get("version") != SHARD_VERSION):
         raise ValueError(f"{path.name}: not a lobsurf rank shard of version {SHARD_VERSION}")
