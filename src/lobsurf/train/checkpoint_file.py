@@ -16,7 +16,10 @@ the device and copied into pinned host memory without blocking, behind an event,
 the small tree of names, numbers and shapes is pickled. ``Packed.chunks``, on the writer's
 thread, waits for that event and hands out views of the buffers: hashing and file writes
 of large buffers release the GIL. The copies run in stream order, so the buffers hold the
-state as of ``pack`` even while the loop goes on replaying steps.
+state as of ``pack`` even while the loop goes on replaying steps. PyTorch's host allocator
+keeps freed pinned blocks for reuse, so a CUDA run holds one payload's worth of pinned host
+memory from its first checkpoint on (the peak the earlier pageable copies reached at each
+checkpoint; lobsurf.train.resources counts it).
 
 Files written before this layout (one ``torch.save`` zip) still load (``unpack_file``).
 """
