@@ -1,4 +1,5 @@
-"""Torch device choice for the commands: the default, and one clear error for a bad one.
+"""Torch device choice for the commands: the default, and one clear error for a bad one;
+TF32 for CUDA runs; device values copied to the host without a host sync (``HostCopy``).
 
 Kept apart from the commands so each one checks ``--device`` the same way before it loads
 data (a misspelt device or ``cuda`` on a CPU-only build must not end in a traceback).
@@ -6,7 +7,12 @@ data (a misspelt device or ``cuda`` on a CPU-only build must not end in a traceb
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lobsurf.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def resolve_device(name: str | None) -> str:
@@ -39,3 +45,29 @@ def enable_tf32() -> None:
     import torch
 
     torch.set_float32_matmul_precision("high")
+
+
+class HostCopy:
+    """A device tensor's values on their way to the host without a host sync: on CUDA a
+    pinned buffer filled by a non-blocking copy behind an event on the current stream (so
+    it holds the values as of the call, in stream order, while later work goes on); a host
+    tensor is taken as it is. ``wait`` returns the buffer once it is filled. Callers pass a
+    tensor of their own (a fresh ``cat`` or ``stack``), so nothing else changes it."""
+
+    def __init__(self, fresh: torch.Tensor) -> None:
+        import torch
+
+        self._ready = None
+        if fresh.is_cuda:
+            self.tensor = torch.empty(fresh.shape, dtype=fresh.dtype, pin_memory=True)
+            self.tensor.copy_(fresh, non_blocking=True)
+            self._ready = torch.cuda.Event()
+            self._ready.record(torch.cuda.current_stream(fresh.device))
+        else:
+            self.tensor = fresh
+
+    def wait(self) -> torch.Tensor:
+        """The host tensor, once the device's copy into it has finished."""
+        if self._ready is not None:
+            self._ready.synchronize()
+        return self.tensor

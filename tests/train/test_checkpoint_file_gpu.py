@@ -27,7 +27,7 @@ def test_pack_of_device_tensors_is_asynchronous_pinned_and_a_snapshot():
         state["step"].add_(1)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert all(b.is_pinned() for b in packed.buffers if b.numel() > 3)
+    assert all(b.tensor.is_pinned() for b in packed.buffers if b.tensor.numel() > 3)
     back = unpack(bytearray(b"".join(bytes(c) for c in packed.chunks(1 << 20))))
     for k, v in expected.items():
         assert back[k].dtype == v.dtype and torch.equal(back[k], v), k

@@ -27,12 +27,15 @@ Files written before this layout (one ``torch.save`` zip) still load (``unpack_f
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from lobsurf.devices import HostCopy
 
 MAGIC = b"lobsurf-checkpoint-2\n"
 #: bytes of the header-length field
@@ -43,15 +46,21 @@ ALIGN = 64
 TENSOR_REF = "\x00lobsurf.tensor"
 
 
-def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``tree`` (dicts, lists, tuples) with every tensor t replaced by ``fn(t)``, in order."""
-    if isinstance(tree, torch.Tensor):
+def map_leaves(tree: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) -> Any:
+    """``tree`` (dicts, lists, tuples) with every node where ``is_leaf`` holds replaced by
+    ``fn(node)``, in order."""
+    if is_leaf(tree):
         return fn(tree)
     if isinstance(tree, dict):
-        return {k: map_tensors(v, fn) for k, v in tree.items()}
+        return {k: map_leaves(v, is_leaf, fn) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return type(tree)(map_tensors(v, fn) for v in tree)
+        return type(tree)(map_leaves(v, is_leaf, fn) for v in tree)
     return tree
+
+
+def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``tree`` with every tensor t replaced by ``fn(t)``, in order."""
+    return map_leaves(tree, lambda node: isinstance(node, torch.Tensor), fn)
 
 
 def _is_ref(value: Any) -> bool:
@@ -59,16 +68,9 @@ def _is_ref(value: Any) -> bool:
             and isinstance(value[1], int))
 
 
-def _refuse_refs(tree: Any) -> None:
+def _refuse(ref: Any) -> Any:
     # a payload holding the reference's own shape would be misread when unpacked
-    if _is_ref(tree):
-        raise ValueError(f"a checkpoint payload cannot hold the tuple {tree!r}")
-    if isinstance(tree, dict):
-        for v in tree.values():
-            _refuse_refs(v)
-    elif isinstance(tree, (list, tuple)):
-        for v in tree:
-            _refuse_refs(v)
+    raise ValueError(f"a checkpoint payload cannot hold the tuple {ref!r}")
 
 
 def _padding(offset: int) -> int:
@@ -77,24 +79,17 @@ def _padding(offset: int) -> int:
 
 @dataclass
 class Packed:
-    """A payload ready to write: the pickled header and the host buffers (filled once
-    ``ready`` events complete, by the device's copies)."""
+    """A payload ready to write: the pickled header and the host buffers on their way."""
 
     header: bytes
-    buffers: list[torch.Tensor]
-    ready: list[torch.cuda.Event]
-
-    def wait(self) -> None:
-        """Until the device's copies into the host buffers have finished."""
-        for event in self.ready:
-            event.synchronize()
+    buffers: list[HostCopy]
 
     def chunks(self, size: int) -> Iterator[memoryview]:
-        """The file's bytes, at most ``size`` at a time (after ``wait``)."""
-        self.wait()
+        """The file's bytes, at most ``size`` at a time (once the copies have finished)."""
+        buffers = [copy.wait() for copy in self.buffers]
         head = MAGIC + len(self.header).to_bytes(_LENGTH_BYTES, "little") + self.header
         yield memoryview(head + bytes(_padding(len(head))))
-        for buffer in self.buffers:
+        for buffer in buffers:
             raw = memoryview(buffer.view(torch.uint8).numpy()) if buffer.numel() else b""
             for start in range(0, len(raw), size):
                 yield raw[start:start + size]
@@ -106,7 +101,7 @@ def pack(payload: Any) -> Packed:
     """``payload``'s tensors copied into one host buffer per (device, dtype) without a host
     sync (module docstring), and the rest pickled; later changes to the tensors do not
     reach the buffers."""
-    _refuse_refs(payload)
+    map_leaves(payload, _is_ref, _refuse)
     leaves: list[torch.Tensor] = []
 
     def ref(t: torch.Tensor) -> tuple[str, int]:
@@ -117,26 +112,18 @@ def pack(payload: Any) -> Packed:
     for i, t in enumerate(leaves):
         groups.setdefault((t.device, t.dtype), []).append(i)
     tensors: list[tuple[int, int, tuple[int, ...]]] = [(0, 0, ())] * len(leaves)
-    buffers, described, ready = [], [], []
-    for (device, dtype), members in groups.items():
+    buffers, described = [], []
+    for (_, dtype), members in groups.items():
         start = 0
         for i in members:
             tensors[i] = (len(buffers), start, tuple(leaves[i].shape))
             start += leaves[i].numel()
-        flat = torch.cat([leaves[i].reshape(-1) for i in members])  # a copy, on its device
-        if device.type == "cuda":
-            host = torch.empty(flat.shape, dtype=dtype, pin_memory=True)
-            host.copy_(flat, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(device))
-            ready.append(event)
-        else:
-            host = flat.cpu()
-        buffers.append(host)
+        # a copy of its own, on its device
+        buffers.append(HostCopy(torch.cat([leaves[i].reshape(-1) for i in members])))
         described.append((str(dtype).removeprefix("torch."), start))
     header = io.BytesIO()
     torch.save({"tree": tree, "tensors": tensors, "buffers": described}, header)
-    return Packed(header.getvalue(), buffers, ready)
+    return Packed(header.getvalue(), buffers)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -167,25 +154,9 @@ def unpack(data: bytearray) -> Any:
         flats.append(torch.frombuffer(data, dtype=dtype, count=numel, offset=at)
                      if numel else torch.empty(0, dtype=dtype))
         at += nbytes + _padding(nbytes)
-    leaves = [flats[b][start:start + _numel(shape)].view(shape).clone()
+    leaves = [flats[b][start:start + math.prod(shape)].view(shape).clone()
               for b, start, shape in header["tensors"]]
-
-    def resolve(tree: Any) -> Any:
-        if _is_ref(tree):
-            return leaves[tree[1]]
-        if isinstance(tree, dict):
-            return {k: resolve(v) for k, v in tree.items()}
-        if isinstance(tree, (list, tuple)):
-            return type(tree)(resolve(v) for v in tree)
-        return tree
-    return resolve(header["tree"])
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for side in shape:
-        n *= side
-    return n
+    return map_leaves(header["tree"], _is_ref, lambda ref: leaves[ref[1]])
 
 
 def unpack_file(path: Path) -> Any:

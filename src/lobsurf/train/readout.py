@@ -21,6 +21,7 @@ import torch
 
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.step import TrainState
+from lobsurf.devices import HostCopy
 from lobsurf.train.guard import DivergenceGuard
 
 #: entries of the guard's snapshot at the start of the stacked values
@@ -39,15 +40,7 @@ class Readout:
         if with_metrics:
             parts += [state.metrics.take_(),
                       torch.stack(list(state.controllers.as_dict().values()))]
-        values = torch.cat(parts)
-        self._event: torch.cuda.Event | None = None
-        if values.is_cuda:
-            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
-            self._host.copy_(values, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record(torch.cuda.current_stream(values.device))
-        else:
-            self._host = values
+        self._copy = HostCopy(torch.cat(parts))
         self.bad: tuple[int, str] | None = None
         """After ``finish``: (step, quantity) of the guard's first non-finite value, or None."""
         self.means: dict[str, float] | None = None
@@ -57,9 +50,7 @@ class Readout:
 
     def finish(self) -> Readout:
         """Wait for the copy (only it: later work on the device goes on) and read it."""
-        if self._event is not None:
-            self._event.synchronize()
-        values = self._host.tolist()
+        values = self._copy.wait().tolist()
         self.bad = DivergenceGuard.interpret(values[:_GUARD_VALUES])
         if self.controller_names:
             n = len(self.controller_names)
