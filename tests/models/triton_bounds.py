@@ -70,15 +70,18 @@ def bounds_checked() -> Iterator[list[str]]:
                               f"outside every tensor argument (first address {bad[0]:#x}; "
                               f"arguments {[(hex(s), e - s) for s, e in ranges]})")
 
-    def load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # The trailing cache/eviction/volatile arguments differ between Triton releases (3.5 passes an
+    # eviction policy, 3.9 does not): only the leading pointer, value and mask are read here, the
+    # rest pass through untouched.
+    def load(self, ptrs, mask, *rest, **options):
         dtype = interpreter._get_np_dtype(ptrs.get_element_ty())
         check("load", ptrs, mask, np.dtype(dtype).itemsize)
-        return saved[1](self, ptrs, mask, other, cache_policy, is_volatile)
+        return saved[1](self, ptrs, mask, *rest, **options)
 
-    def store(self, ptrs, value, mask, cache_policy):
+    def store(self, ptrs, value, mask, *rest, **options):
         dtype = interpreter._get_np_dtype(ptrs.get_element_ty())
         check("store", ptrs, mask, np.dtype(dtype).itemsize)
-        return saved[2](self, ptrs, value, mask, cache_policy)
+        return saved[2](self, ptrs, value, mask, *rest, **options)
 
     executor._init_args_hst = init_args
     builder.create_masked_load, builder.create_masked_store = load, store
