@@ -1,14 +1,21 @@
-"""The one-kernel Mamba2 block (no-grad forward) against the compiled PyTorch block, on CUDA.
+"""The fused Mamba2 kernels against the compiled PyTorch block, on CUDA.
 
 For each batch of windows (K = 64, the default block: D 128, P 64, N 64, H 4) and precision
-(fp32 with TF32 products, bf16 autocast): the block's forward without autograd as
-(a) the PyTorch block compiled by torch.compile and (b) the fused Triton kernel at each
-warp count, both captured in a CUDA graph and replayed (GPU time, launch overhead gone);
-the output agreement of the two; and the per-op-fused HBM floor of the PyTorch block
-(PERFORMANCE.md 4.2: ~8 KB per token in bf16, 16 KB in fp32) next to the fused kernel's
-own traffic (block input and output, ~0.5 KB per token in bf16).
+(fp32 with TF32 products, bf16 autocast), each call captured in a CUDA graph and replayed
+(GPU time, launch overhead gone):
 
-    python benchmarks/bench_fused_block.py --batch 1024,2048 --out OUT
+- ``train`` (default): the block's forward + backward with autograd, the PyTorch block
+  compiled by torch.compile against the fused core (``encoder.fused_training``) in each
+  grid (``fused_core_programs``: a program per window, or per (window, head)) at each warp
+  count, and the gradients' agreement with the compiled block;
+- ``core``: the no-grad forward through the window-grid core, GEMMs compiled around it;
+- ``block``: the one-kernel block (``encoder.fused_inference``), which is off on CUDA
+  (``mamba2_fused.CUDA_DISABLED``): these rows are an error until that switch goes.
+
+The per-op-fused HBM floor of the PyTorch block's forward (PERFORMANCE.md 4.2: ~8 KB per
+token in bf16, 16 KB in fp32) is printed beside the compiled no-grad forward.
+
+    python benchmarks/bench_fused_block.py --batch 1024,2048 --parts train --out OUT
 """
 
 from __future__ import annotations
@@ -55,28 +62,34 @@ def graphed_ms(fn, reps: int) -> float:
 def core_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, want: torch.Tensor,
               args) -> None:
     """No-grad forward through the fused core only (pre-norm, in_proj and out_proj stay
-    PyTorch GEMMs/ops around it, compiled), per warp count."""
-    from lobsurf.models import mamba2_fused_core
+    PyTorch GEMMs/ops around it, compiled), per grid (``--programs``) and warp count."""
     from lobsurf.models.mamba2 import rms_norm
 
-    m = ref.mixer
-    for warps in (int(w) for w in args.warps.split(",")):
-        def core_block(x, warps=warps):
-            o, _ = mamba2_fused_core.mamba2_core(
-                m.in_proj(rms_norm(ref.norm, x)), m.conv_weight, m.conv_bias, m.dt_bias,
-                m.A_log, m.D, m.norm_weight, m.cfg.headdim, m.cfg.d_state, m.cfg.norm_eps, warps)
-            return x + m.out_proj(o)
+    for programs in args.programs.split(","):
+        for warps in (int(w) for w in args.warps.split(",")):
+            cfg = dataclasses.replace(ref.mixer.cfg, fused_training="triton",
+                                      fused_core_programs=programs, fused_warps=warps)
+            fused = Mamba2Block(cfg).cuda()
+            fused.load_state_dict(ref.state_dict())
 
-        compiled = torch.compile(core_block, dynamic=False)
+            def core_block(x, fused=fused):
+                return x + fused.mixer._fused_core_forward(rms_norm(fused.norm, x), False)
 
-        def run():
-            with torch.no_grad(), autocast:
-                return compiled(h)
+            compiled = torch.compile(core_block, dynamic=False)
 
-        got = run()
-        row[f"core_w{warps}_ms"] = graphed_ms(run, args.reps)
-        row[f"core_w{warps}_rel_err"] = ((got.float() - want.float()).norm()
-                                        / want.float().norm()).item()
+            def run(compiled=compiled):
+                with torch.no_grad(), autocast:
+                    return compiled(h)
+
+            got = run()
+            name = _fused_name(programs, warps).removeprefix("fused_")
+            row[f"{name}_ms"] = graphed_ms(run, args.reps)
+            row[f"{name}_rel_err"] = ((got.float() - want.float()).norm()
+                                      / want.float().norm()).item()
+
+
+def _fused_name(programs: str, warps: int) -> str:
+    return f"fused_{'core' if programs == 'window' else 'heads'}_w{warps}"
 
 
 def train_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, args) -> None:
@@ -94,10 +107,12 @@ def train_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, args) -> 
         return run
 
     blocks = {"torch_compiled": (compiled, ref)}
-    for warps in (int(w) for w in args.warps.split(",")):
-        fused = Mamba2Block(dataclasses.replace(cfg, fused_warps=warps)).cuda()
-        fused.load_state_dict(ref.state_dict())
-        blocks[f"fused_core_w{warps}"] = (fused, fused)
+    for programs in args.programs.split(","):
+        for warps in (int(w) for w in args.warps.split(",")):
+            fused = Mamba2Block(dataclasses.replace(cfg, fused_warps=warps,
+                                                    fused_core_programs=programs)).cuda()
+            fused.load_state_dict(ref.state_dict())
+            blocks[_fused_name(programs, warps)] = (fused, fused)
     grads = {}
     for name, (block, params) in blocks.items():
         params.zero_grad(set_to_none=False)
@@ -115,13 +130,18 @@ def main() -> None:
     ap.add_argument("--batch", default="1024,2048")
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--warps", default="4,8")
+    ap.add_argument("--programs", default="window,head",
+                    help="fused_core_programs grids of the train rows, comma-separated")
+    ap.add_argument("--parts", default="train", help="train, core, block (comma-separated)")
+    ap.add_argument("--precision", default="fp32,bf16")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     torch.backends.cuda.matmul.fp32_precision = "tf32"
     rows = []
     for batch in (int(b) for b in args.batch.split(",")):
-        for precision in ("fp32", "bf16"):
+        for precision in args.precision.split(","):
             torch.manual_seed(0)
             ref = Mamba2Block(EncoderConfig(fused_inference="torch")).cuda()
             dtype = torch.bfloat16 if precision == "bf16" else torch.float32
@@ -131,7 +151,7 @@ def main() -> None:
                                       cache_enabled=False)
             compiled = torch.compile(ref, dynamic=False)
 
-            def torch_block():
+            def torch_block(compiled=compiled, h=h, autocast=autocast):
                 with torch.no_grad(), autocast:
                     return compiled(h)
 
@@ -143,53 +163,66 @@ def main() -> None:
                    "torch_compile_s": compile_s}
             tokens = batch * args.window
             row["perop_floor_ms"] = tokens * FLOOR_BYTES_PER_TOKEN[precision] / HBM_BYTES_PER_S * 1e3
-            for warps in (int(w) for w in args.warps.split(",")):
-                cfg = dataclasses.replace(ref.mixer.cfg, fused_inference="triton",
-                                          fused_warps=warps)
-                fused = Mamba2Block(cfg).cuda()
-                fused.load_state_dict(ref.state_dict())
-
-                def fused_block():
-                    with torch.no_grad(), autocast:
-                        return fused(h)
-
-                got = fused_block()
-                err = ((got.float() - want.float()).norm() / want.float().norm()).item()
-                row[f"fused_w{warps}_ms"] = graphed_ms(fused_block, args.reps)
-                row[f"fused_w{warps}_rel_err"] = err
-            core_rows(row, ref, h, autocast, want, args)
-            train_rows(row, ref, h, autocast, args)
+            if "block" in parts:
+                block_rows(row, ref, h, autocast, want, args)
+            if "core" in parts:
+                core_rows(row, ref, h, autocast, want, args)
+            if "train" in parts:
+                t0 = time.perf_counter()
+                train_rows(row, ref, h, autocast, args)
+                row["train_rows_s"] = time.perf_counter() - t0
             rows.append(row)
             print(json.dumps(row), flush=True)
             torch.cuda.empty_cache()
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; ms per block forward "
-          "(no grad, CUDA graph replay)")
-    warps = [int(w) for w in args.warps.split(",")]
-    print(f"{'B':>5} {'prec':>4} {'torch compiled':>14} {'floor':>7} "
-          + " ".join(f"{'fused w' + str(w):>9} {'rel err':>8}" for w in warps) + "  speed-up")
-    for r in rows:
-        best = min(r[f"fused_w{w}_ms"] for w in warps)
-        print(f"{r['batch']:>5} {r['precision']:>4} {r['torch_compiled_ms']:>14.3f} "
-              f"{r['perop_floor_ms']:>7.3f} "
-              + " ".join(f"{r[f'fused_w{w}_ms']:>9.3f} {r[f'fused_w{w}_rel_err']:>8.1e}"
-                         for w in warps)
-              + f"  {r['torch_compiled_ms'] / best:>6.2f}x")
-    print("\nno-grad forward through the fused core (GEMMs and norms compiled around it), ms")
-    print(f"{'B':>5} {'prec':>4} " + " ".join(f"{'core w' + str(w):>9} {'rel err':>8}"
-                                              for w in warps))
-    for r in rows:
-        print(f"{r['batch']:>5} {r['precision']:>4} " + " ".join(
-            f"{r[f'core_w{w}_ms']:>9.3f} {r[f'core_w{w}_rel_err']:>8.1e}" for w in warps))
-    print("\nforward + backward (autograd on), ms, CUDA graph replay")
-    print(f"{'B':>5} {'prec':>4} {'torch compiled':>14} "
-          + " ".join(f"{'core w' + str(w):>9} {'grad err':>8}" for w in warps))
-    for r in rows:
-        print(f"{r['batch']:>5} {r['precision']:>4} {r['torch_compiled_fwd_bwd_ms']:>14.3f} "
-              + " ".join(f"{r[f'fused_core_w{w}_fwd_bwd_ms']:>9.3f} "
-                         f"{r[f'fused_core_w{w}_grad_rel_err']:>8.1e}" for w in warps))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "fused_block.json").write_text(json.dumps(rows, indent=1))
+    print_tables(rows, args, parts)
+
+
+def block_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, want: torch.Tensor,
+               args) -> None:
+    """No-grad forward of the one-kernel block, per warp count."""
+    for warps in (int(w) for w in args.warps.split(",")):
+        cfg = dataclasses.replace(ref.mixer.cfg, fused_inference="triton", fused_warps=warps)
+        fused = Mamba2Block(cfg).cuda()
+        fused.load_state_dict(ref.state_dict())
+
+        def fused_block(fused=fused):
+            with torch.no_grad(), autocast:
+                return fused(h)
+
+        got = fused_block()
+        row[f"fused_w{warps}_ms"] = graphed_ms(fused_block, args.reps)
+        row[f"fused_w{warps}_rel_err"] = ((got.float() - want.float()).norm()
+                                          / want.float().norm()).item()
+
+
+def print_tables(rows: list[dict], args, parts: set[str]) -> None:
+    warps = [int(w) for w in args.warps.split(",")]
+    cores = [_fused_name(p, w).removeprefix("fused_") for p in args.programs.split(",")
+             for w in warps]
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; ms per call, CUDA "
+          "graph replay")
+    print(f"{'B':>5} {'prec':>4} {'no-grad fwd: torch compiled':>27} {'floor':>7}"
+          + ("".join(f" {'block w' + str(w):>9}" for w in warps) if "block" in parts else "")
+          + ("".join(f" {n:>14}" for n in cores) if "core" in parts else ""))
+    for r in rows:
+        print(f"{r['batch']:>5} {r['precision']:>4} {r['torch_compiled_ms']:>27.3f} "
+              f"{r['perop_floor_ms']:>7.3f}"
+              + ("".join(f" {r[f'fused_w{w}_ms']:>9.3f}" for w in warps)
+                 if "block" in parts else "")
+              + ("".join(f" {r[f'{n}_ms']:>14.3f}" for n in cores)
+                 if "core" in parts else ""))
+    if "train" not in parts:
+        return
+    names = [_fused_name(p, w) for p in args.programs.split(",") for w in warps]
+    print("\nforward + backward (autograd on), ms (grad rel err to the compiled block)")
+    print(f"{'B':>5} {'prec':>4} {'torch compiled':>14} " + " ".join(f"{n:>24}" for n in names))
+    for r in rows:
+        print(f"{r['batch']:>5} {r['precision']:>4} {r['torch_compiled_fwd_bwd_ms']:>14.3f} "
+              + " ".join(f"{r[f'{n}_fwd_bwd_ms']:>14.3f} ({r[f'{n}_grad_rel_err']:.1e})"
+                         for n in names))
 
 
 if __name__ == "__main__":

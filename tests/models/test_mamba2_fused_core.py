@@ -1,5 +1,6 @@
-"""The fused mixer core with autograd (``mamba2_fused_core.py``): forward and every gradient
-of a whole block against PyTorch autograd of the PyTorch block in float64.
+"""The fused mixer core with autograd, in both grids (one program per window,
+``mamba2_fused_core.py``; per (window, head), ``mamba2_fused_heads.py``): forward and every
+gradient of a whole block against PyTorch autograd of the PyTorch block in float64.
 
 The float64 PyTorch block shares no code with the Triton kernels (its forward is itself
 checked against the step-by-step numpy block in test_mamba2_reference.py). Without CUDA the
@@ -33,11 +34,14 @@ TOL_TF32 = 1e-2
 BF16_SLACK = 2.0
 #: (d_model, headdim, d_state, window, last_only)
 CASES = [(32, 16, 16, 37, False), (32, 16, 16, 64, True), (128, 64, 64, 64, False)]
+#: EncoderConfig.fused_core_programs
+GRIDS = ["window", "head"]
 
 
-def _blocks(d_model, headdim, d_state, device="cpu"):
+def _blocks(d_model, headdim, d_state, device="cpu", programs="window"):
     cfg = EncoderConfig(d_model=d_model, headdim=headdim, d_state=d_state,
-                        fused_training="triton", fused_inference="torch")
+                        fused_training="triton", fused_inference="torch",
+                        fused_core_programs=programs)
     fused = perturbed_block(cfg, seed=d_model + d_state)
     ref = Mamba2Block(dataclasses.replace(cfg, fused_training="torch")).double()
     ref.load_state_dict(fused.state_dict())
@@ -67,10 +71,11 @@ def _check(fused, ref, tol):
         assert err < tol, f"{name}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("programs", GRIDS)
 @pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", CASES)
 def test_fused_core_forward_and_gradients_match_float64(d_model, headdim, d_state, window,
-                                                        last_only) -> None:
-    fused, ref = _blocks(d_model, headdim, d_state)
+                                                        last_only, programs) -> None:
+    fused, ref = _blocks(d_model, headdim, d_state, programs=programs)
     h = torch.randn(3, window, d_model)
     want = _run(ref, h, last_only, torch.float64)
     assert fused.mixer._fused_core(h)
@@ -92,11 +97,12 @@ def test_fused_core_only_under_autograd() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("programs", GRIDS)
 @pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", [CASES[0], CASES[2]])
 def test_compiled_core_matches_float64_on_cuda(tf32_products, d_model, headdim, d_state,
-                                               window, last_only) -> None:
+                                               window, last_only, programs) -> None:
     # TF32 products, as in training (IEEE fp32 dots take minutes to compile at D = 128).
-    fused, ref = _blocks(d_model, headdim, d_state, device="cuda")
+    fused, ref = _blocks(d_model, headdim, d_state, device="cuda", programs=programs)
     h = torch.randn(5, window, d_model, device="cuda")
     want = _run(ref, h, last_only, torch.float64)
     _check(_run(fused, h, last_only, torch.float32), want, TOL_TF32)
@@ -109,10 +115,11 @@ def test_compiled_core_matches_float64_on_cuda(tf32_products, d_model, headdim, 
                           f"{pytorch_err[name]:.2e})"
 
 
-def test_fused_core_traces_whole_under_torch_compile() -> None:
+@pytest.mark.parametrize("programs", GRIDS)
+def test_fused_core_traces_whole_under_torch_compile(programs) -> None:
     """The kernels are opaque custom ops with fake shapes: a fullgraph compile (AOTAutograd
     traces the backward too) gives the eager results, as in a compiled ``embed``."""
-    fused, _ = _blocks(32, 16, 16)
+    fused, _ = _blocks(32, 16, 16, programs=programs)
     h = torch.randn(2, 24, 32)
     want = _run(fused, h, False, torch.float32)
     compiled = torch.compile(fused, backend="aot_eager", fullgraph=True, dynamic=False)

@@ -55,12 +55,18 @@ def test_fused_block_stays_inside_its_tensors(d_model, headdim, d_state, window)
     assert launches == ["_block_kernel"] * 3
 
 
+#: kernels of one forward + backward of the fused core, per EncoderConfig.fused_core_programs
+CORE_LAUNCHES = {"window": ["_core_fwd_kernel", "_core_bwd_kernel"],
+                 "head": ["_heads_fwd_kernel", "_heads_bwd_kernel", "_scores_bwd_kernel"]}
+
+
+@pytest.mark.parametrize("programs", sorted(CORE_LAUNCHES))
 @pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", CASES)
 def test_fused_core_stays_inside_its_tensors(d_model, headdim, d_state, window,
-                                             last_only) -> None:
-    fused, _ = _blocks(d_model, headdim, d_state)
+                                             last_only, programs) -> None:
+    fused, _ = _blocks(d_model, headdim, d_state, programs=programs)
     h = torch.randn(2, window, d_model)
     with bounds_checked() as launches:
         _run(fused, h, last_only, torch.float32)
         _run(fused, h, last_only, torch.float32, autocast=True)
-    assert len(launches) == 4  # forward and backward, fp32 and bf16
+    assert launches == CORE_LAUNCHES[programs] * 2  # fp32 and bf16

@@ -73,6 +73,9 @@ class BenchConfig:
     """train.overlap_collect: the learner's losses and backward beside the collect."""
     max_autotune: bool = False
     """train.compile_max_autotune: Inductor's GEMM autotuning in the compiled step."""
+    fused_core_programs: str = "window"
+    """encoder.fused_core_programs: the fused core's grid where fused_training runs it (one
+    program per window, or per (window, head))."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -97,7 +100,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
     return run_config_from_dict({
         "data": {"store": str(store)},
         "encoder": {"n_layers": layers, "fused_inference": fused_inference,
-                    "fused_training": fused_training},
+                    "fused_training": fused_training,
+                    "fused_core_programs": cfg.fused_core_programs},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "overlap_collect": cfg.overlap_collect,
@@ -212,6 +216,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
     row: dict[str, Any] = {"batch": batch, "layers": layers, "precision": precision,
                            "fused_inference": fused_inference,
                            "fused_training": fused_training,
+                           "fused_core_programs": cfg.fused_core_programs,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

@@ -97,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-autotune", action=argparse.BooleanOptionalAction,
                         default=d.max_autotune, help="Inductor's GEMM autotuning in the "
                         "compiled step (train.compile_max_autotune; minutes more compilation)")
+    parser.add_argument("--fused-core-programs", choices=["window", "head"],
+                        default=d.fused_core_programs, help="the fused core's grid where "
+                        "--fused-training runs it: a program per window, or per (window, head) "
+                        "(encoder.fused_core_programs)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -120,7 +124,8 @@ def _config(args: argparse.Namespace):
                            snapshots_per_day=args.snapshots,
                            overlap_target=args.overlap_target, fused_adam=args.fused_adam,
                            overlap_collect=args.overlap_collect,
-                           max_autotune=args.max_autotune)
+                           max_autotune=args.max_autotune,
+                           fused_core_programs=args.fused_core_programs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -254,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
           f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
           f"{'fused' if cfg.fused_adam and cuda else 'multi-tensor'}, learner "
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
-          f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}")
+          f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
+          f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -69,6 +69,12 @@ class EncoderConfig:
     Triton kernel (``mamba2_fused_core.py``) between the in- and out-projection GEMMs, on
     CUDA where Triton and the shape allow it; "triton" = insist (on CPU only under Triton's
     interpreter). Experimental: its GPU tests pass on the H200 (benchmarks/RESULTS.md)."""
+    fused_core_programs: Literal["window", "head"] = "window"
+    """Grid of the fused core's kernels (``fused_training``): "window" = one program per
+    window through every head and the gated norm (``mamba2_fused_core.py``; timed on the
+    H200); "head" = one program per (window, head) for the conv, SSD and gate, with the norm
+    left to PyTorch and the heads' shared d scores summed by a second small backward kernel
+    (``mamba2_fused_heads.py``; correct in the CPU interpreter, not yet timed on a GPU)."""
     fused_warps: int = 4
     """Triton warps per window of the fused kernels (4 measured faster than 8)."""
     ssd_triton_warps_fwd: int = 4
@@ -120,6 +126,9 @@ class EncoderConfig:
             if getattr(self, name) not in ("auto", "torch", "triton"):
                 raise ValueError(f"{name} must be auto, torch or triton, got "
                                  f"{getattr(self, name)!r}")
+        if self.fused_core_programs not in ("window", "head"):
+            raise ValueError(f"fused_core_programs must be window or head, got "
+                             f"{self.fused_core_programs!r}")
         if not 0 < self.dt_min <= self.dt_max:
             raise ValueError("need 0 < dt_min <= dt_max")
         if not 0 < self.a_init_min <= self.a_init_max:

@@ -31,8 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lobsurf.models import (
+    conv_triton,
+    mamba2_fused,
+    mamba2_fused_core,
+    mamba2_fused_heads,
+    ssd_triton,
+)
 from lobsurf.models.config import EncoderConfig
-from lobsurf.models import conv_triton, mamba2_fused, mamba2_fused_core, ssd_triton
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
 
@@ -52,7 +58,12 @@ class Mamba2State:
 def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
                    eps: float) -> torch.Tensor:
     """RMSNorm(y * SiLU(z)) * weight over the last axis, statistics in >= fp32. y, z: [..., E]."""
-    gated = y * F.silu(z)
+    return normalise_gated(y * F.silu(z), weight, eps)
+
+
+def normalise_gated(gated: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm(gated) * weight over the last axis, statistics in >= fp32: the gated norm after
+    its gate (the per-(window, head) fused core computes the gate, this the norm)."""
     g = gated.to(torch.promote_types(gated.dtype, torch.float32))
     normed = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
     return normed.to(gated.dtype) * weight
@@ -173,11 +184,7 @@ class Mamba2Mixer(nn.Module):
         batch, length, _ = u.shape
         H, P, E = cfg.n_heads, cfg.headdim, cfg.d_inner
         if state is None and self._fused_core(u):
-            o, _ = mamba2_fused_core.mamba2_core(
-                self.in_proj(u), self.conv_weight, self.conv_bias, self.dt_bias, self.A_log,
-                self.D, self.norm_weight, cfg.headdim, cfg.d_state, cfg.norm_eps,
-                cfg.fused_warps)
-            return self.out_proj(o[:, -1] if last_only else o)
+            return self._fused_core_forward(u, last_only)
         if last_only:
             # z is needed for one row only: project it separately and skip E columns elsewhere.
             z = F.linear(u[:, -1], self.in_proj.weight[:E])  # [B, E]
@@ -211,6 +218,21 @@ class Mamba2Mixer(nn.Module):
             state.conv_state.copy_(new_context)
             state.ssm_state.copy_(final)
         return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+
+    def _fused_core_forward(self, u: torch.Tensor, last_only: bool) -> torch.Tensor:
+        # conv -> SSD -> gated norm in Triton kernels between the two projection GEMMs
+        cfg = self.cfg
+        proj = self.in_proj(u)
+        if cfg.fused_core_programs == "head":
+            g = mamba2_fused_heads.mamba2_heads(proj, self.conv_weight, self.conv_bias,
+                                                self.dt_bias, self.A_log, self.D, cfg.headdim,
+                                                cfg.d_state, cfg.fused_warps)
+            o = normalise_gated(g[:, -1] if last_only else g, self.norm_weight, cfg.norm_eps)
+            return self.out_proj(o)
+        o, _ = mamba2_fused_core.mamba2_core(
+            proj, self.conv_weight, self.conv_bias, self.dt_bias, self.A_log, self.D,
+            self.norm_weight, cfg.headdim, cfg.d_state, cfg.norm_eps, cfg.fused_warps)
+        return self.out_proj(o[:, -1] if last_only else o)
 
     def _fused_core(self, u: torch.Tensor) -> bool:
         # The core kernels with autograd serve forwards that need gradients; forwards

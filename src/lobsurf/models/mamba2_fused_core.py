@@ -93,6 +93,34 @@ if triton is not None:
         return B_pre, Bm, C_pre, Cm, _dot(Cm, tl.trans(Bm), BF16, TF32)
 
     @triton.jit
+    def _scores_backward(base, dbase, part, conv_w_ptr, d_scores, B_pre, Bm, C_pre, Cm, t, valid,
+                         L, PW: tl.constexpr, E: tl.constexpr, N: tl.constexpr,
+                         CT: tl.constexpr, WIDTH: tl.constexpr, KL: tl.constexpr,
+                         BF16: tl.constexpr, TF32: tl.constexpr):
+        # scores = C B^T, shared by the heads: d B, d C through their conv -> d proj columns of
+        # B and C (stored) and their conv partial sums.
+        dC = _dot(d_scores, Bm, BF16, TF32)
+        dB = _dot(tl.trans(d_scores), Cm, BF16, TF32)
+        _conv_backward(base, dbase, part, conv_w_ptr, dB, B_pre, t, valid, E, L, PW, E, N, CT,
+                       WIDTH, KL, BF16, TF32)
+        _conv_backward(base, dbase, part, conv_w_ptr, dC, C_pre, t, valid, E + N, L, PW, E, N,
+                       CT, WIDTH, KL, BF16, TF32)
+
+    @triton.jit
+    def _window(proj_ptr, conv_w_ptr, conv_b_ptr, b, L, PW: tl.constexpr, E: tl.constexpr,
+                N: tl.constexpr, CT: tl.constexpr, WIDTH: tl.constexpr, KL: tl.constexpr,
+                BF16: tl.constexpr, TF32: tl.constexpr):
+        # Window b's rows (t < L valid), the causal mask, its proj rows and the heads' shared
+        # scores C B^T.
+        t = tl.arange(0, KL)
+        valid = t < L
+        causal = t[None, :] <= t[:, None]
+        base = proj_ptr + b * L * PW
+        _, _, _, _, scores = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid, L, PW, E,
+                                            N, CT, WIDTH, BF16, TF32)
+        return t, valid, causal, base, scores
+
+    @triton.jit
     def _head(base, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, scores, t, valid,
               causal, hd, L, PW: tl.constexpr, E: tl.constexpr, N: tl.constexpr,
               P: tl.constexpr, CT: tl.constexpr, WIDTH: tl.constexpr, BF16: tl.constexpr,
@@ -115,6 +143,47 @@ if triton is not None:
         return x_pre, x, z, raw, dt, a_h, decay, m, y
 
     @triton.jit
+    def _head_backward(base, dbase, part, conv_w_ptr, d_ptr, dg, x_pre, x, z, raw, dt, a_h,
+                       decay, m, y, t, valid, causal, hd, L, PW: tl.constexpr,
+                       E: tl.constexpr, N: tl.constexpr, P: tl.constexpr, CT: tl.constexpr,
+                       WIDTH: tl.constexpr, KL: tl.constexpr, BF16: tl.constexpr,
+                       TF32: tl.constexpr):
+        # One head's backward from d g (g = y * SiLU(z)) and its recomputed forward (``_head``):
+        # d proj columns of z, x (through the conv) and dt (stored), the head's conv, dt
+        # bias, A_log and D partial sums (partial-sum layout: conv weight [WIDTH, CT], conv
+        # bias [CT], dt bias [H], A_log [H], D [H], ...); returns the head's term of
+        # d scores [KL, KL] (zero past L: dy and dt vanish there).
+        p_dtb: tl.constexpr = WIDTH * CT + CT
+        p_alog: tl.constexpr = p_dtb + E // P
+        p_d: tl.constexpr = p_alog + E // P
+        p = tl.arange(0, P)
+        sz = tl.sigmoid(z)
+        dy = dg * (z * sz)
+        dz = dg * y * (sz * (1.0 + z * (1.0 - sz)))
+        tl.store(dbase + t[:, None] * PW + hd * P + p[None, :],
+                 dz.to(dbase.dtype.element_ty), mask=valid[:, None])
+        # y = M (dt x) + D x
+        skip = tl.load(d_ptr + hd).to(tl.float32)
+        tl.store(part + p_d + hd, tl.sum(tl.sum(dy * x, axis=1), axis=0))
+        xdt = x * dt[:, None]
+        dxdt = _dot(tl.trans(m), dy, BF16, TF32)  # [KL, P]
+        dx = skip * dy + dxdt * dt[:, None]
+        ddt = tl.sum(dxdt * x, axis=1)
+        dm = tl.where(causal, _dot(dy, tl.trans(xdt), BF16, TF32), 0.0)  # [KL, KL]
+        dseg = dm * m  # d exp(cum_i - cum_j) = exp(.) d(cum_i - cum_j)
+        dcum = tl.sum(dseg, axis=1) - tl.sum(dseg, axis=0)
+        da = tl.cumsum(dcum, axis=0, reverse=True)  # cum = cumsum(dt A)
+        ddt = tl.where(valid, ddt + da * a_h, 0.0)
+        tl.store(part + p_alog + hd, tl.sum(da * dt, axis=0) * a_h)  # dA/dA_log = A
+        draw = ddt * tl.sigmoid(raw)  # softplus'
+        tl.store(part + p_dtb + hd, tl.sum(draw, axis=0))
+        tl.store(dbase + t * PW + 2 * E + 2 * N + hd, draw.to(dbase.dtype.element_ty),
+                 mask=valid)
+        _conv_backward(base, dbase, part, conv_w_ptr, dx, x_pre, t, valid, hd * P, L, PW, E,
+                       P, CT, WIDTH, KL, BF16, TF32)
+        return dm * decay
+
+    @triton.jit
     def _core_fwd_kernel(proj_ptr, o_ptr, rstd_ptr, conv_w_ptr, conv_b_ptr, dt_bias_ptr,
                          a_log_ptr, d_ptr, norm_w_ptr, L, eps, PW: tl.constexpr,
                          H: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
@@ -123,13 +192,9 @@ if triton is not None:
         E: tl.constexpr = H * P
         CT: tl.constexpr = E + 2 * N
         b = tl.program_id(0)
-        t = tl.arange(0, KL)
         p = tl.arange(0, P)
-        valid = t < L
-        causal = t[None, :] <= t[:, None]
-        base = proj_ptr + b * L * PW
-        _, _, _, _, scores = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid, L, PW, E,
-                                            N, CT, WIDTH, BF16, TF32)
+        t, valid, causal, base, scores = _window(proj_ptr, conv_w_ptr, conv_b_ptr, b, L, PW, E,
+                                                 N, CT, WIDTH, KL, BF16, TF32)
         ss = tl.zeros((KL,), dtype=tl.float32)
         o_rows = o_ptr + b * L * E + t[:, None] * E
         for hd in tl.static_range(H):  # pass 1: the gated values and their row sums of squares
@@ -173,10 +238,7 @@ if triton is not None:
         part = part_ptr + b * PART
         # partial-sum layout: conv weight [WIDTH, CT], conv bias [CT], dt bias [H],
         # A_log [H], D [H], norm weight [E]
-        p_dtb: tl.constexpr = WIDTH * CT + CT
-        p_alog: tl.constexpr = p_dtb + H
-        p_d: tl.constexpr = p_alog + H
-        p_nw: tl.constexpr = p_d + H
+        p_nw: tl.constexpr = WIDTH * CT + CT + 3 * H
         B_pre, Bm, C_pre, Cm, scores = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid,
                                                       L, PW, E, N, CT, WIDTH, BF16, TF32)
         r = tl.load(rstd_ptr + b * L + t, mask=valid, other=0.0)
@@ -196,45 +258,18 @@ if triton is not None:
             x_pre, x, z, raw, dt, a_h, decay, m, y = _head(
                 base, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, scores, t, valid,
                 causal, hd, L, PW, E, N, P, CT, WIDTH, BF16, TF32)
-            sz = tl.sigmoid(z)
-            g = y * (z * sz)
+            g = y * (z * tl.sigmoid(z))
             go = tl.load(do_rows + hd * P + p[None, :], mask=valid[:, None],
                          other=0.0).to(tl.float32)
             w = tl.load(norm_w_ptr + hd * P + p).to(tl.float32)
             tl.store(part + p_nw + hd * P + p, tl.sum(go * g * r[:, None], axis=0))
             # gated RMSNorm: o = w g r, r = (mean g^2 + eps)^-1/2
             dg = r[:, None] * w[None, :] * go - g * (r * r * r / E * cross)[:, None]
-            dy = dg * (z * sz)
-            dz = dg * y * (sz * (1.0 + z * (1.0 - sz)))
-            tl.store(dbase + t[:, None] * PW + hd * P + p[None, :],
-                     dz.to(dproj_ptr.dtype.element_ty), mask=valid[:, None])
-            # y = M (dt x) + D x
-            skip = tl.load(d_ptr + hd).to(tl.float32)
-            tl.store(part + p_d + hd, tl.sum(tl.sum(dy * x, axis=1), axis=0))
-            xdt = x * dt[:, None]
-            dxdt = _dot(tl.trans(m), dy, BF16, TF32)  # [KL, P]
-            dx = skip * dy + dxdt * dt[:, None]
-            ddt = tl.sum(dxdt * x, axis=1)
-            dm = tl.where(causal, _dot(dy, tl.trans(xdt), BF16, TF32), 0.0)  # [KL, KL]
-            d_scores += dm * decay
-            dseg = dm * m  # d exp(cum_i - cum_j) = exp(.) d(cum_i - cum_j)
-            dcum = tl.sum(dseg, axis=1) - tl.sum(dseg, axis=0)
-            da = tl.cumsum(dcum, axis=0, reverse=True)  # cum = cumsum(dt A)
-            ddt = tl.where(valid, ddt + da * a_h, 0.0)
-            tl.store(part + p_alog + hd, tl.sum(da * dt, axis=0) * a_h)  # dA/dA_log = A
-            draw = ddt * tl.sigmoid(raw)  # softplus'
-            tl.store(part + p_dtb + hd, tl.sum(draw, axis=0))
-            tl.store(dbase + t * PW + 2 * E + 2 * N + hd, draw.to(dproj_ptr.dtype.element_ty),
-                     mask=valid)
-            _conv_backward(base, dbase, part, conv_w_ptr, dx, x_pre, t, valid, hd * P, L, PW,
-                           E, P, CT, WIDTH, KL, BF16, TF32)
-        # scores = C B^T, shared by the heads
-        dC = _dot(d_scores, Bm, BF16, TF32)
-        dB = _dot(tl.trans(d_scores), Cm, BF16, TF32)
-        _conv_backward(base, dbase, part, conv_w_ptr, dB, B_pre, t, valid, E, L, PW, E, N, CT,
-                       WIDTH, KL, BF16, TF32)
-        _conv_backward(base, dbase, part, conv_w_ptr, dC, C_pre, t, valid, E + N, L, PW, E, N,
-                       CT, WIDTH, KL, BF16, TF32)
+            d_scores += _head_backward(base, dbase, part, conv_w_ptr, d_ptr, dg, x_pre, x, z,
+                                       raw, dt, a_h, decay, m, y, t, valid, causal, hd, L,
+                                       PW, E, N, P, CT, WIDTH, KL, BF16, TF32)
+        _scores_backward(base, dbase, part, conv_w_ptr, d_scores, B_pre, Bm, C_pre, Cm, t, valid,
+                         L, PW, E, N, CT, WIDTH, KL, BF16, TF32)
 
 
 def supports(headdim: int, d_state: int, length: int, chunk_size: int) -> bool:
