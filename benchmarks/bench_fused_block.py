@@ -68,7 +68,8 @@ def core_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, want: torc
     for programs in args.programs.split(","):
         for warps in (int(w) for w in args.warps.split(",")):
             cfg = dataclasses.replace(ref.mixer.cfg, fused_training="triton",
-                                      fused_core_programs=programs, fused_warps=warps)
+                                      fused_core_programs=programs, fused_warps=warps,
+                                      fused_head_warps=warps)
             fused = Mamba2Block(cfg).cuda()
             fused.load_state_dict(ref.state_dict())
 
@@ -109,7 +110,7 @@ def train_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, args) -> 
     blocks = {"torch_compiled": (compiled, ref)}
     for programs in args.programs.split(","):
         for warps in (int(w) for w in args.warps.split(",")):
-            fused = Mamba2Block(dataclasses.replace(cfg, fused_warps=warps,
+            fused = Mamba2Block(dataclasses.replace(cfg, fused_warps=warps, fused_head_warps=warps,
                                                     fused_core_programs=programs)).cuda()
             fused.load_state_dict(ref.state_dict())
             blocks[_fused_name(programs, warps)] = (fused, fused)

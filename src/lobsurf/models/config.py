@@ -74,9 +74,14 @@ class EncoderConfig:
     window through every head and the gated norm (``mamba2_fused_core.py``; timed on the
     H200); "head" = one program per (window, head) for the conv, SSD and gate, with the norm
     left to PyTorch and the heads' shared d scores summed by a second small backward kernel
-    (``mamba2_fused_heads.py``; correct in the CPU interpreter, not yet timed on a GPU)."""
+    (``mamba2_fused_heads.py``; correct in the CPU interpreter, ~100x fewer register spills
+    in its backward at sm_90, benchmarks/kernel_resources.py; not yet timed on a GPU)."""
     fused_warps: int = 4
     """Triton warps per window of the fused kernels (4 measured faster than 8)."""
+    fused_head_warps: int = 8
+    """Triton warps per (window, head) program of the per-head fused core
+    (``fused_core_programs = "head"``): 8 spill the fewest registers at the default shape
+    (benchmarks/kernel_resources.py, sm_90; not yet timed)."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8
@@ -111,7 +116,8 @@ class EncoderConfig:
             raise ValueError(f"kind must be 'mamba2' or 'cfc', got {self.kind!r}")
         positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
                     "chunk_size", "in_proj_pad_multiple", "ssd_triton_warps_fwd",
-                    "ssd_triton_warps_bwd", "fused_warps", "cfc_backbone_units", "cfc_backbone_layers")
+                    "ssd_triton_warps_bwd", "fused_warps", "fused_head_warps",
+                    "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

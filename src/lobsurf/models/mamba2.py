@@ -226,7 +226,7 @@ class Mamba2Mixer(nn.Module):
         if cfg.fused_core_programs == "head":
             g = mamba2_fused_heads.mamba2_heads(proj, self.conv_weight, self.conv_bias,
                                                 self.dt_bias, self.A_log, self.D, cfg.headdim,
-                                                cfg.d_state, cfg.fused_warps)
+                                                cfg.d_state, cfg.fused_head_warps)
             o = normalise_gated(g[:, -1] if last_only else g, self.norm_weight, cfg.norm_eps)
             return self.out_proj(o)
         o, _ = mamba2_fused_core.mamba2_core(

@@ -143,12 +143,13 @@ if triton is not None:
         return x_pre, x, z, raw, dt, a_h, decay, m, y
 
     @triton.jit
-    def _head_backward(base, dbase, part, conv_w_ptr, d_ptr, dg, x_pre, x, z, raw, dt, a_h,
+    def _head_backward(base, dbase, part, conv_w_ptr, conv_b_ptr, d_ptr, dg, x, z, raw, dt, a_h,
                        decay, m, y, t, valid, causal, hd, L, PW: tl.constexpr,
                        E: tl.constexpr, N: tl.constexpr, P: tl.constexpr, CT: tl.constexpr,
                        WIDTH: tl.constexpr, KL: tl.constexpr, BF16: tl.constexpr,
                        TF32: tl.constexpr):
-        # One head's backward from d g (g = y * SiLU(z)) and its recomputed forward (``_head``):
+        # One head's backward from d g (g = y * SiLU(z)) and its recomputed forward (``_head``;
+        # the conv's pre-activation recomputed at the end, not held live through it):
         # d proj columns of z, x (through the conv) and dt (stored), the head's conv, dt
         # bias, A_log and D partial sums (partial-sum layout: conv weight [WIDTH, CT], conv
         # bias [CT], dt bias [H], A_log [H], D [H], ...); returns the head's term of
@@ -179,6 +180,8 @@ if triton is not None:
         tl.store(part + p_dtb + hd, tl.sum(draw, axis=0))
         tl.store(dbase + t * PW + 2 * E + 2 * N + hd, draw.to(dbase.dtype.element_ty),
                  mask=valid)
+        x_pre, _ = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, hd * P, L, PW, E, P, CT,
+                               WIDTH)
         _conv_backward(base, dbase, part, conv_w_ptr, dx, x_pre, t, valid, hd * P, L, PW, E,
                        P, CT, WIDTH, KL, BF16, TF32)
         return dm * decay
@@ -255,7 +258,7 @@ if triton is not None:
             cross += tl.sum(go * w[None, :] * g, axis=1)
         d_scores = tl.zeros((KL, KL), dtype=tl.float32)
         for hd in tl.static_range(H):
-            x_pre, x, z, raw, dt, a_h, decay, m, y = _head(
+            _, x, z, raw, dt, a_h, decay, m, y = _head(
                 base, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, scores, t, valid,
                 causal, hd, L, PW, E, N, P, CT, WIDTH, BF16, TF32)
             g = y * (z * tl.sigmoid(z))
@@ -265,7 +268,7 @@ if triton is not None:
             tl.store(part + p_nw + hd * P + p, tl.sum(go * g * r[:, None], axis=0))
             # gated RMSNorm: o = w g r, r = (mean g^2 + eps)^-1/2
             dg = r[:, None] * w[None, :] * go - g * (r * r * r / E * cross)[:, None]
-            d_scores += _head_backward(base, dbase, part, conv_w_ptr, d_ptr, dg, x_pre, x, z,
+            d_scores += _head_backward(base, dbase, part, conv_w_ptr, conv_b_ptr, d_ptr, dg, x, z,
                                        raw, dt, a_h, decay, m, y, t, valid, causal, hd, L,
                                        PW, E, N, P, CT, WIDTH, KL, BF16, TF32)
         _scores_backward(base, dbase, part, conv_w_ptr, d_scores, B_pre, Bm, C_pre, Cm, t, valid,

@@ -19,7 +19,12 @@ the kernels:
                and its term of d scores [K, K] (fp32 scratch);
                kernel 2 per window: the heads' d scores summed in a fixed order
                (deterministic, no atomics) -> d B, d C through their conv -> d proj columns
-               of B and C and their conv gradients.
+               of B and C and their conv gradients (one of B, C at a time, B's conv
+               recomputed: fewer live tiles).
+
+Compiled for sm_90 (``benchmarks/kernel_resources.py``, bf16, 8 warps) the backward spills
+136 + 136 bytes per thread against the window core's 12.8 KB, and the three kernels compile
+in 11 s against its 56 s (benchmarks/RESULTS.md).
 
 Products run in proj's dtype (bf16 with fp32 sums, or fp32 with TF32 where
 torch.backends.cuda.matmul.fp32_precision is "tf32"); everything else is fp32. The jitted
@@ -43,12 +48,12 @@ __all__ = ["mamba2_heads", "mamba2_heads_backward", "supports"]
 if triton is not None:
     import triton.language as tl
 
-    from lobsurf.models.mamba2_fused import _round_bf16
+    from lobsurf.models.mamba2_fused import _dot, _round_bf16
     from lobsurf.models.mamba2_fused_core import (
+        _conv_backward,
+        _conv_silu,
         _head,
         _head_backward,
-        _scores_backward,
-        _shared_scores,
         _window,
     )
 
@@ -65,10 +70,10 @@ if triton is not None:
         hd = tl.program_id(1)
         t, valid, causal, base, scores = _window(proj_ptr, conv_w_ptr, conv_b_ptr, b, L, PW, E,
                                                  N, CT, WIDTH, KL, BF16, TF32)
-        x_pre, x, z, raw, dt, a_h, decay, m, y = _head(
+        _, x, z, raw, dt, a_h, decay, m, y = _head(
             base, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, scores, t, valid,
             causal, hd, L, PW, E, N, P, CT, WIDTH, BF16, TF32)
-        return b, hd, t, valid, causal, x_pre, x, z, raw, dt, a_h, decay, m, y
+        return b, hd, t, valid, causal, x, z, raw, dt, a_h, decay, m, y
 
     @triton.jit
     def _heads_fwd_kernel(proj_ptr, g_ptr, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr,
@@ -76,7 +81,7 @@ if triton is not None:
                           N: tl.constexpr, WIDTH: tl.constexpr, KL: tl.constexpr,
                           BF16: tl.constexpr, TF32: tl.constexpr):
         E: tl.constexpr = H * P
-        b, hd, t, valid, _, _, _, z, _, _, _, _, _, y = _this_head(
+        b, hd, t, valid, _, _, z, _, _, _, _, _, y = _this_head(
             proj_ptr, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, L, PW, H, P, N,
             WIDTH, KL, BF16, TF32)
         p = tl.arange(0, P)
@@ -94,7 +99,7 @@ if triton is not None:
                           BF16: tl.constexpr, TF32: tl.constexpr):
         E: tl.constexpr = H * P
         CT: tl.constexpr = E + 2 * N
-        b, hd, t, valid, causal, x_pre, x, z, raw, dt, a_h, decay, m, y = _this_head(
+        b, hd, t, valid, causal, x, z, raw, dt, a_h, decay, m, y = _this_head(
             proj_ptr, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, L, PW, H, P, N,
             WIDTH, KL, BF16, TF32)
         p = tl.arange(0, P)
@@ -102,9 +107,9 @@ if triton is not None:
                      mask=valid[:, None], other=0.0).to(tl.float32)
         # partial sums as mamba2_fused_core's, without the norm weight
         d_scores = _head_backward(proj_ptr + b * L * PW, dproj_ptr + b * L * PW,
-                                  part_ptr + b * PART, conv_w_ptr, d_ptr, dg, x_pre, x, z, raw,
-                                  dt, a_h, decay, m, y, t, valid, causal, hd, L, PW, E, N, P,
-                                  CT, WIDTH, KL, BF16, TF32)
+                                  part_ptr + b * PART, conv_w_ptr, conv_b_ptr, d_ptr, dg, x, z,
+                                  raw, dt, a_h, decay, m, y, t, valid, causal, hd, L, PW, E, N,
+                                  P, CT, WIDTH, KL, BF16, TF32)
         tl.store(dscores_ptr + (b * H + hd) * KL * KL + t[:, None] * KL + t[None, :], d_scores)
 
     @triton.jit
@@ -124,10 +129,18 @@ if triton is not None:
         d_scores = tl.zeros((KL, KL), dtype=tl.float32)
         for hd in tl.static_range(H):  # a fixed order: the same sum on every run
             d_scores += tl.load(dscores_ptr + (b * H + hd) * KL * KL + tile)
-        B_pre, Bm, C_pre, Cm, _ = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid, L, PW,
-                                                 E, N, CT, WIDTH, BF16, TF32)
-        _scores_backward(base, dbase, part, conv_w_ptr, d_scores, B_pre, Bm, C_pre, Cm, t, valid,
-                         L, PW, E, N, CT, WIDTH, KL, BF16, TF32)
+        # scores = C B^T: one of B, C at a time (fewer live tiles), B's pre-activation
+        # recomputed for its conv's backward
+        _, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
+        dC = _dot(d_scores, Bm, BF16, TF32)
+        C_pre, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N, CT,
+                               WIDTH)
+        dB = _dot(tl.trans(d_scores), Cm, BF16, TF32)
+        _conv_backward(base, dbase, part, conv_w_ptr, dC, C_pre, t, valid, E + N, L, PW, E, N,
+                       CT, WIDTH, KL, BF16, TF32)
+        B_pre, _ = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
+        _conv_backward(base, dbase, part, conv_w_ptr, dB, B_pre, t, valid, E, L, PW, E, N, CT,
+                       WIDTH, KL, BF16, TF32)
 
 
 @torch.library.custom_op("lobsurf::mamba2_heads", mutates_args=())

@@ -1,0 +1,134 @@
+"""Registers, spills and shared memory of the fused Mamba2 kernels on a Hopper GPU, found
+without one: each kernel compiled ahead of time for sm_90 by Triton, its PTX assembled by the
+ptxas that comes with Triton (``ptxas -v``).
+
+Register pressure is what the H200 timings blamed for the fused kernels' speed
+(benchmarks/RESULTS.md: one window per program keeps many [K, K] fp32 tiles live); here it
+is read on any machine with Triton, so a kernel change can be judged for spills before any
+device time is spent. The figures are this Triton's and ptxas's; the device's Triton may
+allocate differently, so the GPU timing stays the judge.
+
+    python benchmarks/kernel_resources.py [--warps 4,8] [--precision bf16,tf32] [--json F]
+
+Runs on the CPU (TRITON_INTERPRET must be unset). Shape: the default block (D 128, P 64,
+N 64, H 4, K 64, conv width 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+#: the default encoder's block: in_proj width 2E + 2N + H, heads, headdim, d_state, conv
+#: width, the window's tile length
+SHAPE = {"PW": 644, "H": 4, "P": 64, "N": 64, "WIDTH": 4, "KL": 64}
+#: arguments that carry the activations' dtype (the rest of the pointers are fp32)
+ACTIVATIONS = ("proj_ptr", "g_ptr", "o_ptr", "do_ptr", "dg_ptr", "dproj_ptr")
+#: Hopper, compute capability 9.0
+ARCH = 90
+
+
+def kernels() -> dict:
+    from lobsurf.models import mamba2_fused_core as core
+    from lobsurf.models import mamba2_fused_heads as heads
+
+    return {"window fwd": core._core_fwd_kernel, "window bwd": core._core_bwd_kernel,
+            "head fwd": heads._heads_fwd_kernel, "head bwd": heads._heads_bwd_kernel,
+            "scores bwd": heads._scores_bwd_kernel}
+
+
+def ptxas_path() -> str:
+    """Triton's own ptxas newest enough for its PTX (the Blackwell build reads newer PTX
+    versions and still targets sm_90)."""
+    import triton
+
+    folder = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    for name in ("ptxas-blackwell", "ptxas"):
+        if (folder / name).exists():
+            return str(folder / name)
+    raise SystemExit(f"no ptxas in {folder}")
+
+
+def signature(fn, activation: str, consts: dict) -> tuple[dict, dict]:
+    sig, cx = {}, {}
+    for name in inspect.signature(fn.fn).parameters:
+        if name in consts:
+            sig[name], cx[name] = "constexpr", consts[name]
+        elif name.endswith("_ptr"):
+            sig[name] = activation if name in ACTIVATIONS else "*fp32"
+        else:
+            sig[name] = "fp32" if name == "eps" else "i32"
+    return sig, cx
+
+
+def resources(fn, precision: str, warps: int) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    consts = {**SHAPE, "BF16": int(precision == "bf16"), "TF32": int(precision == "tf32"),
+              "PART": 1}
+    sig, cx = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
+    start = time.perf_counter()
+    compiled = triton.compile(ASTSource(fn, sig, cx), target=GPUTarget("cuda", ARCH, 32),
+                              options={"num_warps": warps})
+    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp, "k.ptx")
+        ptx.write_text(compiled.asm["ptx"])
+        report = subprocess.run([ptxas_path(), "-v", f"--gpu-name=sm_{ARCH}a", str(ptx), "-o",
+                                 str(Path(tmp, "k.cubin"))], capture_output=True, text=True,
+                                check=False)
+    text = report.stderr + report.stdout
+    regs = re.search(r"Used (\d+) registers", text)
+    spill = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                      r"(\d+) bytes spill loads", text)
+    if report.returncode or not regs or not spill:
+        raise RuntimeError(f"ptxas: {text[-400:]}")
+    return {"registers": int(regs.group(1)), "stack_bytes": int(spill.group(1)),
+            "spill_store_bytes": int(spill.group(2)), "spill_load_bytes": int(spill.group(3)),
+            "shared_bytes": compiled.metadata.shared, "compile_s": round(seconds, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--warps", default="4,8")
+    ap.add_argument("--precision", default="bf16,tf32")
+    ap.add_argument("--kernels", default=",".join(kernels()))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("unset TRITON_INTERPRET: this compiles the kernels for a GPU")
+    # an empty cache, so that every compile_s is a real compilation
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernel_resources_")
+    table = kernels()
+    rows = []
+    for precision in args.precision.split(","):
+        for warps in (int(w) for w in args.warps.split(",")):
+            for name in args.kernels.split(","):
+                row = {"kernel": name, "precision": precision, "warps": warps,
+                       **resources(table[name], precision, warps)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    import triton
+
+    print(f"\nTriton {triton.__version__}, sm_{ARCH}, {SHAPE}")
+    print(f"{'kernel':>11} {'prec':>5} {'warps':>5} {'regs':>5} {'stack B':>8} "
+          f"{'spill st/ld B':>14} {'smem B':>7} {'compile s':>9}")
+    for r in rows:
+        print(f"{r['kernel']:>11} {r['precision']:>5} {r['warps']:>5} {r['registers']:>5} "
+              f"{r['stack_bytes']:>8} {r['spill_store_bytes']:>6}/{r['spill_load_bytes']:<7} "
+              f"{r['shared_bytes']:>7} {r['compile_s']:>9}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
