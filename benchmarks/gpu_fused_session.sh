@@ -4,7 +4,8 @@
 # $PROGRAMS, default window,head; precisions $MICRO_PREC, default fp32,bf16), then
 # lobsurf bench per "B:layers:precisions" argument with --fused-inference $FUSED_INF
 # (default torch), --fused-training $FUSED_TRAIN (default torch,auto),
-# --fused-core-programs $FUSED_CORE (default window) and --compile, each under its own
+# --fused-core-programs $FUSED_CORE (default window), --fused-core-no-grad when
+# $CORE_NO_GRAD is set, and --compile, each under its own
 # limit; $STEPS timed steps per block.
 # Usage (device machine, repo root, .whl and .gpu_src carried):
 #   TESTS=1 FUSED_CORE=head bash .gpu_src/benchmarks/gpu_fused_session.sh 1024:2:bf16
@@ -29,7 +30,7 @@ for cfg in "$@"; do
   timeout "${LIMIT:-200}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
     --precision "$p" --fused-inference "${FUSED_INF:-torch}" \
     --fused-training "${FUSED_TRAIN:-torch,auto}" \
-    --fused-core-programs "${FUSED_CORE:-window}" --compile --steps "${STEPS:-20}" --repeats 2 \
+    --fused-core-programs "${FUSED_CORE:-window}" ${CORE_NO_GRAD:+--fused-core-no-grad} --compile --steps "${STEPS:-20}" --repeats 2 \
     --snapshots 50000 --json "$OUT/bench_${b}_${l}.json" > "$OUT/bench_${b}_${l}.log" \
     2> "$OUT/bench_${b}_${l}.err"
   echo "bench B=$b L=$l rc=$?"

@@ -7,7 +7,7 @@ import json
 from lobsurf.cli import main
 
 ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
-            "fused_core_programs",
+            "fused_core_programs", "fused_core_no_grad",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
@@ -161,8 +161,9 @@ def test_roofline_line_says_when_the_per_op_count_exceeds_hbm() -> None:
 def test_bench_passes_the_fused_core_grid_to_the_run(tmp_path) -> None:
     from lobsurf.bench.measure import BenchConfig, run_config
 
-    for programs in ("window", "head"):
-        cfg = BenchConfig(fused_core_programs=programs)
+    for programs, no_grad in (("window", False), ("head", True)):
+        cfg = BenchConfig(fused_core_programs=programs, fused_core_no_grad=no_grad)
         run = run_config(tmp_path, 4, 1, "cpu", cfg, fused_training="triton")
         assert run.encoder.fused_core_programs == programs
+        assert run.encoder.fused_core_no_grad is no_grad
         assert run.encoder.fused_training == "triton"

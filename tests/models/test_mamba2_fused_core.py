@@ -96,6 +96,29 @@ def test_fused_core_only_under_autograd() -> None:
         fused(torch.randn(1, fused.mixer.cfg.chunk_size + 1, 32))
 
 
+#: the forward kernel of each grid (EncoderConfig.fused_core_programs)
+FORWARD_KERNEL = {"window": "_core_fwd_kernel", "head": "_heads_fwd_kernel"}
+
+
+@pytest.mark.parametrize("programs", GRIDS)
+def test_fused_core_serves_no_grad_forwards_when_asked(programs) -> None:
+    from tests.models.triton_bounds import bounds_checked
+
+    fused, ref = _blocks(32, 16, 16, programs=programs)
+    h = torch.randn(3, 37, 32)
+    with torch.no_grad():
+        assert not fused.mixer._fused_core(h)  # off by default
+        fused.mixer.cfg = dataclasses.replace(fused.mixer.cfg, fused_core_no_grad=True)
+        assert fused.mixer._fused_core(h)
+        for last_only in (False, True):
+            want = ref(h.double(), last_only=last_only)
+            with bounds_checked() as launches:
+                got = fused(h, last_only=last_only)
+            assert launches == [FORWARD_KERNEL[programs]]  # the core ran, forward only
+            err = ((got.double() - want).norm() / want.norm()).item()
+            assert err < TOL_FP32, f"last_only={last_only}: relative error {err:.2e}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("programs", GRIDS)
 @pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", [CASES[0], CASES[2]])

@@ -76,6 +76,8 @@ class BenchConfig:
     fused_core_programs: str = "window"
     """encoder.fused_core_programs: the fused core's grid where fused_training runs it (one
     program per window, or per (window, head))."""
+    fused_core_no_grad: bool = False
+    """encoder.fused_core_no_grad: the fused core in the no-grad forwards (acting, target)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -101,7 +103,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "data": {"store": str(store)},
         "encoder": {"n_layers": layers, "fused_inference": fused_inference,
                     "fused_training": fused_training,
-                    "fused_core_programs": cfg.fused_core_programs},
+                    "fused_core_programs": cfg.fused_core_programs,
+                    "fused_core_no_grad": cfg.fused_core_no_grad},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "overlap_collect": cfg.overlap_collect,
@@ -217,6 +220,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "fused_inference": fused_inference,
                            "fused_training": fused_training,
                            "fused_core_programs": cfg.fused_core_programs,
+                           "fused_core_no_grad": cfg.fused_core_no_grad,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

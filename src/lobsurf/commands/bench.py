@@ -101,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.fused_core_programs, help="the fused core's grid where "
                         "--fused-training runs it: a program per window, or per (window, head) "
                         "(encoder.fused_core_programs)")
+    parser.add_argument("--fused-core-no-grad", action=argparse.BooleanOptionalAction,
+                        default=d.fused_core_no_grad, help="the fused core (where "
+                        "--fused-training runs it) in the no-grad forwards too: acting and the "
+                        "target net (encoder.fused_core_no_grad)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -125,7 +129,8 @@ def _config(args: argparse.Namespace):
                            overlap_target=args.overlap_target, fused_adam=args.fused_adam,
                            overlap_collect=args.overlap_collect,
                            max_autotune=args.max_autotune,
-                           fused_core_programs=args.fused_core_programs)
+                           fused_core_programs=args.fused_core_programs,
+                           fused_core_no_grad=args.fused_core_no_grad)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -260,7 +265,8 @@ def run(args: argparse.Namespace) -> int:
           f"{'fused' if cfg.fused_adam and cuda else 'multi-tensor'}, learner "
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
-          f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}")
+          f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"
+          f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

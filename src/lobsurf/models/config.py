@@ -76,6 +76,10 @@ class EncoderConfig:
     left to PyTorch and the heads' shared d scores summed by a second small backward kernel
     (``mamba2_fused_heads.py``; correct in the CPU interpreter, ~100x fewer register spills
     in its backward at sm_90, benchmarks/kernel_resources.py; not yet timed on a GPU)."""
+    fused_core_no_grad: bool = False
+    """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
+    in the forwards without autograd too (acting on B windows, the target net on 2B), where
+    ``fused_inference`` does not take the whole block; off = the PyTorch mixer there."""
     fused_warps: int = 4
     """Triton warps per window of the fused kernels (4 measured faster than 8)."""
     fused_head_warps: int = 8

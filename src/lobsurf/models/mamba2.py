@@ -236,10 +236,12 @@ class Mamba2Mixer(nn.Module):
 
     def _fused_core(self, u: torch.Tensor) -> bool:
         # The core kernels with autograd serve forwards that need gradients; forwards
-        # without them go through the whole-block kernel (Mamba2Block) or PyTorch.
+        # without them go through the whole-block kernel (Mamba2Block) or PyTorch, or
+        # through the core too when fused_core_no_grad asks for it.
         cfg = self.cfg
         return mamba2_fused.use_fused(
-            cfg.fused_training, "fused_training", u, torch.is_grad_enabled(),
+            cfg.fused_training, "fused_training", u,
+            torch.is_grad_enabled() or cfg.fused_core_no_grad,
             mamba2_fused_core.supports(cfg.headdim, cfg.d_state, u.shape[1], cfg.chunk_size),
             "power-of-two headdim and d_state >= 16 and a window of at most chunk_size",
             f"headdim {cfg.headdim}, d_state {cfg.d_state}, window {u.shape[1]}, "
