@@ -74,7 +74,7 @@ class EncoderConfig:
     window through every head and the gated norm (``mamba2_fused_core.py``; timed on the
     H200); "head" = one program per (window, head) for the conv, SSD and gate, with the norm
     left to PyTorch and the heads' shared d scores summed by a second small backward kernel
-    (``mamba2_fused_heads.py``; correct in the CPU interpreter, ~100x fewer register spills
+    (``mamba2_fused_heads.py``; correct in the CPU interpreter, ~70x fewer register spills
     in its backward at sm_90, benchmarks/kernel_resources.py; not yet timed on a GPU)."""
     fused_core_no_grad: bool = False
     """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)

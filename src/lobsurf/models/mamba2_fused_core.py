@@ -82,29 +82,23 @@ if triton is not None:
                  dpre.to(dpre_base.dtype.element_ty), mask=valid[:, None])
 
     @triton.jit
-    def _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid, L, PW: tl.constexpr,
-                       E: tl.constexpr, N: tl.constexpr, CT: tl.constexpr,
-                       WIDTH: tl.constexpr, BF16: tl.constexpr, TF32: tl.constexpr):
-        # B and C (pre-activations too) and the heads' shared scores C B^T [KL, KL].
-        B_pre, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT,
-                               WIDTH)
-        C_pre, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N,
-                               CT, WIDTH)
-        return B_pre, Bm, C_pre, Cm, _dot(Cm, tl.trans(Bm), BF16, TF32)
-
-    @triton.jit
-    def _scores_backward(base, dbase, part, conv_w_ptr, d_scores, B_pre, Bm, C_pre, Cm, t, valid,
-                         L, PW: tl.constexpr, E: tl.constexpr, N: tl.constexpr,
-                         CT: tl.constexpr, WIDTH: tl.constexpr, KL: tl.constexpr,
-                         BF16: tl.constexpr, TF32: tl.constexpr):
+    def _scores_backward(base, dbase, part, conv_w_ptr, conv_b_ptr, d_scores, t, valid, L,
+                         PW: tl.constexpr, E: tl.constexpr, N: tl.constexpr, CT: tl.constexpr,
+                         WIDTH: tl.constexpr, KL: tl.constexpr, BF16: tl.constexpr,
+                         TF32: tl.constexpr):
         # scores = C B^T, shared by the heads: d B, d C through their conv -> d proj columns of
-        # B and C (stored) and their conv partial sums.
+        # B and C (stored) and their conv partial sums. B and C are recomputed from proj one
+        # at a time (B's twice) rather than held live through the heads' backward.
+        _, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
         dC = _dot(d_scores, Bm, BF16, TF32)
+        C_pre, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N, CT,
+                               WIDTH)
         dB = _dot(tl.trans(d_scores), Cm, BF16, TF32)
-        _conv_backward(base, dbase, part, conv_w_ptr, dB, B_pre, t, valid, E, L, PW, E, N, CT,
-                       WIDTH, KL, BF16, TF32)
         _conv_backward(base, dbase, part, conv_w_ptr, dC, C_pre, t, valid, E + N, L, PW, E, N,
                        CT, WIDTH, KL, BF16, TF32)
+        B_pre, _ = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
+        _conv_backward(base, dbase, part, conv_w_ptr, dB, B_pre, t, valid, E, L, PW, E, N, CT,
+                       WIDTH, KL, BF16, TF32)
 
     @triton.jit
     def _window(proj_ptr, conv_w_ptr, conv_b_ptr, b, L, PW: tl.constexpr, E: tl.constexpr,
@@ -116,9 +110,9 @@ if triton is not None:
         valid = t < L
         causal = t[None, :] <= t[:, None]
         base = proj_ptr + b * L * PW
-        _, _, _, _, scores = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid, L, PW, E,
-                                            N, CT, WIDTH, BF16, TF32)
-        return t, valid, causal, base, scores
+        _, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
+        _, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N, CT, WIDTH)
+        return t, valid, causal, base, _dot(Cm, tl.trans(Bm), BF16, TF32)
 
     @triton.jit
     def _head(base, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_log_ptr, d_ptr, scores, t, valid,
@@ -232,18 +226,14 @@ if triton is not None:
         E: tl.constexpr = H * P
         CT: tl.constexpr = E + 2 * N
         b = tl.program_id(0)
-        t = tl.arange(0, KL)
         p = tl.arange(0, P)
-        valid = t < L
-        causal = t[None, :] <= t[:, None]
-        base = proj_ptr + b * L * PW
+        t, valid, causal, base, scores = _window(proj_ptr, conv_w_ptr, conv_b_ptr, b, L, PW, E,
+                                                 N, CT, WIDTH, KL, BF16, TF32)
         dbase = dproj_ptr + b * L * PW
         part = part_ptr + b * PART
         # partial-sum layout: conv weight [WIDTH, CT], conv bias [CT], dt bias [H],
         # A_log [H], D [H], norm weight [E]
         p_nw: tl.constexpr = WIDTH * CT + CT + 3 * H
-        B_pre, Bm, C_pre, Cm, scores = _shared_scores(base, conv_w_ptr, conv_b_ptr, t, valid,
-                                                      L, PW, E, N, CT, WIDTH, BF16, TF32)
         r = tl.load(rstd_ptr + b * L + t, mask=valid, other=0.0)
         do_rows = do_ptr + b * L * E + t[:, None] * E
         cross = tl.zeros((KL,), dtype=tl.float32)  # sum_e d o * w * g per row (norm's term)
@@ -271,8 +261,8 @@ if triton is not None:
             d_scores += _head_backward(base, dbase, part, conv_w_ptr, conv_b_ptr, d_ptr, dg, x, z,
                                        raw, dt, a_h, decay, m, y, t, valid, causal, hd, L,
                                        PW, E, N, P, CT, WIDTH, KL, BF16, TF32)
-        _scores_backward(base, dbase, part, conv_w_ptr, d_scores, B_pre, Bm, C_pre, Cm, t, valid,
-                         L, PW, E, N, CT, WIDTH, KL, BF16, TF32)
+        _scores_backward(base, dbase, part, conv_w_ptr, conv_b_ptr, d_scores, t, valid, L, PW, E,
+                         N, CT, WIDTH, KL, BF16, TF32)
 
 
 def supports(headdim: int, d_state: int, length: int, chunk_size: int) -> bool:
@@ -333,10 +323,15 @@ def mamba2_core_backward(d_o: torch.Tensor, proj: torch.Tensor, rstd: torch.Tens
                                skip.contiguous(), norm_w.contiguous(), length, PART=n_part,
                                **_meta(proj, a_log, headdim, d_state, conv_w),
                                num_warps=num_warps)
-    # each gradient is its own reduction over windows (outputs of a custom op must not be
-    # views of one another)
-    grads, start = [dproj], 0
-    for param in (conv_w, conv_b, dt_bias, a_log, skip, norm_w):
+    return [dproj, *window_sums(part, (conv_w, conv_b, dt_bias, a_log, skip, norm_w))]
+
+
+def window_sums(part: torch.Tensor, params: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    """The parameters' gradients from the windows' partial sums part [B, sum of numels] (laid
+    out in ``params``' order): each its own reduction over windows, since outputs of a custom
+    op must not be views of one another."""
+    grads, start = [], 0
+    for param in params:
         stop = start + param.numel()
         grads.append(part[:, start:stop].sum(0).view(param.shape).to(param.dtype))
         start = stop

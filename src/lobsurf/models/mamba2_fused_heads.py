@@ -19,12 +19,12 @@ the kernels:
                and its term of d scores [K, K] (fp32 scratch);
                kernel 2 per window: the heads' d scores summed in a fixed order
                (deterministic, no atomics) -> d B, d C through their conv -> d proj columns
-               of B and C and their conv gradients (one of B, C at a time, B's conv
-               recomputed: fewer live tiles).
+               of B and C and their conv gradients (``_scores_backward``: one of B, C
+               at a time, B's conv recomputed, fewer live tiles).
 
 Compiled for sm_90 (``benchmarks/kernel_resources.py``, bf16, 8 warps) the backward spills
-136 + 136 bytes per thread against the window core's 12.8 KB, and the three kernels compile
-in 11 s against its 56 s (benchmarks/RESULTS.md).
+136 + 8 bytes per thread against the window core's 9.8 KB, and the three kernels compile in
+13 s against its 71 s (benchmarks/RESULTS.md).
 
 Products run in proj's dtype (bf16 with fp32 sums, or fp32 with TF32 where
 torch.backends.cuda.matmul.fp32_precision is "tf32"); everything else is fp32. The jitted
@@ -41,19 +41,18 @@ from __future__ import annotations
 import torch
 
 from lobsurf.models.mamba2_fused import triton
-from lobsurf.models.mamba2_fused_core import _meta, supports
+from lobsurf.models.mamba2_fused_core import _meta, supports, window_sums
 
 __all__ = ["mamba2_heads", "mamba2_heads_backward", "supports"]
 
 if triton is not None:
     import triton.language as tl
 
-    from lobsurf.models.mamba2_fused import _dot, _round_bf16
+    from lobsurf.models.mamba2_fused import _round_bf16
     from lobsurf.models.mamba2_fused_core import (
-        _conv_backward,
-        _conv_silu,
         _head,
         _head_backward,
+        _scores_backward,
         _window,
     )
 
@@ -129,18 +128,8 @@ if triton is not None:
         d_scores = tl.zeros((KL, KL), dtype=tl.float32)
         for hd in tl.static_range(H):  # a fixed order: the same sum on every run
             d_scores += tl.load(dscores_ptr + (b * H + hd) * KL * KL + tile)
-        # scores = C B^T: one of B, C at a time (fewer live tiles), B's pre-activation
-        # recomputed for its conv's backward
-        _, Bm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
-        dC = _dot(d_scores, Bm, BF16, TF32)
-        C_pre, Cm = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E + N, L, PW, E, N, CT,
-                               WIDTH)
-        dB = _dot(tl.trans(d_scores), Cm, BF16, TF32)
-        _conv_backward(base, dbase, part, conv_w_ptr, dC, C_pre, t, valid, E + N, L, PW, E, N,
-                       CT, WIDTH, KL, BF16, TF32)
-        B_pre, _ = _conv_silu(base, conv_w_ptr, conv_b_ptr, t, valid, E, L, PW, E, N, CT, WIDTH)
-        _conv_backward(base, dbase, part, conv_w_ptr, dB, B_pre, t, valid, E, L, PW, E, N, CT,
-                       WIDTH, KL, BF16, TF32)
+        _scores_backward(base, dbase, part, conv_w_ptr, conv_b_ptr, d_scores, t, valid, L, PW, E,
+                         N, CT, WIDTH, KL, BF16, TF32)
 
 
 @torch.library.custom_op("lobsurf::mamba2_heads", mutates_args=())
@@ -193,14 +182,7 @@ def mamba2_heads_backward(d_g: torch.Tensor, proj: torch.Tensor, conv_w: torch.T
                                       num_warps=num_warps)
     _scores_bwd_kernel[(batch,)](proj, dproj, dscores, part, conv_w, conv_b, length,
                                  PART=n_part, **meta, num_warps=num_warps)
-    # each gradient is its own reduction over windows (outputs of a custom op must not be
-    # views of one another)
-    grads, start = [dproj], 0
-    for param in (conv_w, conv_b, dt_bias, a_log, skip):
-        stop = start + param.numel()
-        grads.append(part[:, start:stop].sum(0).view(param.shape).to(param.dtype))
-        start = stop
-    return grads
+    return [dproj, *window_sums(part, (conv_w, conv_b, dt_bias, a_log, skip))]
 
 
 @mamba2_heads_backward.register_fake
