@@ -7,7 +7,9 @@ For each batch of windows (K = 64, the default block: D 128, P 64, N 64, H 4) an
 - ``train`` (default): the block's forward + backward with autograd, the PyTorch block
   compiled by torch.compile against the fused core (``encoder.fused_training``) in each
   grid (``fused_core_programs``: a program per window, or per (window, head)) at each warp
-  count, and the gradients' agreement with the compiled block;
+  count, and the gradients' agreement with the compiled block (the fused blocks' projections
+  and norms run eagerly here, graphed but not compiled; ``profile_mamba2_block.py``
+  compiles every variant and times each kernel);
 - ``core``: the no-grad forward through the window-grid core, GEMMs compiled around it;
 - ``block``: the one-kernel block (``encoder.fused_inference``), which is off on CUDA
   (``mamba2_fused.CUDA_DISABLED``): these rows are an error until that switch goes.

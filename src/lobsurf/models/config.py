@@ -74,18 +74,23 @@ class EncoderConfig:
     window through every head and the gated norm (``mamba2_fused_core.py``; timed on the
     H200); "head" = one program per (window, head) for the conv, SSD and gate, with the norm
     left to PyTorch and the heads' shared d scores summed by a second small backward kernel
-    (``mamba2_fused_heads.py``; correct in the CPU interpreter, ~70x fewer register spills
-    in its backward at sm_90, benchmarks/kernel_resources.py; not yet timed on a GPU)."""
+    (``mamba2_fused_heads.py``; ~70x fewer register spills in its backward at sm_90,
+    benchmarks/kernel_resources.py, but **0.64x** the PyTorch mixer on the H200: 2,174 against
+    1,392 us of kernels for a block's forward + backward at B = 1024, bf16, one program per
+    SM at 255 registers; benchmarks/RESULTS.md)."""
     fused_core_no_grad: bool = False
     """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
     in the forwards without autograd too (acting on B windows, the target net on 2B), where
-    ``fused_inference`` does not take the whole block; off = the PyTorch mixer there."""
+    ``fused_inference`` does not take the whole block; off = the PyTorch mixer there (faster:
+    the window core there too took the B = 1024 step from 227.7 to 128.8 steps/s on the H200,
+    benchmarks/RESULTS.md)."""
     fused_warps: int = 4
     """Triton warps per window of the fused kernels (4 measured faster than 8)."""
     fused_head_warps: int = 8
     """Triton warps per (window, head) program of the per-head fused core
     (``fused_core_programs = "head"``): 8 spill the fewest registers at the default shape
-    (benchmarks/kernel_resources.py, sm_90; not yet timed)."""
+    (benchmarks/kernel_resources.py, sm_90) and ran fastest of 4, 8 and 16 on the H200
+    (2,174 against 2,261 and 3,650 us of kernels per block forward + backward)."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8

@@ -24,7 +24,10 @@ the kernels:
 
 Compiled for sm_90 (``benchmarks/kernel_resources.py``, bf16, 8 warps) the backward spills
 136 + 8 bytes per thread against the window core's 9.8 KB, and the three kernels compile in
-13 s against its 71 s (benchmarks/RESULTS.md).
+13 s against its 71 s. It is still slower than the compiled PyTorch mixer on the H200 (0.64x
+for a block's forward + backward at B = 1024, bf16; the per-head backward kernel 1.1 ms of
+it): every program holds a whole 64 x 64 problem in 255 registers per thread, so one
+program runs per SM and nothing hides its latency (benchmarks/RESULTS.md, eighth session).
 
 Products run in proj's dtype (bf16 with fp32 sums, or fp32 with TF32 where
 torch.backends.cuda.matmul.fp32_precision is "tf32"); everything else is fp32. The jitted
