@@ -8,10 +8,13 @@ is read on any machine with Triton, so a kernel change can be judged for spills 
 device time is spent. The figures are this Triton's and ptxas's; the device's Triton may
 allocate differently, so the GPU timing stays the judge.
 
-    python benchmarks/kernel_resources.py [--warps 4,8] [--precision bf16,tf32] [--json F]
+    python benchmarks/kernel_resources.py [--warps 4,8] [--precision bf16,tf32]
+        [--window 64] [--maxnreg R] [--json F]
 
 Runs on the CPU (TRITON_INTERPRET must be unset). Shape: the default block (D 128, P 64,
-N 64, H 4, K 64, conv width 4).
+N 64, H 4, K 64, conv width 4); ``--window`` sets the tile length K (32: what a program of
+a 32-row chunk would hold), ``--maxnreg`` caps the registers per thread (128 at 8 warps:
+two programs per SM) to read the spills that the cap costs.
 """
 
 from __future__ import annotations
@@ -68,17 +71,19 @@ def signature(fn, activation: str, consts: dict) -> tuple[dict, dict]:
     return sig, cx
 
 
-def resources(fn, precision: str, warps: int) -> dict:
+def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
+              maxnreg: int | None = None) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    consts = {**SHAPE, "BF16": int(precision == "bf16"), "TF32": int(precision == "tf32"),
-              "PART": 1}
+    consts = {**SHAPE, "KL": window, "BF16": int(precision == "bf16"),
+              "TF32": int(precision == "tf32"), "PART": 1}
+    options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()
     compiled = triton.compile(ASTSource(fn, sig, cx), target=GPUTarget("cuda", ARCH, 32),
-                              options={"num_warps": warps})
+                              options=options)
     seconds = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp, "k.ptx")
@@ -102,6 +107,8 @@ def main() -> None:
     ap.add_argument("--warps", default="4,8")
     ap.add_argument("--precision", default="bf16,tf32")
     ap.add_argument("--kernels", default=",".join(kernels()))
+    ap.add_argument("--window", type=int, default=SHAPE["KL"], help="tile length K")
+    ap.add_argument("--maxnreg", type=int, default=None, help="registers per thread, at most")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -114,12 +121,14 @@ def main() -> None:
         for warps in (int(w) for w in args.warps.split(",")):
             for name in args.kernels.split(","):
                 row = {"kernel": name, "precision": precision, "warps": warps,
-                       **resources(table[name], precision, warps)}
+                       "window": args.window, "maxnreg": args.maxnreg,
+                       **resources(table[name], precision, warps, args.window, args.maxnreg)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     import triton
 
-    print(f"\nTriton {triton.__version__}, sm_{ARCH}, {SHAPE}")
+    print(f"\nTriton {triton.__version__}, sm_{ARCH}, {SHAPE | {'KL': args.window}}, "
+          f"maxnreg {args.maxnreg}")
     print(f"{'kernel':>11} {'prec':>5} {'warps':>5} {'regs':>5} {'stack B':>8} "
           f"{'spill st/ld B':>14} {'smem B':>7} {'compile s':>9}")
     for r in rows:
