@@ -51,6 +51,9 @@ def main() -> None:
     ap.add_argument("--warps", type=int, default=8)
     ap.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--aligns", default="",
+                    help="also the PyTorch mixer with EncoderConfig.cuda_gemm_align = each of "
+                         "these (1: the products' odd widths left unpadded)")
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -64,7 +67,12 @@ def main() -> None:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16",
                               cache_enabled=False)
     variants = {"torch": ref}
-    for programs in args.programs.split(","):
+    for align in filter(None, args.aligns.split(",")):
+        cfg = dataclasses.replace(ref.mixer.cfg, cuda_gemm_align=int(align))
+        variants[f"torch, cuda_gemm_align {align}"] = Mamba2Block(cfg).cuda()
+    for programs in filter(None, args.programs.split(",")):  # "" or "none": PyTorch only
+        if programs == "none":
+            continue
         cfg = dataclasses.replace(ref.mixer.cfg, fused_training="triton",
                                   fused_core_programs=programs, fused_warps=args.warps,
                                   fused_head_warps=args.warps)

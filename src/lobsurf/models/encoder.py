@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from lobsurf.models.align import device_multiple, linear_padded_in
 from lobsurf.models.cfc import CfCBlock, elapsed_time, typical_gap_scale
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.mamba2 import Mamba2Block, rms_norm
@@ -76,7 +77,9 @@ class Encoder(nn.Module):
         """
         if self.cfg.append_log_dt:
             x = torch.cat([x, log_dt.unsqueeze(-1).to(x.dtype)], dim=-1)
-        h = self.input_proj(x)  # [B, K, D]
+        # [B, K, D]; the feature axis padded to an aligned width on CUDA (models/align.py)
+        h = linear_padded_in(x, self.input_proj.weight, self.input_proj.bias,
+                             device_multiple(x, self.cfg.cuda_gemm_align))
         if self.cfg.kind == "cfc":
             t = elapsed_time(log_dt, self.cfg, self.time_scale)  # [B, K]
             for blk in self.blocks:

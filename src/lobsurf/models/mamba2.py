@@ -38,6 +38,7 @@ from lobsurf.models import (
     mamba2_fused_heads,
     ssd_triton,
 )
+from lobsurf.models.align import device_multiple, linear_padded_out
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
@@ -185,13 +186,15 @@ class Mamba2Mixer(nn.Module):
         H, P, E = cfg.n_heads, cfg.headdim, cfg.d_inner
         if state is None and self._fused_core(u):
             return self._fused_core_forward(u, last_only)
+        align = device_multiple(u, cfg.cuda_gemm_align)  # aligned GEMM widths (align.py)
         if last_only:
             # z is needed for one row only: project it separately and skip E columns elsewhere.
             z = F.linear(u[:, -1], self.in_proj.weight[:E])  # [B, E]
-            xbc, dt = torch.split(F.linear(u, self.in_proj.weight[E:self.proj_width]),
-                                  self.split_sizes[1:], dim=-1)
+            xbc_dt = linear_padded_out(u, self.in_proj.weight[E:self.proj_width], align)
+            xbc, dt = torch.split(xbc_dt[..., :self.proj_width - E], self.split_sizes[1:],
+                                  dim=-1)
         else:
-            z, xbc, dt = self._split_proj(self.in_proj(u))
+            z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
         xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
         x, B, C = self._split_xbc(xbc)
         dt = F.softplus(dt + self.dt_bias)  # [B, L, H]

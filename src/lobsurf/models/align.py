@@ -1,0 +1,50 @@
+"""GEMM operands padded to aligned widths at the point of use (CUDA only).
+
+cuBLAS's Hopper kernels (and the vectorised Ampere ones) need every operand's rows to start
+on 16-byte boundaries. Two of the encoder's token-level products have odd widths: the
+in-projection's output (2E + 2N + H = 644 columns at the default shape: 1,288 bytes per bf16
+row) and the input projection's input (66 features: 132 bytes). On them cuBLAS falls back to
+``align2`` kernels, which ran the in-projection at ~1 TB/s on the H200, a quarter of the
+bandwidth its shape needs (benchmarks/RESULTS.md, ninth session).
+
+The fix changes no parameter and no arithmetic of the kept columns: the weight is padded
+with zero rows (more outputs, dropped by the caller) or zero columns (more inputs, matched
+by zero input columns) inside the forward, so the product's widths are multiples of
+``EncoderConfig.cuda_gemm_align`` elements. Autograd slices the padding off the weight's
+gradient. The CPU path pads nothing (``device_multiple`` is 1 there), so CPU results, and
+checkpoints, stay as they were; the tests call the helpers with a multiple directly.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def device_multiple(x: torch.Tensor, multiple: int) -> int:
+    """The width multiple to pad ``x``'s products to: ``multiple`` on CUDA, 1 elsewhere."""
+    return multiple if x.is_cuda else 1
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def linear_padded_out(x: torch.Tensor, weight: torch.Tensor, multiple: int) -> torch.Tensor:
+    """``F.linear(x, weight)`` (no bias) with zero rows appended to ``weight`` so the output
+    width is a multiple of ``multiple``; returns [..., padded width] (the extra columns are
+    zeros: the caller slices them off)."""
+    pad = _round_up(weight.shape[0], multiple) - weight.shape[0]
+    if pad:
+        weight = F.pad(weight, (0, 0, 0, pad))
+    return F.linear(x, weight)
+
+
+def linear_padded_in(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     multiple: int) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` with x's last axis and weight's input axis padded with
+    zeros to a multiple of ``multiple`` (the same product: the padding adds zero terms)."""
+    pad = _round_up(weight.shape[1], multiple) - weight.shape[1]
+    if pad:
+        x, weight = F.pad(x, (0, pad)), F.pad(weight, (0, pad))
+    return F.linear(x, weight, bias)
