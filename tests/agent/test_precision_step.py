@@ -13,11 +13,12 @@ from lobsurf.agent.step import collect, losses, train_step
 
 
 def _record_dtypes(state) -> list[tuple[str, torch.dtype]]:
-    """(network, dtype of its encoder's input projection output) for every forward."""
+    """(network, dtype of its first Mamba2 block's out-projection output) for every forward
+    (the input projection is a padded F.linear, models/align.py, not a module call)."""
     seen: list[tuple[str, torch.dtype]] = []
     for name in ("online", "target"):
         net = getattr(state, name)
-        net.encoder.input_proj.register_forward_hook(
+        net.encoder.blocks[0].mixer.out_proj.register_forward_hook(
             lambda mod, args, out, name=name: seen.append((name, out.dtype)))
     return seen
 
