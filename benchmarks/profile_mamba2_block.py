@@ -52,8 +52,8 @@ def main() -> None:
     ap.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--aligns", default="",
-                    help="also the PyTorch mixer with EncoderConfig.cuda_gemm_align = each of "
-                         "these (1: the products' odd widths left unpadded)")
+                    help="also the PyTorch mixer with EncoderConfig.cuda_gemm_align_bytes = each "
+                         "of these (1: the products' odd widths left unpadded)")
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -68,8 +68,8 @@ def main() -> None:
                               cache_enabled=False)
     variants = {"torch": ref}
     for align in filter(None, args.aligns.split(",")):
-        cfg = dataclasses.replace(ref.mixer.cfg, cuda_gemm_align=int(align))
-        variants[f"torch, cuda_gemm_align {align}"] = Mamba2Block(cfg).cuda()
+        cfg = dataclasses.replace(ref.mixer.cfg, cuda_gemm_align_bytes=int(align))
+        variants[f"torch, cuda_gemm_align_bytes {align}"] = Mamba2Block(cfg).cuda()
     for programs in filter(None, args.programs.split(",")):  # "" or "none": PyTorch only
         if programs == "none":
             continue

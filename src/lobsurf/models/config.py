@@ -98,12 +98,12 @@ class EncoderConfig:
     in_proj_pad_multiple: int = 1
     """Round the fused in_proj width (2E + 2N + H) up to a multiple of this with unused rows
     (e.g. 128: 644 -> 768 at D=128), in case the GEMM picks a faster kernel; 1 = no padding."""
-    cuda_gemm_align: int = 8
-    """On CUDA, the token-level products whose widths are odd (the in-projection's output,
-    2E + 2N + H; the input projection's input, the feature count) are padded at use with zero
-    weight rows or columns to a multiple of this many elements, so every row starts on a
-    16-byte boundary in bf16 and cuBLAS can use its aligned kernels (``models/align.py``).
-    No parameter changes and CPU pads nothing; 1 = no padding."""
+    cuda_gemm_align_bytes: int = 16
+    """On CUDA, the token-level products whose rows are not a multiple of this many bytes in
+    their compute dtype (the in-projection's output, 2E + 2N + H = 644 columns, in bf16; the
+    input projection's input, the feature count) are padded at use with zero weight rows or
+    columns, so cuBLAS can use its aligned kernels (``models/align.py``). No parameter
+    changes and CPU pads nothing; 1 = no padding."""
     dt_min: float = 0.001
     """Lower end of the log-uniform initial step size dt (after softplus), in scan steps."""
     dt_max: float = 0.1
@@ -130,7 +130,7 @@ class EncoderConfig:
         if self.kind not in ("mamba2", "cfc"):
             raise ValueError(f"kind must be 'mamba2' or 'cfc', got {self.kind!r}")
         positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
-                    "chunk_size", "in_proj_pad_multiple", "cuda_gemm_align",
+                    "chunk_size", "in_proj_pad_multiple", "cuda_gemm_align_bytes",
                     "ssd_triton_warps_fwd", "ssd_triton_warps_bwd", "fused_warps",
                     "fused_head_warps",
                     "cfc_backbone_units", "cfc_backbone_layers")

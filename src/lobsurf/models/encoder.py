@@ -79,7 +79,7 @@ class Encoder(nn.Module):
             x = torch.cat([x, log_dt.unsqueeze(-1).to(x.dtype)], dim=-1)
         # [B, K, D]; the feature axis padded to an aligned width on CUDA (models/align.py)
         h = linear_padded_in(x, self.input_proj.weight, self.input_proj.bias,
-                             device_multiple(x, self.cfg.cuda_gemm_align))
+                             device_multiple(x, self.cfg.cuda_gemm_align_bytes))
         if self.cfg.kind == "cfc":
             t = elapsed_time(log_dt, self.cfg, self.time_scale)  # [B, K]
             for blk in self.blocks:

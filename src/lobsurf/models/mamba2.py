@@ -186,7 +186,7 @@ class Mamba2Mixer(nn.Module):
         H, P, E = cfg.n_heads, cfg.headdim, cfg.d_inner
         if state is None and self._fused_core(u):
             return self._fused_core_forward(u, last_only)
-        align = device_multiple(u, cfg.cuda_gemm_align)  # aligned GEMM widths (align.py)
+        align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
         if last_only:
             # z is needed for one row only: project it separately and skip E columns elsewhere.
             z = F.linear(u[:, -1], self.in_proj.weight[:E])  # [B, E]
