@@ -7,6 +7,10 @@
     [h, s] --Linear--> V [B]              (closed-trade returns)
     h --> FRD logits [B, H, C], direction logits [B, H], outcome logits [B, 2]   (auxiliary)
 
+``heads`` computes every first layer in one matrix product (``_first_layers``: the
+auxiliary heads' weights get zero columns for s); the modules keep their own parameters,
+so checkpoints and pretrained weights are unchanged.
+
 The feature normaliser and encoder are the same classes pretraining uses, so a
 ``lobsurf pretrain`` checkpoint can seed them (``load_pretrained_``), and so are the FRD and
 direction heads.
@@ -18,12 +22,14 @@ import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from lobsurf.agent.config import NetworkConfig
 from lobsurf.agent.noisy import NoisyLinear, resample_noise_
 from lobsurf.data.dataset import Window
 from lobsurf.data.labels import LabelConfig
+from lobsurf.models.align import device_multiple, linear_aligned
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.encoder import Encoder
 from lobsurf.models.features import FeatureConfig, FeatureNormalizer, snapshot_features
@@ -99,18 +105,49 @@ class AgentNetwork(nn.Module):
 
     def q_logits(self, h: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """[B, D] embedding + [B, 3] agent state -> [B, A, N] C51 logits."""
-        return self._q_from_joint(torch.cat((h, state), dim=-1))
+        hs = torch.cat((h, state), dim=-1)
+        return self._q_from_hidden(linear_aligned(hs, *self.q_hidden.noisy_parameters(),
+                                                  self._gemm_multiple(hs)))
 
-    def _q_from_joint(self, hs: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.q_hidden(hs))
-        return self.q_out(x).unflatten(-1, (self.num_actions, self.cfg.num_atoms))
+    def _q_from_hidden(self, pre: torch.Tensor) -> torch.Tensor:
+        # Q's output layer on its hidden layer's pre-activation
+        x = torch.relu(pre)
+        q = linear_aligned(x, *self.q_out.noisy_parameters(), self._gemm_multiple(x))
+        return q.unflatten(-1, (self.num_actions, self.cfg.num_atoms))
+
+    def _gemm_multiple(self, x: torch.Tensor) -> int:
+        # the encoder's GEMM alignment (models/align.py) for the heads' products too
+        return device_multiple(x, self.encoder.cfg.cuda_gemm_align_bytes)
+
+    def _first_layers(self) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+        """The weight [sum of widths, D + 3] and bias of every layer that reads [h, s],
+        stacked: Q's hidden layer (with its noise), pi, V, and the first layers of the FRD,
+        direction and outcome heads (which read h only: zero columns for s); and the
+        widths, in that order."""
+        q_weight, q_bias = self.q_hidden.noisy_parameters()
+        weights, biases = [q_weight, self.pi.weight, self.value.weight], [q_bias, self.pi.bias,
+                                                                            self.value.bias]
+        for head in self._aux_heads():
+            weights.append(F.pad(head.first.weight, (0, NUM_STATE_FEATURES)))
+            biases.append(head.first.bias)
+        return torch.cat(weights), torch.cat(biases), tuple(w.shape[0] for w in weights)
+
+    def _aux_heads(self) -> tuple[nn.Module, ...]:
+        return (self.frd, self.direction, self.outcome)
 
     def heads(self, h: torch.Tensor, state: torch.Tensor) -> AgentOutput:
-        # one [h, s] for Q's hidden layer, pi and V
+        """Every head from [B, D] embeddings and [B, 3] agent states. The seven layers
+        that read [h, s] or h run as one matrix product (PERFORMANCE.md 3.8: each small
+        product of B rows costs a launch and ~10 us on the GPU), padded to aligned
+        widths on CUDA; then Q's output layer and each auxiliary head's rest."""
         hs = torch.cat((h, state), dim=-1)
-        return AgentOutput(q_logits=self._q_from_joint(hs), pi_logits=self.pi(hs),
-                           value=self.value(hs)[:, 0], frd_logits=self.frd(h),
-                           direction_logits=self.direction(h), outcome_logits=self.outcome(h))
+        weight, bias, widths = self._first_layers()
+        joint = linear_aligned(hs, weight, bias, self._gemm_multiple(hs))
+        q_pre, pi, value, *aux = torch.split(joint, widths, dim=-1)
+        frd, direction, outcome = (head.finish(x) for head, x in zip(self._aux_heads(), aux))
+        return AgentOutput(q_logits=self._q_from_hidden(q_pre), pi_logits=pi,
+                           value=value[:, 0], frd_logits=frd, direction_logits=direction,
+                           outcome_logits=outcome)
 
     def forward(self, window: Window, state: torch.Tensor) -> AgentOutput:
         return self.heads(self.embed(window), state)

@@ -49,10 +49,14 @@ class NoisyLinear(nn.Module):
         """Draw fresh noise into the buffers, in place."""
         resample_noise_(self, generator)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def noisy_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight [out, in], bias [out]) with the current noise: what ``forward`` applies
+        (the agent's merged head product takes them to apply them with other layers')."""
         weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
-        bias = self.bias_mu + self.bias_sigma * self.eps_out
-        return nn.functional.linear(x, weight, bias)
+        return weight, self.bias_mu + self.bias_sigma * self.eps_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, *self.noisy_parameters())
 
 
 @torch.no_grad()

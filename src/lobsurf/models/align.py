@@ -15,6 +15,10 @@ by zero input columns) inside the forward, so the product's rows are multiples o
 ``EncoderConfig.cuda_gemm_align_bytes``. Autograd slices the padding off the weight's
 gradient. The CPU path pads nothing (``device_multiple`` is 1 there), so CPU results, and
 checkpoints, stay as they were; the tests call the helpers with a multiple directly.
+
+The agent's heads use ``linear_aligned`` (both widths padded, the output sliced back): their
+merged product reads [h, agent state], 131 columns at the default shape, and Q's output
+layer writes 11 x 21 = 231 (lobsurf.agent.network).
 """
 
 from __future__ import annotations
@@ -60,3 +64,17 @@ def linear_padded_in(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     if pad:
         x, weight = F.pad(x, (0, pad)), F.pad(weight, (0, pad))
     return F.linear(x, weight, bias)
+
+
+def linear_aligned(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   multiple: int) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` with both of the product's widths padded to multiples
+    of ``multiple`` (zero input columns in x and weight, zero output rows in weight and
+    bias) and the output sliced back to ``weight.shape[0]`` columns: the same values."""
+    out_features = weight.shape[0]
+    pad_out = _round_up(out_features, multiple) - out_features
+    if pad_out:
+        weight = F.pad(weight, (0, 0, 0, pad_out))
+        bias = None if bias is None else F.pad(bias, (0, pad_out))
+    out = linear_padded_in(x, weight, bias, multiple)
+    return out[..., :out_features] if pad_out else out

@@ -42,18 +42,36 @@ def _mlp(d_in: int, d_out: int, cfg: HeadConfig) -> nn.Module:
     return nn.Sequential(nn.Linear(d_in, cfg.hidden), nn.SiLU(), nn.Linear(cfg.hidden, d_out))
 
 
-class DirectionHead(nn.Module):
+class _Head(nn.Module):
+    """A head h -> logits split at its first linear layer: ``forward(h)`` is
+    ``finish(first(h))``, so a caller may compute ``first`` for several heads in one merged
+    product (the agent's heads: lobsurf.agent.network) and finish each."""
+
+    net: nn.Module
+
+    @property
+    def first(self) -> nn.Linear:
+        """The linear layer that reads h."""
+        return self.net if isinstance(self.net, nn.Linear) else self.net[0]
+
+    def finish(self, first_out: torch.Tensor) -> torch.Tensor:
+        """The logits from the first layer's output (the hidden layer's SiLU and output
+        layer where there is one)."""
+        return first_out if isinstance(self.net, nn.Linear) else self.net[1:](first_out)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.finish(self.first(h))
+
+
+class DirectionHead(_Head):
     """h [..., D] → logits [..., H], one per horizon."""
 
     def __init__(self, d_model: int, num_horizons: int, cfg: HeadConfig):
         super().__init__()
         self.net = _mlp(d_model, num_horizons, cfg)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.net(h)
 
-
-class FRDHead(nn.Module):
+class FRDHead(_Head):
     """h [..., D] → logits [..., H, C] over C return buckets per horizon."""
 
     def __init__(self, d_model: int, num_horizons: int, num_buckets: int, cfg: HeadConfig):
@@ -62,19 +80,16 @@ class FRDHead(nn.Module):
         self.num_buckets = num_buckets
         self.net = _mlp(d_model, num_horizons * num_buckets, cfg)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.net(h).unflatten(-1, (self.num_horizons, self.num_buckets))
+    def finish(self, first_out: torch.Tensor) -> torch.Tensor:
+        return super().finish(first_out).unflatten(-1, (self.num_horizons, self.num_buckets))
 
 
-class OutcomeHead(nn.Module):
+class OutcomeHead(_Head):
     """h [..., D] → logits [..., S], P(profit) of a trade opened now, per side."""
 
     def __init__(self, d_model: int, cfg: HeadConfig):
         super().__init__()
         self.net = _mlp(d_model, cfg.outcome_sides, cfg)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.net(h)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

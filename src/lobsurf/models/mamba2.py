@@ -86,6 +86,17 @@ def _backend_is_triton(choice: str, t: torch.Tensor, supported: bool) -> bool:
     return True
 
 
+def _split_padded(proj: torch.Tensor, sizes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """``proj``'s leading columns split into pieces of ``sizes``; columns past them (an
+    aligned product's padding: ``in_proj_pad_multiple``, models/align.py) are split off as a
+    last piece and dropped, not sliced off first, so the backward's zero columns can be
+    written where the pieces' gradients are assembled: in Inductor's compiled backward the
+    slice's was a pass of its own over the [B, L, width] gradient (a 644 -> 648 column copy,
+    ~85 MB each way at B = 1024 in bf16; benchmarks/RESULTS.md, tenth session)."""
+    pad = proj.shape[-1] - sum(sizes)
+    return torch.split(proj, sizes + ((pad,) if pad else ()), dim=-1)[:len(sizes)]
+
+
 class Mamba2Mixer(nn.Module):
     """The Mamba2 mixer (without the residual and pre-norm); see the module docstring."""
 
@@ -147,7 +158,7 @@ class Mamba2Mixer(nn.Module):
 
     def _split_proj(self, proj: torch.Tensor):
         # [..., padded width] -> z [..., E], xBC [..., E+2N], dt [..., H] (padding dropped).
-        return torch.split(proj[..., :self.proj_width], self.split_sizes, dim=-1)
+        return _split_padded(proj, self.split_sizes)
 
     def _use_triton(self, xbc: torch.Tensor, state: Mamba2State | None) -> bool:
         # The fused kernels cover the training call (no initial state) on CUDA tensors.
@@ -191,8 +202,7 @@ class Mamba2Mixer(nn.Module):
             # z is needed for one row only: project it separately and skip E columns elsewhere.
             z = F.linear(u[:, -1], self.in_proj.weight[:E])  # [B, E]
             xbc_dt = linear_padded_out(u, self.in_proj.weight[E:self.proj_width], align)
-            xbc, dt = torch.split(xbc_dt[..., :self.proj_width - E], self.split_sizes[1:],
-                                  dim=-1)
+            xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
         else:
             z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
         xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
