@@ -50,10 +50,16 @@ def linear_padded_out(x: torch.Tensor, weight: torch.Tensor, multiple: int) -> t
     """``F.linear(x, weight)`` (no bias) with zero rows appended to ``weight`` so the output
     width is a multiple of ``multiple``; returns [..., padded width] (the extra columns are
     zeros: the caller slices them off)."""
+    return F.linear(x, _pad_rows(weight, None, multiple)[0])
+
+
+def _pad_rows(weight: torch.Tensor, bias: torch.Tensor | None, multiple: int
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    # zero output rows (and bias entries) up to a multiple of ``multiple``
     pad = _round_up(weight.shape[0], multiple) - weight.shape[0]
-    if pad:
-        weight = F.pad(weight, (0, 0, 0, pad))
-    return F.linear(x, weight)
+    if not pad:
+        return weight, bias
+    return F.pad(weight, (0, 0, 0, pad)), None if bias is None else F.pad(bias, (0, pad))
 
 
 def linear_padded_in(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -72,9 +78,5 @@ def linear_aligned(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     of ``multiple`` (zero input columns in x and weight, zero output rows in weight and
     bias) and the output sliced back to ``weight.shape[0]`` columns: the same values."""
     out_features = weight.shape[0]
-    pad_out = _round_up(out_features, multiple) - out_features
-    if pad_out:
-        weight = F.pad(weight, (0, 0, 0, pad_out))
-        bias = None if bias is None else F.pad(bias, (0, pad_out))
-    out = linear_padded_in(x, weight, bias, multiple)
-    return out[..., :out_features] if pad_out else out
+    out = linear_padded_in(x, *_pad_rows(weight, bias, multiple), multiple)
+    return out[..., :out_features] if out.shape[-1] != out_features else out
