@@ -70,3 +70,34 @@ def test_fused_core_stays_inside_its_tensors(d_model, headdim, d_state, window,
         _run(fused, h, last_only, torch.float32)
         _run(fused, h, last_only, torch.float32, autocast=True)
     assert launches == CORE_LAUNCHES[programs] * 2  # fp32 and bf16
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch,length,channels,width", [(2, 37, 200, 4), (1, 130, 72, 3)])
+def test_conv_kernels_stay_inside_their_tensors_and_match_float64(batch, length, channels,
+                                                                   width, dtype) -> None:
+    # conv_triton's forward and backward (opt-in conv_backend = "triton"), here in the
+    # interpreter as well as on the GPU (test_ssd_triton.py): a ragged window, one longer
+    # than a time tile (its d pre rows staged past the tile), a channel tail, W = 3.
+    from lobsurf.models.conv_triton import conv_silu
+
+    g = torch.Generator().manual_seed(length)
+    x = torch.randn(batch, length, channels + 9, generator=g)[..., 4:-5]  # the in_proj slice
+    weight, bias = torch.randn(width, channels, generator=g), torch.randn(channels, generator=g)
+    leaves = [t.to(dtype).requires_grad_() for t in (x, weight, bias)]
+    dout = torch.randn(batch, length, channels, generator=g)
+    with bounds_checked() as launches:
+        out = conv_silu(*leaves)
+        grads = torch.autograd.grad((out.float() * dout).sum(), leaves)
+    assert launches == ["_conv_fwd_kernel", "_conv_bwd_kernel"]
+    ref = [t.detach().double().requires_grad_() for t in leaves]
+    padded = torch.nn.functional.pad(ref[0], (0, 0, width - 1, 0))  # zeros before t = 0
+    out_ref = torch.nn.functional.silu(ref[2] + sum(padded[:, k:k + length] * ref[1][k]
+                                                    for k in range(width)))
+    ref_grads = torch.autograd.grad((out_ref * dout.double()).sum(), ref)
+    tol = 2e-4 if dtype == torch.float32 else 3e-2
+    for name, fast, exact in zip(("out", "d x", "d weight", "d bias"), (out, *grads),
+                                 (out_ref, *ref_grads)):
+        assert fast.dtype == dtype
+        err = ((fast.double() - exact).abs().max() / exact.abs().max()).item()
+        assert err < tol, f"{name}: relative error {err:.1e}"

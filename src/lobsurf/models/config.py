@@ -49,8 +49,9 @@ class EncoderConfig:
     benchmarks/encoder_perf_notes.md)."""
     conv_backend: Literal["torch", "triton"] = "torch"
     """Causal conv + SiLU implementation for a window with no conv context: "torch" =
-    shifted multiply-adds (the reference, fused by torch.compile), "triton" = fused kernels
-    (``conv_triton.py``, CUDA only)."""
+    shifted multiply-adds (the reference, fused by torch.compile; the default), "triton" =
+    fused kernels (``conv_triton.py``, CUDA only; slower in the compiled step, 235 against
+    255-260 steps/s at B = 1024, benchmarks/RESULTS.md)."""
     fused_inference: Literal["auto", "torch", "triton"] = "torch"
     """Block forward when autograd is off (the step's acting and target forwards) over a
     window with no state: "torch" = the PyTorch block (the default and the reference: on

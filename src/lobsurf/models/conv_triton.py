@@ -9,9 +9,15 @@ Opt-in through ``EncoderConfig.conv_backend = "triton"``. Why a kernel: written 
 ops, torch.compile materialises the padded input, saves it, and in the backward runs several
 passes for the W shifted products and the weight reductions (about 4x this op's byte floor
 in the profile, benchmarks/encoder_perf_notes.md). Here the forward reads x once and writes
-out once; the backward recomputes the pre-activation at the W positions each output feeds
-(re-reads hit the cache) and writes d x once, plus per-tile partial sums of d weight and
-d bias that PyTorch adds up. Not yet timed on its own.
+out once; the backward computes d pre once per row (the pre-activation recomputed from x),
+stages it in a scratch block of its own program, reads it back at the W shifts d x needs,
+and writes d x once, plus per-tile partial sums of d weight and d bias that PyTorch adds up.
+
+Still slower than the compiled PyTorch conv in the compiled bf16 step (H200, B = 1024 / 2
+layers, benchmarks/RESULTS.md, eleventh session): 235.2 steps/s against 254.7-259.6 with
+Inductor's conv; the first version of the backward (d pre recomputed at each of the W
+shifts, 32 x 128 tiles) was 212.2 (its kernel alone 573 µs per block against ~246 µs of
+Inductor's conv kernels). So it stays opt-in.
 
 Layout [B, L, C] with unit channel stride (the in_proj output slice), no transposes.
 Registered as ``torch.ops.lobsurf.conv_silu`` (custom op with autograd) for torch.compile.
@@ -27,14 +33,27 @@ try:
 except ImportError:  # CPU-only installs: the PyTorch conv is used instead
     triton = None
 
-BLOCK_T = 32
+BLOCK_T = 64
 """Time steps per program (tile rows); the partial weight sums are per tile."""
-BLOCK_C = 128
+BLOCK_C = 32
 """Channels per program (tile columns, contiguous in memory)."""
 WARPS = 4
 """Triton warps per program."""
 
 if triton is not None:
+
+    @triton.jit
+    def _pre_rows(x_ptr, w_ptr, bias, b, rows, c, cmask, L, C, s_b, s_l, W: tl.constexpr):
+        # The pre-activation bias + sum_k w[k] x[t - (W-1) + k] at ``rows`` (zeros before 0).
+        pre = tl.zeros((rows.shape[0], c.shape[0]), dtype=tl.float32) + bias[None, :]
+        for k in tl.static_range(W):
+            src = rows - (W - 1) + k
+            xv = tl.load(x_ptr + b * s_b + src[:, None] * s_l + c[None, :],
+                         mask=((src >= 0) & (src < L))[:, None] & cmask[None, :],
+                         other=0.0).to(tl.float32)
+            wk = tl.load(w_ptr + k * C + c, mask=cmask, other=0.0).to(tl.float32)
+            pre += xv * wk[None, :]
+        return pre
 
     @triton.jit
     def _conv_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, L, C, s_b, s_l, s_ob, s_ol,
@@ -45,23 +64,27 @@ if triton is not None:
         t = (pid_t % nt) * BT + tl.arange(0, BT)
         c = tl.program_id(1) * BC + tl.arange(0, BC)
         cmask = c < C
-        acc = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)[None, :] + tl.zeros(
-            (BT, BC), dtype=tl.float32)
-        for k in tl.static_range(W):
-            src = t - (W - 1) + k
-            xv = tl.load(x_ptr + b * s_b + src[:, None] * s_l + c[None, :],
-                         mask=((src >= 0) & (src < L))[:, None] & cmask[None, :],
-                         other=0.0).to(tl.float32)
-            wk = tl.load(w_ptr + k * C + c, mask=cmask, other=0.0).to(tl.float32)
-            acc += xv * wk[None, :]
-        out = acc * tl.sigmoid(acc)
+        bias = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)
+        pre = _pre_rows(x_ptr, w_ptr, bias, b, t, c, cmask, L, C, s_b, s_l, W)
+        out = pre * tl.sigmoid(pre)
         tl.store(out_ptr + b * s_ob + t[:, None] * s_ol + c[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=(t < L)[:, None] & cmask[None, :])
 
     @triton.jit
-    def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, L, C, s_b, s_l,
-                         s_db, s_dl, s_xb, s_xl, W: tl.constexpr, BT: tl.constexpr,
-                         BC: tl.constexpr):
+    def _dpre_rows(x_ptr, w_ptr, dout_ptr, bias, b, rows, c, cmask, L, C, s_b, s_l, s_db,
+                   s_dl, W: tl.constexpr):
+        # d loss / d pre-activation at ``rows`` (zero past the window): the pre-activation
+        # recomputed from x, times SiLU's derivative, times d out.
+        pre = _pre_rows(x_ptr, w_ptr, bias, b, rows, c, cmask, L, C, s_b, s_l, W)
+        g = tl.load(dout_ptr + b * s_db + rows[:, None] * s_dl + c[None, :],
+                    mask=(rows < L)[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+        sig = tl.sigmoid(pre)
+        return g * sig * (1.0 + pre * (1.0 - sig))
+
+    @triton.jit
+    def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, scratch_ptr, L, C,
+                         s_b, s_l, s_db, s_dl, s_xb, s_xl, W: tl.constexpr, BT: tl.constexpr,
+                         BH: tl.constexpr, BC: tl.constexpr):
         pid_t = tl.program_id(0)
         nt = tl.cdiv(L, BT)
         b = pid_t // nt
@@ -69,34 +92,36 @@ if triton is not None:
         c = tl.program_id(1) * BC + tl.arange(0, BC)
         cmask = c < C
         bias = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)
+        # d pre once per row: this tile's rows and the W-1 after it (their outputs read this
+        # tile's x), staged in this program's own scratch rows so the shifted sums below read
+        # them back (cache hits) instead of recomputing the pre-activation W times.
+        dpre = _dpre_rows(x_ptr, w_ptr, dout_ptr, bias, b, t, c, cmask, L, C, s_b, s_l, s_db,
+                          s_dl, W)
+        after = (pid_t % nt) * BT + BT + tl.arange(0, BH)
+        dpre_after = _dpre_rows(x_ptr, w_ptr, dout_ptr, bias, b, after, c, cmask, L, C, s_b,
+                                s_l, s_db, s_dl, W)
+        cols = tl.arange(0, BC)
+        scratch = scratch_ptr + (pid_t * tl.num_programs(1) + tl.program_id(1)) * (BT + BH) * BC
+        tl.store(scratch + tl.arange(0, BT)[:, None] * BC + cols[None, :],
+                 dpre.to(scratch_ptr.dtype.element_ty))
+        tl.store(scratch + (BT + tl.arange(0, BH))[:, None] * BC + cols[None, :],
+                 dpre_after.to(scratch_ptr.dtype.element_ty))
+        # this tile's partial sums of d weight (tap k reads x[t - (W-1) + k]) and d bias
+        part = part_ptr + pid_t * (W + 1) * C
+        for k in tl.static_range(W):
+            src = t - (W - 1) + k
+            xv = tl.load(x_ptr + b * s_b + src[:, None] * s_l + c[None, :],
+                         mask=((src >= 0) & (src < L))[:, None] & cmask[None, :],
+                         other=0.0).to(tl.float32)
+            tl.store(part + k * C + c, tl.sum(xv * dpre, 0), mask=cmask)
+        tl.store(part + W * C + c, tl.sum(dpre, 0), mask=cmask)
+        tl.debug_barrier()  # the scratch rows written above, visible to every thread
+        # Output s = t + m reads x[t] through tap W-1-m: dx[t] = sum_m w[W-1-m] dpre[t+m].
         dx = tl.zeros((BT, BC), dtype=tl.float32)
-        # Output s = t + m uses x[t] through tap k = W-1-m: dx[t] = sum_m w[W-1-m] dpre[t+m].
         for m in tl.static_range(W):
-            s = t + m
-            pre = tl.zeros((BT, BC), dtype=tl.float32) + bias[None, :]
-            for k in tl.static_range(W):
-                src = s - (W - 1) + k
-                xv = tl.load(x_ptr + b * s_b + src[:, None] * s_l + c[None, :],
-                             mask=((src >= 0) & (src < L))[:, None] & cmask[None, :],
-                             other=0.0).to(tl.float32)
-                wk = tl.load(w_ptr + k * C + c, mask=cmask, other=0.0).to(tl.float32)
-                pre += xv * wk[None, :]
-            smask = (s < L)[:, None] & cmask[None, :]
-            g = tl.load(dout_ptr + b * s_db + s[:, None] * s_dl + c[None, :], mask=smask,
-                        other=0.0).to(tl.float32)
-            sig = tl.sigmoid(pre)
-            dpre = g * sig * (1.0 + pre * (1.0 - sig))  # d SiLU / d pre
+            shifted = tl.load(scratch + (tl.arange(0, BT) + m)[:, None] * BC + cols[None, :])
             wm = tl.load(w_ptr + (W - 1 - m) * C + c, mask=cmask, other=0.0).to(tl.float32)
-            dx += dpre * wm[None, :]
-            if m == 0:  # this tile's own outputs: partial sums of d weight and d bias
-                part = part_ptr + pid_t * (W + 1) * C
-                for k in tl.static_range(W):
-                    src = t - (W - 1) + k
-                    xv = tl.load(x_ptr + b * s_b + src[:, None] * s_l + c[None, :],
-                                 mask=((src >= 0) & (src < L))[:, None] & cmask[None, :],
-                                 other=0.0).to(tl.float32)
-                    tl.store(part + k * C + c, tl.sum(xv * dpre, 0), mask=cmask)
-                tl.store(part + W * C + c, tl.sum(dpre, 0), mask=cmask)
+            dx += shifted.to(tl.float32) * wm[None, :]
         tl.store(dx_ptr + b * s_xb + t[:, None] * s_xl + c[None, :],
                  dx.to(dx_ptr.dtype.element_ty), mask=(t < L)[:, None] & cmask[None, :])
 
@@ -140,12 +165,16 @@ def _conv_silu_bwd_op(dout: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     dout = dout.contiguous()
     grid = _grid(x)
     W = weight.shape[0]
+    after = triton.next_power_of_2(max(W - 1, 1))  # rows of d pre past a tile it reads
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     part = torch.empty(grid[0], W + 1, x.shape[2], device=x.device, dtype=torch.float32)
+    # d pre in the activation dtype, as the PyTorch conv's backward holds it
+    scratch = torch.empty(grid[0] * grid[1] * (BLOCK_T + after) * BLOCK_C, device=x.device,
+                          dtype=x.dtype)
     _conv_bwd_kernel[grid](
-        x, weight.contiguous(), bias.contiguous(), dout, dx, part, x.shape[1], x.shape[2],
-        x.stride(0), x.stride(1), dout.stride(0), dout.stride(1), dx.stride(0), dx.stride(1),
-        W=W, BT=BLOCK_T, BC=BLOCK_C, num_warps=WARPS)
+        x, weight.contiguous(), bias.contiguous(), dout, dx, part, scratch, x.shape[1],
+        x.shape[2], x.stride(0), x.stride(1), dout.stride(0), dout.stride(1), dx.stride(0),
+        dx.stride(1), W=W, BT=BLOCK_T, BH=after, BC=BLOCK_C, num_warps=WARPS)
     # Two separate sums: custom-op outputs may not alias each other.
     return dx, part[:, :W].sum(0).to(weight.dtype), part[:, W].sum(0).to(bias.dtype)
 
