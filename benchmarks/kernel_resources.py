@@ -33,7 +33,8 @@ from pathlib import Path
 #: width, the window's tile length
 SHAPE = {"PW": 644, "H": 4, "P": 64, "N": 64, "WIDTH": 4, "KL": 64}
 #: arguments that carry the activations' dtype (the rest of the pointers are fp32)
-ACTIVATIONS = ("proj_ptr", "g_ptr", "o_ptr", "do_ptr", "dg_ptr", "dproj_ptr")
+ACTIVATIONS = ("proj_ptr", "g_ptr", "o_ptr", "do_ptr", "dg_ptr", "dproj_ptr", "xbc_ptr",
+               "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr")
 #: Hopper, compute capability 9.0
 ARCH = 90
 
@@ -41,10 +42,12 @@ ARCH = 90
 def kernels() -> dict:
     from lobsurf.models import mamba2_fused_core as core
     from lobsurf.models import mamba2_fused_heads as heads
+    from lobsurf.models import ssd_window_triton as scan
 
     return {"window fwd": core._core_fwd_kernel, "window bwd": core._core_bwd_kernel,
             "head fwd": heads._heads_fwd_kernel, "head bwd": heads._heads_bwd_kernel,
-            "scores bwd": heads._scores_bwd_kernel}
+            "scores bwd": heads._scores_bwd_kernel, "scan fwd": scan._ssd_window_fwd,
+            "scan head bwd": scan._ssd_window_bwd_head, "scan scores bwd": scan._ssd_window_bwd_scores}
 
 
 def ptxas_path() -> str:
@@ -78,7 +81,10 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
     from triton.compiler import ASTSource
 
     consts = {**SHAPE, "KL": window, "BF16": int(precision == "bf16"),
-              "TF32": int(precision == "tf32"), "PART": 1}
+              "TF32": int(precision == "tf32"), "PART": 1,
+              # the one-chunk scan's (ssd_window_triton.py) names for E, the tile and TF32
+              "E": SHAPE["H"] * SHAPE["P"], "Q": window,
+              "PREC": "tf32" if precision == "tf32" else "ieee"}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()

@@ -85,9 +85,10 @@ def test_config_validation() -> None:
     assert cfg.d_inner == 256 and cfg.n_heads == 4
 
 
-def test_kernel_backends_validated_and_default_to_torch() -> None:
+def test_kernel_backends_validated_and_default_to_pytorch_on_the_cpu() -> None:
+    # ssd_backend "auto": the one-chunk Triton scan on CUDA, the PyTorch scan here
     cfg = EncoderConfig()
-    assert cfg.ssd_backend == "torch" and cfg.conv_backend == "torch"
+    assert cfg.ssd_backend == "auto" and cfg.conv_backend == "torch"
     with pytest.raises(ValueError):
         EncoderConfig(ssd_backend="cuda")
     with pytest.raises(ValueError):

@@ -37,6 +37,7 @@ from lobsurf.agent.step import collect, fresh_noise_, learn, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.bench.roofline import DevicePeaks, roofline, step_traffic
 from lobsurf.data.synth import SynthConfig, write_synth_store
+from lobsurf.models.config import EncoderConfig
 from lobsurf.train.compile import CompileConfig, compile_config, compile_networks_
 from lobsurf.train.config import RunConfig, run_config_from_dict
 from lobsurf.train.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
@@ -78,6 +79,8 @@ class BenchConfig:
     program per window, or per (window, head))."""
     fused_core_no_grad: bool = False
     """encoder.fused_core_no_grad: the fused core in the no-grad forwards (acting, target)."""
+    ssd_backend: str = EncoderConfig.ssd_backend
+    """encoder.ssd_backend: the SSD scan's implementation (torch, triton, triton_window, auto)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -104,7 +107,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "encoder": {"n_layers": layers, "fused_inference": fused_inference,
                     "fused_training": fused_training,
                     "fused_core_programs": cfg.fused_core_programs,
-                    "fused_core_no_grad": cfg.fused_core_no_grad},
+                    "fused_core_no_grad": cfg.fused_core_no_grad,
+                    "ssd_backend": cfg.ssd_backend},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "overlap_collect": cfg.overlap_collect,
@@ -221,6 +225,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "fused_training": fused_training,
                            "fused_core_programs": cfg.fused_core_programs,
                            "fused_core_no_grad": cfg.fused_core_no_grad,
+                           "ssd_backend": cfg.ssd_backend,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

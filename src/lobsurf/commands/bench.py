@@ -105,6 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.fused_core_no_grad, help="the fused core (where "
                         "--fused-training runs it) in the no-grad forwards too: acting and the "
                         "target net (encoder.fused_core_no_grad)")
+    parser.add_argument("--ssd-backend", choices=["torch", "triton", "triton_window", "auto"],
+                        default=d.ssd_backend, help="the SSD scan's implementation "
+                        "(encoder.ssd_backend)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -130,7 +133,8 @@ def _config(args: argparse.Namespace):
                            overlap_collect=args.overlap_collect,
                            max_autotune=args.max_autotune,
                            fused_core_programs=args.fused_core_programs,
-                           fused_core_no_grad=args.fused_core_no_grad)
+                           fused_core_no_grad=args.fused_core_no_grad,
+                           ssd_backend=args.ssd_backend)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -266,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
           f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"
-          f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}")
+          f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}"
+          f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

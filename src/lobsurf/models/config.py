@@ -42,11 +42,16 @@ class EncoderConfig:
     """Width W (in snapshots) of the causal depthwise convolution."""
     chunk_size: int = 64
     """SSD chunk length Q in snapshots; a window with K <= Q is one chunk (no inter-chunk pass)."""
-    ssd_backend: Literal["torch", "triton"] = "torch"
+    ssd_backend: Literal["torch", "triton", "triton_window", "auto"] = "auto"
     """SSD scan implementation for a window with no initial state: "torch" = the chunked
-    PyTorch form (``ssd.py``, also the reference; fastest measured under torch.compile),
-    "triton" = fused kernels (``ssd_triton.py``, CUDA only; correct but slower today, see
-    benchmarks/encoder_perf_notes.md)."""
+    PyTorch form (``ssd.py``, also the reference), "triton" = fused multi-chunk kernels
+    (``ssd_triton.py``, CUDA only; correct but slower, see
+    benchmarks/encoder_perf_notes.md), "triton_window" = the one-chunk kernels
+    (``ssd_window_triton.py``: every [Q, Q] tile in registers, no head-major copies; windows
+    of at most ``chunk_size``; insists, on CPU only under Triton's interpreter), "auto" =
+    "triton_window" on CUDA where Triton and the shape allow it, else "torch". The last
+    layer's last-row-only call keeps the PyTorch final-state path on every backend but
+    "triton"."""
     conv_backend: Literal["torch", "triton"] = "torch"
     """Causal conv + SiLU implementation for a window with no conv context: "torch" =
     shifted multiply-adds (the reference, fused by torch.compile; the default), "triton" =
@@ -96,6 +101,11 @@ class EncoderConfig:
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8
     """Triton warps per program of the backward scan kernel (more tiles live at once)."""
+    ssd_window_warps_fwd: int = 4
+    """Triton warps per (window, head) program of the one-chunk scan's forward
+    (``ssd_backend`` "triton_window" / "auto"; 4 ran faster than 8 on the H200)."""
+    ssd_window_warps_bwd: int = 4
+    """Triton warps per program of the one-chunk scan's backward (4 ran faster than 8)."""
     in_proj_pad_multiple: int = 1
     """Round the fused in_proj width (2E + 2N + H) up to a multiple of this with unused rows
     (e.g. 128: 644 -> 768 at D=128), in case the GEMM picks a faster kernel; 1 = no padding."""
@@ -132,7 +142,8 @@ class EncoderConfig:
             raise ValueError(f"kind must be 'mamba2' or 'cfc', got {self.kind!r}")
         positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
                     "chunk_size", "in_proj_pad_multiple", "cuda_gemm_align_bytes",
-                    "ssd_triton_warps_fwd", "ssd_triton_warps_bwd", "fused_warps",
+                    "ssd_triton_warps_fwd", "ssd_triton_warps_bwd", "ssd_window_warps_fwd",
+                    "ssd_window_warps_bwd", "fused_warps",
                     "fused_head_warps",
                     "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:
@@ -141,10 +152,12 @@ class EncoderConfig:
         if self.kind == "mamba2" and (self.expand * self.d_model) % self.headdim:
             raise ValueError(f"expand*d_model={self.expand * self.d_model} is not a multiple of "
                              f"headdim={self.headdim}")
-        for name in ("ssd_backend", "conv_backend"):
-            if getattr(self, name) not in ("torch", "triton"):
-                raise ValueError(f"{name} must be torch or triton, got "
-                                 f"{getattr(self, name)!r}")
+        if self.ssd_backend not in ("torch", "triton", "triton_window", "auto"):
+            raise ValueError(f"ssd_backend must be torch, triton, triton_window or auto, got "
+                             f"{self.ssd_backend!r}")
+        if self.conv_backend not in ("torch", "triton"):
+            raise ValueError(f"conv_backend must be torch or triton, got "
+                             f"{self.conv_backend!r}")
         for name in ("fused_inference", "fused_training"):
             if getattr(self, name) not in ("auto", "torch", "triton"):
                 raise ValueError(f"{name} must be auto, torch or triton, got "

@@ -37,6 +37,7 @@ from lobsurf.models import (
     mamba2_fused_core,
     mamba2_fused_heads,
     ssd_triton,
+    ssd_window_triton,
 )
 from lobsurf.models.align import device_multiple, linear_padded_out
 from lobsurf.models.config import EncoderConfig
@@ -163,8 +164,24 @@ class Mamba2Mixer(nn.Module):
     def _use_triton(self, xbc: torch.Tensor, state: Mamba2State | None) -> bool:
         # The fused kernels cover the training call (no initial state) on CUDA tensors.
         cfg = self.cfg
+        if cfg.ssd_backend != "triton":
+            return False
         ok = ssd_triton.supports(cfg.n_heads, cfg.headdim, cfg.d_state, cfg.chunk_size)
         return state is None and _backend_is_triton(cfg.ssd_backend, xbc, ok)
+
+    def _use_window_kernel(self, xbc: torch.Tensor, state: Mamba2State | None) -> bool:
+        # The one-chunk kernels (ssd_backend "triton_window" insists, "auto" on CUDA) cover
+        # the stateless window call of at most chunk_size snapshots.
+        cfg = self.cfg
+        if cfg.ssd_backend not in ("triton_window", "auto") or state is not None:
+            return False
+        choice = "triton" if cfg.ssd_backend == "triton_window" else "auto"
+        return mamba2_fused.use_fused(
+            choice, "ssd_backend", xbc, True,
+            ssd_window_triton.supports(cfg.headdim, cfg.d_state, xbc.shape[1], cfg.chunk_size),
+            "power-of-two headdim and d_state >= 16 and a window of at most chunk_size",
+            f"headdim {cfg.headdim}, d_state {cfg.d_state}, window {xbc.shape[1]}, "
+            f"chunk_size {cfg.chunk_size}", choice_name="triton_window")
 
     def _triton_scan(self, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
@@ -187,7 +204,8 @@ class Mamba2Mixer(nn.Module):
                 the state after the last token (so ``step`` can continue from it).
             last_only: compute the output of the last position only (z gate, norm and
                 out_proj on one row; on the PyTorch scan the SSD goes through its final
-                state, no Q x Q scores; the Triton scan writes all rows, one is used).
+                state, no Q x Q scores; the one-chunk kernel stores the last row only; the
+                multi-chunk Triton scan writes all rows, one is used).
 
         Returns:
             [B, L, D], or [B, D] when ``last_only``.
@@ -218,6 +236,11 @@ class Mamba2Mixer(nn.Module):
                 y = (y[:, -1] + xh[:, -1] * self.D[:, None]).reshape(batch, E)
             else:
                 y = (y + xh * self.D[:, None]).reshape(batch, length, E)
+        elif self._use_window_kernel(xbc, state):
+            # [x | B | C] read in place; the kernel adds D x itself
+            y = ssd_window_triton.ssd_window(xbc, dt, A, self.D, P, cfg.d_state,
+                                             cfg.ssd_window_warps_fwd, cfg.ssd_window_warps_bwd,
+                                             last_only)
         elif last_only:
             final = ssd_final_state(xh, dt, A, B, cfg.chunk_size, init)  # [B, H, P, N]
             y = (final.to(C.dtype) @ C[:, -1, None, :, None]).squeeze(-1)  # [B, H, P]

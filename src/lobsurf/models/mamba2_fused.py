@@ -76,25 +76,26 @@ def supports(d_model: int, headdim: int, d_state: int, length: int, chunk_size: 
 
 
 def use_fused(choice: str, option: str, x: torch.Tensor, wanted: bool, shape_ok: bool,
-              needs: str, shape: str, cuda_disabled: str | None = None) -> bool:
+              needs: str, shape: str, cuda_disabled: str | None = None,
+              choice_name: str = "triton") -> bool:
     """Whether a fused-kernel option runs on ``x`` here: "torch" never; "auto" on CUDA
     tensors when Triton and the shape allow it; "triton" always, or an error saying why it
     cannot (``needs``: the shape rule, ``shape``: what was given). ``wanted``: the call is
     one the kernel serves (autograd off for the block kernel, on for the core).
     ``cuda_disabled``: why the kernel is off on CUDA tensors ("auto" falls back, "triton"
-    says so)."""
+    says so). ``choice_name``: how the option spells "triton" (for the error message)."""
     if choice == "torch" or not wanted:
         return False
     if cuda_disabled is not None and x.is_cuda:
         if choice == "auto":
             return False
-        raise RuntimeError(f"{option}='triton' is disabled on CUDA: {cuda_disabled}; use "
+        raise RuntimeError(f"{option}='{choice_name}' is disabled on CUDA: {cuda_disabled}; use "
                            f"{option}='torch'")
     ok = available_for(x.device) and shape_ok
     if choice == "auto":
         return ok and x.is_cuda
     if not ok:
-        raise RuntimeError(f"{option}='triton' needs Triton with a CUDA tensor (or Triton's "
+        raise RuntimeError(f"{option}='{choice_name}' needs Triton with a CUDA tensor (or Triton's "
                            f"CPU interpreter, TRITON_INTERPRET=1), {needs}; got "
                            f"{x.device.type}, {shape}")
     return True

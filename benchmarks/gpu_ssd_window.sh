@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue 9 device call: the one-chunk SSD kernels (ssd_backend = "triton_window") on the GPU:
+# their tests (compiled kernels against float64), the scan and block micro-benchmark, then
+# lobsurf bench rows (bf16, compiled) per "B:layers:backend" argument.
+# Usage (device machine, repo root, .whl carried):
+#   TESTS=1 MICRO=1 bash benchmarks/gpu_ssd_window.sh 1024:2:torch 1024:2:triton_window
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$(pwd)/src:$(pwd)
+# details in a scratch folder; $OUT gets the archive and the micro-benchmark's log (the
+# device tool brings back at most 8 files)
+FINAL=${OUT:-$(pwd)/bench_out}; OUT=/tmp/ssd_window_out; mkdir -p "$OUT" "$FINAL"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ "${TESTS:-0}" = 1 ]; then
+  timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -s --tb=short -p no:cacheprovider \
+    -m "gpu or not gpu" tests/models/test_ssd_window_triton.py ${TEST_EXTRA:-} \
+    > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E "passed|failed|error|bf16|tf32|ieee|kernels" \
+    "$OUT/gpu_tests.log" | tail -14 | cut -c1-240
+fi
+if [ "${MICRO:-1}" = 1 ]; then
+  timeout "${MICRO_LIMIT:-240}" python3 benchmarks/bench_ssd_window.py \
+    --batch "${MICRO_BATCH:-1024}" --parts "${PARTS:-op,block}" \
+    --out "$OUT" > "$OUT/micro.log" 2> "$OUT/micro.err"
+  echo "micro rc=$?"; tail -3 "$OUT/micro.err" | cut -c1-300
+  grep -A30 "^ms per call" "$OUT/micro.log"
+fi
+if [ "${STEPK:-0}" = 1 ]; then
+  timeout "${STEPK_LIMIT:-200}" python3 benchmarks/count_step_kernels.py --device cuda \
+    --batch "${STEPK_BATCH:-1024}" --precision bf16 --top 40 > "$OUT/step_kernels.log" 2>&1
+  echo "step kernels rc=$?"; tail -2 "$OUT/step_kernels.log" | cut -c1-160
+fi
+for cfg in "$@"; do
+  IFS=: read -r b l backend <<< "$cfg"
+  timeout "${LIMIT:-200}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
+    --precision bf16 --compile --steps "${STEPS:-30}" --repeats 2 --snapshots 50000 \
+    --ssd-backend "$backend" --json "$OUT/bench_${b}_${l}_$backend.json" \
+    > "$OUT/bench_${b}_${l}_$backend.log" 2> "$OUT/bench_${b}_${l}_$backend.err"
+  echo "bench B=$b L=$l $backend rc=$?"
+  grep -v '^{' "$OUT/bench_${b}_${l}_$backend.err" | tail -2 | cut -c1-300
+  grep -E "steps/s \(" "$OUT/bench_${b}_${l}_$backend.log" | cut -c1-220
+done
+cd "$OUT" && tar czf "$FINAL/logs.tgz" ./*.log ./*.err ./*.json ./*.txt 2>/dev/null
+cp micro.log step_kernels.log "$FINAL/" 2>/dev/null; ls "$FINAL"

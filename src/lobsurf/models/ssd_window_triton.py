@@ -1,0 +1,318 @@
+"""Triton kernels of the SSD over windows of one chunk (L <= chunk_size), with the D skip.
+
+Same function as ``ssd.ssd_chunked`` plus ``D * x`` for a window with no initial state
+that fits in one chunk (the default model: K = 64 = chunk_size). That PyTorch path stays
+the CPU path, the reference and the fallback. Used on CUDA by default
+(``EncoderConfig.ssd_backend = "auto"``; ``"triton_window"`` insists on it, ``"torch"``
+keeps the PyTorch scan), including the last layer's last-row call (``last_only``).
+
+What it removes from the compiled PyTorch scan: the [B, H, Q, Q] masked weights and the
+head-major copies of dt x, y and dy that cuBLAS's batched products need, written to HBM and
+read back (in the backward too). Here the [Q, Q] tiles live in registers, except one per
+(window, head) that the backward stages for the sum over heads:
+
+- forward, one program per (window b, head h): scores = C B^T, the decay
+  exp(cum_i - cum_j) masked to j <= i, y = (scores o decay) (dt x) + D x, stored
+  token-major straight into y [B, L, H P];
+- backward in two kernels: one program per (window, head) computes d(dt x), d cum (row
+  minus column sums of d m o m, then the reverse cumsum), d dt, d x and the head's partial
+  sums of d A and d D, and stores its d scores term [Q, Q]; then one program per window sums
+  those over heads in a fixed order (no atomics) and forms d C = dS B and d B = dS^T C.
+  d x, d B and d C are written into one d xbc [B, L, E + 2N] in the input's layout.
+  (A single program per window looping over the heads, d scores kept in registers, was
+  measured too: 255 registers with spills, 0.168 against 0.156 ms forward + backward at
+  B = 1024 on the H200; benchmarks/RESULTS.md.)
+
+Products take their operands in the input dtype (bf16 under autocast) and accumulate in
+fp32; the decay, its cumsum and exp are fp32. fp32 inputs use TF32 dots when
+torch.backends.cuda.matmul.fp32_precision is "tf32", IEEE fp32 otherwise.
+
+Registered as ``torch.ops.lobsurf.ssd_window`` (a custom op with autograd) so torch.compile
+treats it as one opaque call and CUDA graphs capture it. Runs on CUDA, and on CPU tensors
+under Triton's interpreter (TRITON_INTERPRET=1), which the tests use.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only installs: the PyTorch scan is used instead
+    triton = None
+
+MIN_TILE = 16
+"""Smallest tile side tl.dot takes: windows shorter than this are padded to it."""
+
+
+def triton_available() -> bool:
+    """True when Triton imports (the kernels can then run on CUDA tensors)."""
+    return triton is not None
+
+
+def supports(headdim: int, d_state: int, length: int, chunk: int) -> bool:
+    """Whether the kernels take this shape: power-of-two headdim and d_state >= 16 (tl.dot
+    tiles) and a window of one chunk (L <= chunk_size, so the scan has no inter-chunk pass)."""
+
+    def pow2(v: int) -> bool:
+        return v >= MIN_TILE and v & (v - 1) == 0
+
+    return triton is not None and pow2(headdim) and pow2(d_state) and length <= chunk
+
+
+def _tile_rows(length: int) -> int:
+    # rows of a program's tiles: the window padded to a power of two >= MIN_TILE
+    return max(MIN_TILE, triton.next_power_of_2(length))
+
+
+def _flags(xbc: torch.Tensor) -> dict:
+    # BF16: 0 fp32 products, 1 bf16 tensor-core products, 2 bf16 emulated (CPU interpreter);
+    # PREC: fp32 products follow torch's TF32 switch on CUDA, IEEE elsewhere.
+    tf32 = xbc.is_cuda and torch.backends.cuda.matmul.fp32_precision == "tf32"
+    if xbc.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"ssd_window: float32 or bfloat16 inputs, got {xbc.dtype}")
+    bf16 = 0 if xbc.dtype == torch.float32 else (1 if xbc.is_cuda else 2)
+    return dict(Q=_tile_rows(xbc.shape[1]), BF16=bf16, PREC="tf32" if tf32 else "ieee")
+
+
+if triton is not None:
+    from lobsurf.models.mamba2_fused import _round_bf16
+
+    @triton.jit
+    def _mma(a, b, BF16: tl.constexpr, PREC: tl.constexpr):
+        # a @ b with fp32 sums: bf16 operands on tensor cores (BF16 == 1), or, in the CPU
+        # interpreter whose bf16 product is broken (BF16 == 2), operands rounded to bf16
+        # then an exact fp32 product (the same sum of exact bf16 x bf16 terms); fp32
+        # operands (BF16 == 0) as TF32 or IEEE (PREC).
+        if BF16 == 2:
+            return tl.dot(_round_bf16(a.to(tl.float32), BF16),
+                          _round_bf16(b.to(tl.float32), BF16), input_precision="ieee")
+        elif BF16 == 1:
+            return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+        else:
+            return tl.dot(a, b, input_precision=PREC)
+
+    @triton.jit
+    def _stored(v, BF16: tl.constexpr):
+        # what a store into the input dtype keeps: the interpreter's bf16 cast truncates,
+        # so there the value is rounded to nearest first
+        if BF16 == 2:
+            return _round_bf16(v, BF16)
+        else:
+            return v
+
+    @triton.jit
+    def _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q: tl.constexpr):
+        # dt [Q] of head h (0 past the window), cum [Q] = cumsum(dt A) and the masked
+        # decay [Q, Q] = exp(cum_i - cum_j) for j <= i, else 0 (masked before the exp).
+        i = tl.arange(0, Q)
+        valid = i < L
+        dt = tl.load(dt_ptr + b * s_dtb + i * s_dtl + h, mask=valid, other=0.0).to(tl.float32)
+        cum = tl.cumsum(dt * A, 0)
+        causal = i[:, None] >= i[None, :]
+        seg = tl.where(causal, cum[:, None] - cum[None, :], float("-inf"))
+        return dt, cum, tl.exp(seg)
+
+    @triton.jit
+    def _ssd_window_fwd(xbc_ptr, dt_ptr, a_ptr, d_ptr, y_ptr, L, H, s_b, s_l, s_dtb, s_dtl,
+                        s_yb, s_yl, E: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                        Q: tl.constexpr, LAST_ONLY: tl.constexpr, BF16: tl.constexpr,
+                        PREC: tl.constexpr):
+        # y of window b, head h: every row, or (LAST_ONLY) row L - 1 into y [B, H P]
+        pid = tl.program_id(0)
+        b = pid // H
+        h = pid % H
+        i = tl.arange(0, Q)
+        p = tl.arange(0, P)
+        n = tl.arange(0, N)
+        valid = (i < L)[:, None]
+        row = xbc_ptr + b * s_b + i[:, None] * s_l
+        x = tl.load(row + h * P + p[None, :], mask=valid, other=0.0)  # [Q, P] input dtype
+        Bm = tl.load(row + E + n[None, :], mask=valid, other=0.0)  # [Q, N]
+        Cm = tl.load(row + E + N + n[None, :], mask=valid, other=0.0)  # [Q, N]
+        A = tl.load(a_ptr + h).to(tl.float32)
+        Dh = tl.load(d_ptr + h).to(tl.float32)
+        dt, _cum, decay = _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q)
+        scores = _mma(Cm, tl.trans(Bm), BF16, PREC)  # [Q, Q] fp32
+        xf = x.to(tl.float32)
+        y = _mma(scores * decay, xf * dt[:, None], BF16, PREC) + Dh * xf
+        kept = (i == L - 1)[:, None] if LAST_ONLY else valid
+        tl.store(y_ptr + b * s_yb + i[:, None] * s_yl + h * P + p[None, :],
+                 _stored(y, BF16).to(y_ptr.dtype.element_ty), mask=kept)
+
+    @triton.jit
+    def _ssd_window_bwd_head(xbc_ptr, dt_ptr, a_ptr, d_ptr, dy_ptr, dxbc_ptr, ddt_ptr, da_ptr,
+                             dd_ptr, ds_ptr, L, H, s_b, s_l, s_dtb, s_dtl, s_dyb, s_dyl, s_gb,
+                             s_gl, s_gtb, s_gtl, E: tl.constexpr, N: tl.constexpr,
+                             P: tl.constexpr, Q: tl.constexpr, BF16: tl.constexpr,
+                             PREC: tl.constexpr):
+        # One (window, head): d(dt x), d x, d dt and the head's partial d A, d D; the head's
+        # d scores term (dL/d(C B^T), shared by every head's B and C) is stored to
+        # ds [B, H, Q, Q] for ``_ssd_window_bwd_scores`` to sum over heads.
+        # (The operand loads repeat the forward's on purpose: one helper shared by both
+        # kernels, loading in another order, measured 5 % slower on the H200.)
+        pid = tl.program_id(0)
+        b = pid // H
+        h = pid % H
+        i = tl.arange(0, Q)
+        p = tl.arange(0, P)
+        n = tl.arange(0, N)
+        in_window = i < L
+        valid = in_window[:, None]
+        row = xbc_ptr + b * s_b + i[:, None] * s_l
+        Bm = tl.load(row + E + n[None, :], mask=valid, other=0.0)
+        Cm = tl.load(row + E + N + n[None, :], mask=valid, other=0.0)
+        A = tl.load(a_ptr + h).to(tl.float32)
+        Dh = tl.load(d_ptr + h).to(tl.float32)
+        x = tl.load(row + h * P + p[None, :], mask=valid, other=0.0)
+        dy = tl.load(dy_ptr + b * s_dyb + i[:, None] * s_dyl + h * P + p[None, :], mask=valid,
+                     other=0.0)
+        dt, _cum, decay = _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q)
+        m = _mma(Cm, tl.trans(Bm), BF16, PREC) * decay  # [Q, Q] fp32
+        xf = x.to(tl.float32)
+        dm = _mma(dy, tl.trans(xf * dt[:, None]), BF16, PREC)  # dL/dm [Q, Q]
+        dxdt = _mma(tl.trans(m), dy, BF16, PREC)  # [Q, P]
+        tl.store(ds_ptr + (pid * Q + i[:, None]) * Q + i[None, :],
+                 _stored(dm * decay, BF16).to(ds_ptr.dtype.element_ty))
+        # m_ij = scores_ij exp(cum_i - cum_j): d cum_i = sum_j dseg_ij - sum_j dseg_ji
+        dseg = dm * m
+        dcum = tl.sum(dseg, 1) - tl.sum(dseg, 0)
+        da = tl.sum(dcum, 0) - tl.cumsum(dcum, 0) + dcum  # cum -> a = dt A (reverse cumsum)
+        dyf = dy.to(tl.float32)
+        ddt = da * A + tl.sum(dxdt * xf, 1)
+        dx = dxdt * dt[:, None] + Dh * dyf
+        grow = dxbc_ptr + b * s_gb + i[:, None] * s_gl
+        tl.store(grow + h * P + p[None, :], _stored(dx, BF16).to(dxbc_ptr.dtype.element_ty),
+                 mask=valid)
+        tl.store(ddt_ptr + b * s_gtb + i * s_gtl + h, ddt, mask=in_window)
+        tl.store(da_ptr + pid, tl.sum(da * dt, 0))
+        tl.store(dd_ptr + pid, tl.sum(tl.sum(dyf * xf, 1), 0))
+
+    @triton.jit
+    def _ssd_window_bwd_scores(xbc_ptr, ds_ptr, dxbc_ptr, L, H, s_b, s_l, s_gb, s_gl,
+                               E: tl.constexpr, N: tl.constexpr, Q: tl.constexpr,
+                               BF16: tl.constexpr, PREC: tl.constexpr):
+        # One window: dS = the heads' d scores summed in head order, then d C = dS B and
+        # d B = dS^T C into d xbc.
+        b = tl.program_id(0)
+        i = tl.arange(0, Q)
+        n = tl.arange(0, N)
+        valid = (i < L)[:, None]
+        d_scores = tl.zeros((Q, Q), dtype=tl.float32)
+        for h in range(H):
+            d_scores += tl.load(ds_ptr + ((b * H + h) * Q + i[:, None]) * Q + i[None, :]).to(
+                tl.float32)
+        row = xbc_ptr + b * s_b + i[:, None] * s_l
+        Bm = tl.load(row + E + n[None, :], mask=valid, other=0.0)
+        Cm = tl.load(row + E + N + n[None, :], mask=valid, other=0.0)
+        grow = dxbc_ptr + b * s_gb + i[:, None] * s_gl
+        dC = _mma(d_scores, Bm, BF16, PREC)
+        dB = _mma(tl.trans(d_scores), Cm, BF16, PREC)
+        tl.store(grow + E + n[None, :], _stored(dB, BF16).to(dxbc_ptr.dtype.element_ty),
+                 mask=valid)
+        tl.store(grow + E + N + n[None, :], _stored(dC, BF16).to(dxbc_ptr.dtype.element_ty),
+                 mask=valid)
+
+
+def _check(xbc: torch.Tensor, dt: torch.Tensor, heads: int, headdim: int, d_state: int) -> None:
+    batch, length, width = xbc.shape
+    if (width != heads * headdim + 2 * d_state or xbc.stride(-1) != 1
+            or dt.shape != (batch, length, heads)):
+        raise ValueError(f"ssd_window: bad layout xbc {tuple(xbc.shape)} stride {xbc.stride()}"
+                         f", dt {tuple(dt.shape)}, {heads} heads of {headdim}, d_state "
+                         f"{d_state}")
+
+
+def ssd_window(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
+               headdim: int, d_state: int, warps_fwd: int = 4, warps_bwd: int = 4,
+               last_only: bool = False) -> torch.Tensor:
+    """y [B, L, H*P] = SSD(x, dt, A, B, C) + D x over windows of one chunk, differentiable
+    in xbc, dt, A and D; its last row only, [B, H*P], when ``last_only`` (the encoder's
+    last layer).
+
+    xbc: [B, L, H*P + 2N] = [x | B | C] (last axis contiguous); dt: [B, L, H] after
+    softplus; A: [H] negative; D: [H]. ``warps_*``: Triton warps per program.
+    """
+    return _ssd_window_op(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only)
+
+
+@torch.library.custom_op("lobsurf::ssd_window", mutates_args=())
+def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
+                   headdim: int, d_state: int, warps_fwd: int, warps_bwd: int,
+                   last_only: bool) -> torch.Tensor:
+    batch, length, _ = xbc.shape
+    heads = A.shape[0]
+    _check(xbc, dt, heads, headdim, d_state)
+    E = heads * headdim
+    y = xbc.new_empty((batch, E) if last_only else (batch, length, E))
+    _ssd_window_fwd[(batch * heads,)](
+        xbc, dt, A.float().contiguous(), D.float().contiguous(), y, length, heads,
+        xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1), y.stride(0),
+        0 if last_only else y.stride(1), E=E, N=d_state, P=headdim, LAST_ONLY=last_only,
+        **_flags(xbc), num_warps=warps_fwd)
+    return y
+
+
+@_ssd_window_op.register_fake
+def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only):
+    batch, length, _ = xbc.shape
+    E = A.shape[0] * headdim
+    return xbc.new_empty((batch, E) if last_only else (batch, length, E))
+
+
+@torch.library.custom_op("lobsurf::ssd_window_bwd", mutates_args=())
+def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
+                       D: torch.Tensor, headdim: int, d_state: int, warps: int
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    # (d xbc, d dt, d A, d D) given dy [B, L, H*P].
+    batch, length, _ = xbc.shape
+    heads = A.shape[0]
+    E = heads * headdim
+    dy = dy.to(xbc.dtype)
+    if dy.stride(-1) != 1:
+        dy = dy.contiguous()
+    dxbc = torch.empty(xbc.shape, device=xbc.device, dtype=xbc.dtype)
+    ddt = torch.empty(dt.shape, device=dt.device, dtype=torch.float32)
+    da = torch.empty(batch, heads, device=dt.device, dtype=torch.float32)
+    dd = torch.empty(batch, heads, device=dt.device, dtype=torch.float32)
+    flags = _flags(xbc)
+    q = flags["Q"]
+    # each head's d scores, bf16 under autocast (the scores kernel sums them in fp32)
+    ds = torch.empty(batch, heads, q, q, device=xbc.device,
+                     dtype=torch.float32 if xbc.dtype == torch.float32 else xbc.dtype)
+    _ssd_window_bwd_head[(batch * heads,)](
+        xbc, dt, A.float().contiguous(), D.float().contiguous(), dy, dxbc, ddt, da, dd, ds,
+        length, heads, xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1),
+        dy.stride(0), dy.stride(1), dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
+        ddt.stride(1), E=E, N=d_state, P=headdim, **flags, num_warps=warps)
+    _ssd_window_bwd_scores[(batch,)](
+        xbc, ds, dxbc, length, heads, xbc.stride(0), xbc.stride(1), dxbc.stride(0),
+        dxbc.stride(1), E=E, N=d_state, **flags, num_warps=warps)
+    # per-window partial sums reduced here in a fixed order (deterministic, no atomics)
+    return ddt.to(dt.dtype), dxbc, da.sum(0).to(A.dtype), dd.sum(0).to(D.dtype)
+
+
+@_ssd_window_bwd_op.register_fake
+def _(dy, xbc, dt, A, D, headdim, d_state, warps):
+    return (torch.empty_like(dt), torch.empty_like(xbc), torch.empty_like(A),
+            torch.empty_like(D))
+
+
+def _setup_context(ctx, inputs, output):
+    xbc, dt, A, D, headdim, d_state, _warps_fwd, warps_bwd, last_only = inputs
+    ctx.save_for_backward(xbc, dt, A, D)
+    ctx.sizes = (headdim, d_state, warps_bwd)
+    ctx.last_only = last_only
+
+
+def _backward(ctx, dy):
+    xbc, dt, A, D = ctx.saved_tensors
+    if ctx.last_only:  # the last row's gradient, zeros above it
+        batch, length, _ = xbc.shape
+        dy = torch.cat([dy.new_zeros(batch, length - 1, dy.shape[-1]), dy[:, None]], dim=1)
+    ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes)
+    return dxbc, ddt, dA, dD, None, None, None, None, None
+
+
+_ssd_window_op.register_autograd(_backward, setup_context=_setup_context)
