@@ -47,11 +47,12 @@ class EncoderConfig:
     PyTorch form (``ssd.py``, also the reference), "triton" = fused multi-chunk kernels
     (``ssd_triton.py``, CUDA only; correct but slower, see
     benchmarks/encoder_perf_notes.md), "triton_window" = the one-chunk kernels
-    (``ssd_window_triton.py``: every [Q, Q] tile in registers, no head-major copies; windows
-    of at most ``chunk_size``; insists, on CPU only under Triton's interpreter), "auto" =
-    "triton_window" on CUDA where Triton and the shape allow it, else "torch". The last
-    layer's last-row-only call keeps the PyTorch final-state path on every backend but
-    "triton"."""
+    (``ssd_window_triton.py``: the forward's [Q, Q] tiles in registers, no head-major
+    copies, the last layer's last row stored alone; windows of at most ``chunk_size``;
+    insists, on CPU only under Triton's interpreter), "auto" (the default) =
+    "triton_window" on CUDA where Triton and the shape allow it, else "torch". On "torch",
+    the last layer's last-row-only call goes through the PyTorch final state; on "triton"
+    all rows are computed and one is used."""
     conv_backend: Literal["torch", "triton"] = "torch"
     """Causal conv + SiLU implementation for a window with no conv context: "torch" =
     shifted multiply-adds (the reference, fused by torch.compile; the default), "triton" =
