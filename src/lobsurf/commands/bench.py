@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from lobsurf.errors import UserError
+from lobsurf.models.config import SSD_BACKENDS
 
 
 def _ints(text: str) -> list[int]:
@@ -105,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.fused_core_no_grad, help="the fused core (where "
                         "--fused-training runs it) in the no-grad forwards too: acting and the "
                         "target net (encoder.fused_core_no_grad)")
-    parser.add_argument("--ssd-backend", choices=["torch", "triton", "triton_window", "auto"],
+    parser.add_argument("--ssd-backend", choices=SSD_BACKENDS,
                         default=d.ssd_backend, help="the SSD scan's implementation "
                         "(encoder.ssd_backend)")
     from lobsurf.bench.memory_plan import PlanConfig

@@ -11,7 +11,12 @@ Symbols used in shape comments across ``models/``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+
+SsdBackend = Literal["torch", "triton", "triton_window", "auto"]
+SSD_BACKENDS: tuple[str, ...] = get_args(SsdBackend)
+"""The SSD scan implementations ``EncoderConfig.ssd_backend`` takes."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class EncoderConfig:
     """Width W (in snapshots) of the causal depthwise convolution."""
     chunk_size: int = 64
     """SSD chunk length Q in snapshots; a window with K <= Q is one chunk (no inter-chunk pass)."""
-    ssd_backend: Literal["torch", "triton", "triton_window", "auto"] = "auto"
+    ssd_backend: SsdBackend = "auto"
     """SSD scan implementation for a window with no initial state: "torch" = the chunked
     PyTorch form (``ssd.py``, also the reference), "triton" = fused multi-chunk kernels
     (``ssd_triton.py``, CUDA only; correct but slower, see
@@ -153,8 +158,8 @@ class EncoderConfig:
         if self.kind == "mamba2" and (self.expand * self.d_model) % self.headdim:
             raise ValueError(f"expand*d_model={self.expand * self.d_model} is not a multiple of "
                              f"headdim={self.headdim}")
-        if self.ssd_backend not in ("torch", "triton", "triton_window", "auto"):
-            raise ValueError(f"ssd_backend must be torch, triton, triton_window or auto, got "
+        if self.ssd_backend not in SSD_BACKENDS:
+            raise ValueError(f"ssd_backend must be one of {', '.join(SSD_BACKENDS)}, got "
                              f"{self.ssd_backend!r}")
         if self.conv_backend not in ("torch", "triton"):
             raise ValueError(f"conv_backend must be torch or triton, got "
