@@ -265,7 +265,7 @@ def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only):
 def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                        D: torch.Tensor, headdim: int, d_state: int, warps: int
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    # (d xbc, d dt, d A, d D) given dy [B, L, H*P].
+    # (d dt, d xbc, d A, d D) given dy [B, L, H*P] (the fake below returns the same order)
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     E = heads * headdim
