@@ -43,6 +43,7 @@ from torch.profiler import ProfilerActivity, profile
 from lobsurf.agent.step import train_step
 from lobsurf.bench.measure import BenchConfig, make_store, run_config
 from lobsurf.bench.phases import PHASE_MARK, timed_phases
+from lobsurf.models.config import CONV_BACKENDS
 from lobsurf.train.compile import compile_config, compile_networks_
 from lobsurf.train.config import TrainConfig
 from lobsurf.train.data import load_training_data
@@ -210,12 +211,16 @@ def report_top(mode: str, name_us: Counter, names: Counter, top: int) -> str:
     return "\n".join(lines)
 
 
-def report_names(mode: str, names: Counter, prefix: str) -> str:
-    """Kernel names per step of the phases whose path starts with ``prefix``."""
-    rows = sorted(((path, name, n) for (path, name), n in names.items()
-                   if path.startswith(prefix)), key=lambda r: (r[0], -r[2]))
-    return "\n".join([f"{mode}: kernels of {prefix}*"]
-                     + [f"  {n:6.1f}  {path}  {name[:90]}" for path, name, n in rows])
+def report_names(mode: str, names: Counter, prefix: str, name_us: Counter | None = None
+                 ) -> str:
+    """Kernel names per step of the phases whose path starts with ``prefix``, with their
+    device us per step where measured (CUDA), the costliest first within a phase."""
+    name_us = name_us or Counter()
+    rows = sorted(((path, name, n, name_us[path, name]) for (path, name), n in names.items()
+                   if path.startswith(prefix)), key=lambda r: (r[0], -r[3], -r[2]))
+    return "\n".join([f"{mode}: kernels of {prefix}* (launches, device us per step)"]
+                     + [f"  {n:6.1f} {us:9.1f}  {path}  {name[:90]}"
+                        for path, name, n, us in rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,11 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inductor", metavar="KEY=VALUE", action="append", default=[],
                    help="set torch._inductor.config.KEY (a Python literal) before compiling, "
                         "e.g. combo_kernels=True")
+    p.add_argument("--conv-backend", choices=CONV_BACKENDS, default=COUNT.conv_backend,
+                   help="encoder.conv_backend of the counted step")
     args = p.parse_args(argv)
     for item in args.inductor:
         key, _, value = item.partition("=")
         setattr(torch._inductor.config, key, ast.literal_eval(value))
-    cfg = dataclasses.replace(COUNT, profile_steps=args.steps)
+    cfg = dataclasses.replace(COUNT, profile_steps=args.steps, conv_backend=args.conv_backend)
     device = args.device
     if not device.startswith("cuda"):
         # Inductor's C++ kernels show in the CPU profile only with its kernel profile on
@@ -279,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.top and device.startswith("cuda"):
             print(report_top(mode, name_us, names, args.top))
         if args.names is not None:
-            print(report_names(mode, names, args.names))
+            print(report_names(mode, names, args.names, name_us))
     return 0
 
 

@@ -7,7 +7,7 @@ import json
 from lobsurf.cli import main
 
 ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
-            "fused_core_programs", "fused_core_no_grad", "ssd_backend",
+            "fused_core_programs", "fused_core_no_grad", "ssd_backend", "conv_backend",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",

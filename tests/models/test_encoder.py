@@ -88,11 +88,11 @@ def test_config_validation() -> None:
 def test_kernel_backends_validated_and_default_to_pytorch_on_the_cpu() -> None:
     # ssd_backend "auto": the one-chunk Triton scan on CUDA, the PyTorch scan here
     cfg = EncoderConfig()
-    assert cfg.ssd_backend == "auto" and cfg.conv_backend == "torch"
+    assert cfg.ssd_backend == "auto" and cfg.conv_backend == "auto"
     with pytest.raises(ValueError):
         EncoderConfig(ssd_backend="cuda")
     with pytest.raises(ValueError):
-        EncoderConfig(conv_backend="auto")
+        EncoderConfig(conv_backend="cuda")
     # The Triton kernels need CUDA tensors: asking for them on the CPU fails loudly instead
     # of silently running the PyTorch path.
     for field in ("ssd_backend", "conv_backend"):
@@ -100,6 +100,34 @@ def test_kernel_backends_validated_and_default_to_pytorch_on_the_cpu() -> None:
                                     chunk_size=16, **{field: "triton"}), in_features=F_IN)
         with pytest.raises(RuntimeError, match="triton"):
             enc(torch.randn(2, 8, F_IN), torch.randn(2, 8))
+
+
+def test_conv_auto_keeps_pytorch_on_the_cpu_and_triton_dpre_matches_it(monkeypatch) -> None:
+    # conv_backend "auto": the d pre kernel only for CUDA tensors; "triton_dpre" insists
+    # (here in Triton's interpreter) and gives PyTorch's gradients
+    pytest.importorskip("triton", reason="the d pre kernel needs Triton")
+    from lobsurf.models import conv_triton
+    from lobsurf.models.mamba2 import Mamba2Block
+
+    small = dict(d_model=16, d_state=16, headdim=16, chunk_size=16, ssd_backend="torch")
+    torch.manual_seed(3)
+    blocks = {name: Mamba2Block(EncoderConfig(**small, conv_backend=name))
+              for name in ("torch", "auto", "triton_dpre")}
+    for block in blocks.values():
+        block.load_state_dict(blocks["torch"].state_dict())
+    h = torch.randn(2, 12, 16)
+    calls = []
+    real = conv_triton.conv_silu_dpre
+    monkeypatch.setattr(conv_triton, "conv_silu_dpre", lambda *a: calls.append(1) or real(*a))
+    grads = {}
+    for name, block in blocks.items():
+        before = len(calls)
+        block(h).square().sum().backward()
+        grads[name] = [p.grad for p in block.parameters()]
+        assert (len(calls) > before) == (name == "triton_dpre"), name
+    for name in ("auto", "triton_dpre"):
+        for a, b in zip(grads[name], grads["torch"]):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), name
 
 
 def test_cfc_time_scale_is_fitted_and_checkpointed() -> None:

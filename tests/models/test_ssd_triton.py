@@ -72,15 +72,21 @@ def test_scan_and_gradients_match_torch(batch, length, heads, headdim, d_state, 
     assert max(errors) < TOL[dtype]
 
 
+@pytest.mark.parametrize("path", ["conv_silu", "conv_silu_dpre"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("batch,length,channels,width", [(3, 64, 384, 4), (2, 37, 200, 4),
-                                                         (2, 130, 640, 3)])
-def test_conv_silu_and_gradients_match_torch(batch, length, channels, width, dtype):
-    from lobsurf.models.conv_triton import conv_silu
+@pytest.mark.parametrize("batch,length,channels,width,row", [(3, 64, 384, 4, 648),
+                                                             (2, 37, 200, 4, 209),
+                                                             (2, 130, 640, 3, 649)])
+def test_conv_silu_and_gradients_match_torch(batch, length, channels, width, row, dtype,
+                                             path):
+    from lobsurf.models import conv_triton
+
+    conv_silu = getattr(conv_triton, path)  # conv_backend "triton" / "triton_dpre"
 
     g = torch.Generator(device="cuda").manual_seed(length)
-    # A strided view with unit channel stride, as the in_proj slice is.
-    x = torch.randn(batch, length, channels + 9, device="cuda", generator=g)[..., 4:-5]
+    # A strided view with unit channel stride, as the in_proj slice is (the default's
+    # layout first: rows of 648, a multiple of 8, from column 256).
+    x = torch.randn(batch, length, row, device="cuda", generator=g)[..., -channels - 8:-8]
     w = torch.randn(width, channels, device="cuda", generator=g)
     b = torch.randn(channels, device="cuda", generator=g)
     leaves = [t.to(dtype).requires_grad_() for t in (x, w, b)]
@@ -93,14 +99,14 @@ def test_conv_silu_and_gradients_match_torch(batch, length, channels, width, dty
     out_ref = torch.nn.functional.silu(pre)
     ref_grads = torch.autograd.grad((out_ref * dout.double()).sum(), ref)
     errors = [_rel(out, out_ref)] + [_rel(a, r) for a, r in zip(grads, ref_grads)]
-    print(f"L={length} C={channels} W={width} {dtype}: out, dx, dw, db rel err "
+    print(f"{path} L={length} C={channels} W={width} {dtype}: out, dx, dw, db rel err "
           + ", ".join(f"{e:.1e}" for e in errors))
     assert out.dtype == dtype and max(errors) < TOL[dtype]
 
 
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("backends", [("triton", "torch"), ("torch", "triton"),
-                                      ("triton", "triton")])
+                                      ("triton", "triton"), ("torch", "triton_dpre")])
 def test_block_triton_matches_torch_backend(last_only: bool, backends) -> None:
     torch.manual_seed(0)
     cfg = EncoderConfig(d_model=64, headdim=32, d_state=32, chunk_size=32, ssd_backend="torch",

@@ -72,24 +72,38 @@ def test_fused_core_stays_inside_its_tensors(d_model, headdim, d_state, window,
     assert launches == CORE_LAUNCHES[programs] * 2  # fp32 and bf16
 
 
+#: conv_triton's two paths and the kernels one forward + backward of each launches:
+#: conv_backend "triton" (both in Triton) and "triton_dpre" (the backward's d pre only)
+CONV_PATHS = {"conv_silu": ["_conv_fwd_kernel", "_conv_bwd_kernel"],
+              "conv_silu_dpre": ["_conv_dpre_kernel"]}
+
+
+@pytest.mark.parametrize("path", sorted(CONV_PATHS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("batch,length,channels,width", [(2, 37, 200, 4), (1, 130, 72, 3)])
+@pytest.mark.parametrize("batch,length,channels,width,row", [(2, 37, 200, 4, 209),
+                                                             (1, 130, 72, 3, 81),
+                                                             (2, 64, 48, 4, 88)])
 def test_conv_kernels_stay_inside_their_tensors_and_match_float64(batch, length, channels,
-                                                                   width, dtype) -> None:
-    # conv_triton's forward and backward (opt-in conv_backend = "triton"), here in the
+                                                                   width, row, dtype,
+                                                                   path) -> None:
+    # conv_triton's kernels (conv_backend "triton" and "triton_dpre"), here in the
     # interpreter as well as on the GPU (test_ssd_triton.py): a ragged window, one longer
-    # than a time tile (its d pre rows staged past the tile), a channel tail, W = 3.
-    from lobsurf.models.conv_triton import conv_silu
+    # than a time tile (the "triton" backward stages d pre rows past the tile), a channel
+    # tail, W = 3; x a slice of wider rows (the in_proj output's), their stride a multiple
+    # of 8 in the last case (as the default's 648: the d pre kernel's vector loads).
+    from lobsurf.models import conv_triton
+
+    conv_silu = getattr(conv_triton, path)
 
     g = torch.Generator().manual_seed(length)
-    x = torch.randn(batch, length, channels + 9, generator=g)[..., 4:-5]  # the in_proj slice
+    x = torch.randn(batch, length, row, generator=g)[..., 8:8 + channels]
     weight, bias = torch.randn(width, channels, generator=g), torch.randn(channels, generator=g)
     leaves = [t.to(dtype).requires_grad_() for t in (x, weight, bias)]
     dout = torch.randn(batch, length, channels, generator=g)
     with bounds_checked() as launches:
         out = conv_silu(*leaves)
         grads = torch.autograd.grad((out.float() * dout).sum(), leaves)
-    assert launches == ["_conv_fwd_kernel", "_conv_bwd_kernel"]
+    assert launches == CONV_PATHS[path]
     ref = [t.detach().double().requires_grad_() for t in leaves]
     padded = torch.nn.functional.pad(ref[0], (0, 0, width - 1, 0))  # zeros before t = 0
     out_ref = torch.nn.functional.silu(ref[2] + sum(padded[:, k:k + length] * ref[1][k]

@@ -81,6 +81,8 @@ class BenchConfig:
     """encoder.fused_core_no_grad: the fused core in the no-grad forwards (acting, target)."""
     ssd_backend: str = EncoderConfig.ssd_backend
     """encoder.ssd_backend: the SSD scan's implementation (torch, triton, triton_window, auto)."""
+    conv_backend: str = EncoderConfig.conv_backend
+    """encoder.conv_backend: the causal conv + SiLU's (torch, triton, triton_dpre, auto)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -108,7 +110,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "fused_training": fused_training,
                     "fused_core_programs": cfg.fused_core_programs,
                     "fused_core_no_grad": cfg.fused_core_no_grad,
-                    "ssd_backend": cfg.ssd_backend},
+                    "ssd_backend": cfg.ssd_backend, "conv_backend": cfg.conv_backend},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "overlap_collect": cfg.overlap_collect,
@@ -226,6 +228,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "fused_core_programs": cfg.fused_core_programs,
                            "fused_core_no_grad": cfg.fused_core_no_grad,
                            "ssd_backend": cfg.ssd_backend,
+                           "conv_backend": cfg.conv_backend,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

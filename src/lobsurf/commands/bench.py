@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from lobsurf.errors import UserError
-from lobsurf.models.config import SSD_BACKENDS
+from lobsurf.models.config import CONV_BACKENDS, SSD_BACKENDS
 
 
 def _ints(text: str) -> list[int]:
@@ -109,6 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ssd-backend", choices=SSD_BACKENDS,
                         default=d.ssd_backend, help="the SSD scan's implementation "
                         "(encoder.ssd_backend)")
+    parser.add_argument("--conv-backend", choices=CONV_BACKENDS,
+                        default=d.conv_backend, help="the causal conv + SiLU's implementation "
+                        "(encoder.conv_backend)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -135,7 +138,7 @@ def _config(args: argparse.Namespace):
                            max_autotune=args.max_autotune,
                            fused_core_programs=args.fused_core_programs,
                            fused_core_no_grad=args.fused_core_no_grad,
-                           ssd_backend=args.ssd_backend)
+                           ssd_backend=args.ssd_backend, conv_backend=args.conv_backend)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -272,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
           f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"
           f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}"
-          f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}")
+          f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
+          f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

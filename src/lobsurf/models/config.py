@@ -17,6 +17,9 @@ from typing import Literal, get_args
 SsdBackend = Literal["torch", "triton", "triton_window", "auto"]
 SSD_BACKENDS: tuple[str, ...] = get_args(SsdBackend)
 """The SSD scan implementations ``EncoderConfig.ssd_backend`` takes."""
+ConvBackend = Literal["torch", "triton", "triton_dpre", "auto"]
+CONV_BACKENDS: tuple[str, ...] = get_args(ConvBackend)
+"""The causal conv + SiLU implementations ``EncoderConfig.conv_backend`` takes."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +61,14 @@ class EncoderConfig:
     "triton_window" on CUDA where Triton and the shape allow it, else "torch". On "torch",
     the last layer's last-row-only call goes through the PyTorch final state; on "triton"
     all rows are computed and one is used."""
-    conv_backend: Literal["torch", "triton"] = "torch"
+    conv_backend: ConvBackend = "auto"
     """Causal conv + SiLU implementation for a window with no conv context: "torch" =
-    shifted multiply-adds (the reference, fused by torch.compile; the default), "triton" =
-    fused kernels (``conv_triton.py``, CUDA only; slower in the compiled step, 235 against
-    255-260 steps/s at B = 1024, benchmarks/RESULTS.md)."""
+    shifted multiply-adds (the reference, fused by torch.compile), "triton" = fused
+    kernels (``conv_triton.py``, CUDA only; slower in the compiled step, 235 against
+    255-260 steps/s at B = 1024, benchmarks/RESULTS.md), "triton_dpre" = the same PyTorch
+    forward with the backward's d pre and weight sums in one kernel (``conv_silu_dpre``;
+    insists, on CPU only under Triton's interpreter), "auto" (the default) = "triton_dpre"
+    on CUDA for forwards that record gradients, else "torch"."""
     fused_inference: Literal["auto", "torch", "triton"] = "torch"
     """Block forward when autograd is off (the step's acting and target forwards) over a
     window with no state: "torch" = the PyTorch block (the default and the reference: on
@@ -161,8 +167,8 @@ class EncoderConfig:
         if self.ssd_backend not in SSD_BACKENDS:
             raise ValueError(f"ssd_backend must be one of {', '.join(SSD_BACKENDS)}, got "
                              f"{self.ssd_backend!r}")
-        if self.conv_backend not in ("torch", "triton"):
-            raise ValueError(f"conv_backend must be torch or triton, got "
+        if self.conv_backend not in CONV_BACKENDS:
+            raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}, got "
                              f"{self.conv_backend!r}")
         for name in ("fused_inference", "fused_training"):
             if getattr(self, name) not in ("auto", "torch", "triton"):

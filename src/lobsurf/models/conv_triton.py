@@ -1,7 +1,8 @@
 """Fused Triton kernels of Mamba2's causal depthwise convolution + SiLU (forward, backward).
 
-Same function as ``Mamba2Mixer._conv`` with no context (zeros before t = 0), which stays the
-CPU fallback, the reference and the default (tests compare the two on the GPU):
+Same function as ``Mamba2Mixer._conv`` with no context (zeros before t = 0), whose PyTorch
+shifted multiply-adds (``torch_conv_silu``) stay the CPU path and the reference (tests
+compare the two, and both against float64):
 
     out[b, t, c] = SiLU(bias[c] + sum_k weight[k, c] * x[b, t - (W-1) + k, c])
 
@@ -17,15 +18,33 @@ Still slower than the compiled PyTorch conv in the compiled bf16 step (H200, B =
 layers, benchmarks/RESULTS.md, eleventh session): 235.2 steps/s against 254.7-259.6 with
 Inductor's conv; the first version of the backward (d pre recomputed at each of the W
 shifts, 32 x 128 tiles) was 212.2 (its kernel alone 573 µs per block against ~246 µs of
-Inductor's conv kernels). So it stays opt-in.
+Inductor's conv kernels). So it stays opt-in. (Its x loads are scalar at the in_proj
+slice's row stride of 648, which Triton cannot prove 16-byte aligned; the d pre kernel
+below passes the strides in units of 8, so they are not, and was 251 -> 155 µs for it.)
 
 Layout [B, L, C] with unit channel stride (the in_proj output slice), no transposes.
 Registered as ``torch.ops.lobsurf.conv_silu`` (custom op with autograd) for torch.compile.
+
+``conv_backend = "triton_dpre"`` (and ``"auto"``, the default, on CUDA where autograd
+records) splits the work differently (``conv_silu_dpre``): the
+forward stays the PyTorch shifted multiply-adds (``torch_conv_silu``, fused by Inductor with
+its neighbours), and of the backward one kernel (``lobsurf::conv_dpre``) computes d pre =
+d out * SiLU'(pre) once per element, the pre-activation recomputed from x, with each
+window's partial sums of d weight and d bias; the shifted sum d x[t] = sum_k w[k]
+d pre[t + W-1-k] is left to PyTorch, so Inductor writes it straight into the in_proj
+gradient it assembles. Inductor's own backward of the PyTorch conv recomputes d pre at each
+of the W shifts and again for the weight sums (about 0.25 ms per block at B = 1024 in bf16;
+this kernel 0.155 ms, the step 320.4 -> 334.7 steps/s: benchmarks/RESULTS.md, fourteenth
+session). Most of the kernel's time is the tiles' sums over their rows across threads
+(without them 53-63 µs); ``benchmarks/conv_dpre_candidate.py`` holds the row-by-row
+version that sums within each thread (87.5 µs as timed), still to be run on a GPU in its
+corrected form.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 try:
     import triton
@@ -39,6 +58,10 @@ BLOCK_C = 32
 """Channels per program (tile columns, contiguous in memory)."""
 WARPS = 4
 """Triton warps per program."""
+DPRE_BLOCK_C = 64
+"""Channels per program of the d pre kernel (128-byte rows in bf16)."""
+DPRE_WARPS = 4
+"""Triton warps per program of the d pre kernel."""
 
 if triton is not None:
 
@@ -56,14 +79,17 @@ if triton is not None:
         return pre
 
     @triton.jit
-    def _conv_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, L, C, s_b, s_l, s_ob, s_ol,
-                         W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    def _tile(L, C, BT: tl.constexpr, BC: tl.constexpr):
+        # this program's window b, rows t and channels c (with their mask) of a [BT, BC] tile
         pid_t = tl.program_id(0)
         nt = tl.cdiv(L, BT)
-        b = pid_t // nt
-        t = (pid_t % nt) * BT + tl.arange(0, BT)
         c = tl.program_id(1) * BC + tl.arange(0, BC)
-        cmask = c < C
+        return pid_t // nt, (pid_t % nt) * BT + tl.arange(0, BT), c, c < C
+
+    @triton.jit
+    def _conv_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, L, C, s_b, s_l, s_ob, s_ol,
+                         W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+        b, t, c, cmask = _tile(L, C, BT, BC)
         bias = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)
         pre = _pre_rows(x_ptr, w_ptr, bias, b, t, c, cmask, L, C, s_b, s_l, W)
         out = pre * tl.sigmoid(pre)
@@ -82,15 +108,24 @@ if triton is not None:
         return g * sig * (1.0 + pre * (1.0 - sig))
 
     @triton.jit
+    def _store_partial_sums(part, x_ptr, dpre, b, t, c, cmask, L, C, s_b, s_l,
+                            W: tl.constexpr):
+        # a tile's partial sums of d weight (tap k reads x[t - (W-1) + k]) and d bias
+        for k in tl.static_range(W):
+            src = t - (W - 1) + k
+            xv = tl.load(x_ptr + b * s_b + src[:, None] * s_l + c[None, :],
+                         mask=((src >= 0) & (src < L))[:, None] & cmask[None, :],
+                         other=0.0).to(tl.float32)
+            tl.store(part + k * C + c, tl.sum(xv * dpre, 0), mask=cmask)
+        tl.store(part + W * C + c, tl.sum(dpre, 0), mask=cmask)
+
+    @triton.jit
     def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, scratch_ptr, L, C,
                          s_b, s_l, s_db, s_dl, s_xb, s_xl, W: tl.constexpr, BT: tl.constexpr,
                          BH: tl.constexpr, BC: tl.constexpr):
         pid_t = tl.program_id(0)
         nt = tl.cdiv(L, BT)
-        b = pid_t // nt
-        t = (pid_t % nt) * BT + tl.arange(0, BT)
-        c = tl.program_id(1) * BC + tl.arange(0, BC)
-        cmask = c < C
+        b, t, c, cmask = _tile(L, C, BT, BC)
         bias = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)
         # d pre once per row: this tile's rows and the W-1 after it (their outputs read this
         # tile's x), staged in this program's own scratch rows so the shifted sums below read
@@ -106,15 +141,8 @@ if triton is not None:
                  dpre.to(scratch_ptr.dtype.element_ty))
         tl.store(scratch + (BT + tl.arange(0, BH))[:, None] * BC + cols[None, :],
                  dpre_after.to(scratch_ptr.dtype.element_ty))
-        # this tile's partial sums of d weight (tap k reads x[t - (W-1) + k]) and d bias
-        part = part_ptr + pid_t * (W + 1) * C
-        for k in tl.static_range(W):
-            src = t - (W - 1) + k
-            xv = tl.load(x_ptr + b * s_b + src[:, None] * s_l + c[None, :],
-                         mask=((src >= 0) & (src < L))[:, None] & cmask[None, :],
-                         other=0.0).to(tl.float32)
-            tl.store(part + k * C + c, tl.sum(xv * dpre, 0), mask=cmask)
-        tl.store(part + W * C + c, tl.sum(dpre, 0), mask=cmask)
+        _store_partial_sums(part_ptr + pid_t * (W + 1) * C, x_ptr, dpre, b, t, c, cmask, L, C,
+                            s_b, s_l, W)
         tl.debug_barrier()  # the scratch rows written above, visible to every thread
         # Output s = t + m reads x[t] through tap W-1-m: dx[t] = sum_m w[W-1-m] dpre[t+m].
         dx = tl.zeros((BT, BC), dtype=tl.float32)
@@ -125,6 +153,25 @@ if triton is not None:
         tl.store(dx_ptr + b * s_xb + t[:, None] * s_xl + c[None, :],
                  dx.to(dx_ptr.dtype.element_ty), mask=(t < L)[:, None] & cmask[None, :])
 
+    @triton.jit
+    def _conv_dpre_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dpre_ptr, part_ptr, L, C, s_b, s_l,
+                          s_db, s_dl, s_pb, s_pl, W: tl.constexpr, BT: tl.constexpr,
+                          BC: tl.constexpr, ALIGN: tl.constexpr):
+        # d pre of one [BT, BC] tile, written once, and the tile's partial sums of d weight
+        # (tap k reads x[t - (W-1) + k]) and d bias; the shifted sum to d x is PyTorch's.
+        # x's strides come in units of ALIGN elements (the wrapper divides them): Triton
+        # itself knows only multiples of 16, and the in_proj slice's row stride (648 in
+        # bf16) is not one, so without the constexpr factor every x load is a scalar one.
+        s_b = s_b * ALIGN
+        s_l = s_l * ALIGN
+        b, t, c, cmask = _tile(L, C, BT, BC)
+        bias = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)
+        dpre = _dpre_rows(x_ptr, w_ptr, dout_ptr, bias, b, t, c, cmask, L, C, s_b, s_l, s_db,
+                          s_dl, W)
+        tl.store(dpre_ptr + b * s_pb + t[:, None] * s_pl + c[None, :],
+                 dpre.to(dpre_ptr.dtype.element_ty), mask=(t < L)[:, None] & cmask[None, :])
+        _store_partial_sums(part_ptr + tl.program_id(0) * (W + 1) * C, x_ptr, dpre, b, t, c,
+                            cmask, L, C, s_b, s_l, W)
 
 def supported() -> bool:
     """True when Triton imports (the kernels then run on CUDA tensors)."""
@@ -193,3 +240,79 @@ def _backward(ctx, dout):
 
 
 _conv_silu_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def torch_conv_silu(padded: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    length: int) -> torch.Tensor:
+    """SiLU(bias + sum_k weight[k] * padded[:, k:k + length]): the causal depthwise conv as
+    W shifted multiply-adds on the channel-last layout (no transposes; torch.compile fuses
+    it). ``padded`` [B, W-1+length, C] holds the W-1 inputs before t = 0 first."""
+    out = bias + padded[:, 0:length] * weight[0]
+    for k in range(1, weight.shape[0]):
+        out = out + padded[:, k:k + length] * weight[k]
+    return F.silu(out)
+
+
+def conv_silu_dpre(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """The causal conv + SiLU with zeros before t = 0 (``conv_backend = "triton_dpre"``):
+    PyTorch's forward, the backward's d pre and weight sums in one Triton kernel. x [B, L, C]
+    (unit channel stride), weight [W, C], bias [C], all in the activation dtype."""
+    return _ConvSiLUDpre.apply(x, weight, bias)
+
+
+class _ConvSiLUDpre(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight, bias)
+        return torch_conv_silu(F.pad(x, (0, 0, weight.shape[0] - 1, 0)), weight, bias,
+                               x.shape[1])
+
+    @staticmethod
+    def backward(ctx, dout):
+        x, weight, bias = ctx.saved_tensors
+        dpre, dweight, dbias = _conv_dpre_op(dout, x, weight, bias)
+        # output t + m read x[t] through tap W-1-m: d x[t] = sum_m w[W-1-m] d pre[t + m]
+        width, length = weight.shape[0], x.shape[1]
+        after = F.pad(dpre, (0, 0, 0, width - 1))  # zeros past the window
+        dx = after[:, 0:length] * weight[width - 1]
+        for m in range(1, width):
+            dx = dx + after[:, m:m + length] * weight[width - 1 - m]
+        return dx, dweight, dbias
+
+
+def _row_alignment(x: torch.Tensor) -> int:
+    """The largest of 8, 4, 2, 1 elements that x's batch and row strides are multiples of:
+    8 bf16 (16 bytes) allows vector loads."""
+    for align in (8, 4, 2):
+        if x.stride(0) % align == 0 and x.stride(1) % align == 0:
+            return align
+    return 1
+
+
+@torch.library.custom_op("lobsurf::conv_dpre", mutates_args=())
+def _conv_dpre_op(dout: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                  bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if x.stride(-1) != 1:
+        raise ValueError(f"conv_dpre: channel stride must be 1, got {x.stride()}")
+    dout = dout.contiguous()
+    batch, length, channels = x.shape
+    grid = (batch * triton.cdiv(length, BLOCK_T), triton.cdiv(channels, DPRE_BLOCK_C))
+    W = weight.shape[0]
+    align = _row_alignment(x)
+    # d pre in the activation dtype, as the PyTorch conv's backward holds it
+    dpre = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    part = torch.empty(grid[0], W + 1, channels, device=x.device, dtype=torch.float32)
+    _conv_dpre_kernel[grid](
+        x, weight.contiguous(), bias.contiguous(), dout, dpre, part, length, channels,
+        x.stride(0) // align, x.stride(1) // align, dout.stride(0), dout.stride(1),
+        dpre.stride(0), dpre.stride(1), W=W, BT=BLOCK_T, BC=DPRE_BLOCK_C, ALIGN=align,
+        num_warps=DPRE_WARPS)
+    # Two separate sums: custom-op outputs may not alias each other.
+    return dpre, part[:, :W].sum(0).to(weight.dtype), part[:, W].sum(0).to(bias.dtype)
+
+
+@_conv_dpre_op.register_fake
+def _(dout, x, weight, bias):
+    # d pre is a fresh contiguous tensor even where x is a strided slice
+    return (torch.empty(x.shape, device=x.device, dtype=x.dtype), torch.empty_like(weight),
+            torch.empty_like(bias))

@@ -17,9 +17,11 @@ and ``step`` for one token with a preallocated ``Mamba2State`` updated in place 
 recurrent acting path and the step-by-step reference that tests compare against).
 The causal convolution is written as W shifted multiply-adds on the channel-last layout,
 so no [B, L, C] <-> [B, C, L] transposes are needed and torch.compile fuses it.
-``EncoderConfig.ssd_backend`` / ``conv_backend = "triton"`` swap the scan and the conv of
-the stateless window call for fused Triton kernels (``ssd_triton.py``, ``conv_triton.py``;
-opt-in, CUDA only); the PyTorch code here stays the default and the reference.
+``EncoderConfig.ssd_backend`` / ``conv_backend`` swap the scan and the conv (its backward)
+of the stateless window call for Triton kernels: by default ("auto") on CUDA the one-chunk
+scan (``ssd_window_triton.py``) and the conv's d pre kernel (``conv_triton.py``, forwards
+that record gradients); "triton" selects older opt-in kernels. The PyTorch code here stays
+the CPU path and the reference.
 """
 
 from __future__ import annotations
@@ -140,22 +142,34 @@ class Mamba2Mixer(nn.Module):
     def _conv(self, xbc: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         # xbc: [B, L, C]; context: [B, W-1, C] inputs before t=0 (zeros when None).
         W, L = self.cfg.d_conv, xbc.shape[1]
-        if context is None and _backend_is_triton(self.cfg.conv_backend, xbc,
-                                                  conv_triton.supported()):
+        if (context is None and self.cfg.conv_backend == "triton"
+                and _backend_is_triton("triton", xbc, conv_triton.supported())):
             # Fused kernel; no context is asked for when no state is carried.
             return conv_triton.conv_silu(xbc, self.conv_weight.to(xbc.dtype),
                                          self.conv_bias.to(xbc.dtype)), None
+        # Weights in the activation dtype: under bf16 autocast the conv output (and so the
+        # SSD input) stays bf16 instead of being promoted to fp32 by the fp32 parameters.
+        weight, bias = self.conv_weight.to(xbc.dtype), self.conv_bias.to(xbc.dtype)
+        if context is None and self._use_dpre_kernel(xbc):
+            # PyTorch's forward; the backward's d pre and weight sums in one kernel
+            return conv_triton.conv_silu_dpre(xbc, weight, bias), None
         if context is None:
             padded = F.pad(xbc, (0, 0, W - 1, 0))
         else:
             padded = torch.cat([context.to(xbc.dtype), xbc], dim=1)  # [B, W-1+L, C]
-        # Weights in the activation dtype: under bf16 autocast the conv output (and so the
-        # SSD input) stays bf16 instead of being promoted to fp32 by the fp32 parameters.
-        weight, bias = self.conv_weight.to(padded.dtype), self.conv_bias.to(padded.dtype)
-        out = bias + padded[:, 0:L] * weight[0]
-        for k in range(1, W):  # W (=4) shifted multiply-adds; fused under torch.compile
-            out = out + padded[:, k:k + L] * weight[k]
-        return F.silu(out), padded[:, L:]  # activations [B, L, C]; new context [B, W-1, C]
+        # activations [B, L, C]; new context [B, W-1, C]
+        return conv_triton.torch_conv_silu(padded, weight, bias, L), padded[:, L:]
+
+    def _use_dpre_kernel(self, xbc: torch.Tensor) -> bool:
+        # conv_backend "triton_dpre" insists; "auto" takes it on CUDA where autograd records
+        # (a forward without gradients has no backward to speed up: it is the same code)
+        choice = self.cfg.conv_backend
+        if choice not in ("triton_dpre", "auto"):
+            return False
+        return mamba2_fused.use_fused(
+            "triton" if choice == "triton_dpre" else "auto", "conv_backend", xbc,
+            choice == "triton_dpre" or torch.is_grad_enabled(), True, "any window",
+            f"window {xbc.shape[1]}", choice_name="triton_dpre")
 
     def _split_proj(self, proj: torch.Tensor):
         # [..., padded width] -> z [..., E], xBC [..., E+2N], dt [..., H] (padding dropped).

@@ -1,0 +1,91 @@
+"""The causal conv + SiLU's backward: Inductor's (``conv_backend = "torch"``) against the
+d pre kernel (``"triton_dpre"``), on CUDA.
+
+The default block's conv (C = E + 2N = 384 channels, W = 4, K = 64) on its real input
+layout, the in_proj output's slice (row stride 648 in bf16), bf16, every call captured in a
+CUDA graph and replayed (GPU time):
+
+- ``torch`` / ``triton_dpre``: forward + backward of the conv alone, torch.compile'd, with
+  the gradients' agreement (relative max error against the float64 conv);
+- ``kernel``: ``lobsurf::conv_dpre`` alone per (channels per program, warps).
+
+    python benchmarks/bench_conv_dpre.py --batch 1024 --out OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lobsurf.models import conv_triton
+
+from bench_fused_block import graphed_ms  # noqa: E402  (benchmarks/ is on sys.path)
+
+#: (channels per program, warps) of the d pre kernel's [64-row] tiles tried (fourteenth
+#: session, B = 1024: 64 x 4 0.154 ms, 64 x 8 0.228, 32 x 4 0.176, 128 x 8 0.272)
+TILES = [(64, 4), (32, 4)]
+#: the default block: in_proj width (padded), x's first column (E), channels, taps, window
+WIDTH, FIRST, CHANNELS, TAPS, WINDOW = 648, 256, 384, 4, 64
+
+
+def torch_conv(x, weight, bias):
+    padded = F.pad(x, (0, 0, weight.shape[0] - 1, 0))
+    return conv_triton.torch_conv_silu(padded, weight, bias, x.shape[1])
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b).abs().max() / b.abs().max()).item()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", default="1024")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = []
+    for batch in (int(b) for b in args.batch.split(",")):
+        g = torch.Generator(device="cuda").manual_seed(batch)
+        proj = torch.randn(batch, WINDOW, WIDTH, device="cuda", generator=g).bfloat16()
+        proj.requires_grad_()
+        weight = (0.5 * torch.randn(TAPS, CHANNELS, device="cuda", generator=g)).bfloat16()
+        bias = (0.5 * torch.randn(CHANNELS, device="cuda", generator=g)).bfloat16()
+        weight.requires_grad_()
+        bias.requires_grad_()
+        dout = torch.randn(batch, WINDOW, CHANNELS, device="cuda", generator=g).bfloat16()
+        leaves = (proj, weight, bias)
+        ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+        out_ref = torch_conv(ref_leaves[0][..., FIRST:FIRST + CHANNELS], *ref_leaves[1:])
+        ref_grads = torch.autograd.grad((out_ref * dout.double()).sum(), ref_leaves)
+        row = {"batch": batch}
+        for name, conv in (("torch", torch_conv), ("triton_dpre", conv_triton.conv_silu_dpre)):
+            compiled = torch.compile(conv, dynamic=False)
+
+            def step(compiled=compiled):
+                out = compiled(proj[..., FIRST:FIRST + CHANNELS], weight, bias)
+                return torch.autograd.grad(out, leaves, dout)
+
+            grads = step()
+            row[f"{name}_err"] = max(rel(a, r) for a, r in zip(grads, ref_grads))
+            row[f"{name}_ms"] = graphed_ms(step, args.reps)
+        x = proj.detach()[..., FIRST:FIRST + CHANNELS]
+        for channels, warps in TILES:
+            conv_triton.DPRE_BLOCK_C, conv_triton.DPRE_WARPS = channels, warps
+            row[f"kernel_c{channels}_w{warps}_ms"] = graphed_ms(
+                lambda: conv_triton._conv_dpre_op(dout, x, weight.detach(), bias.detach()),
+                args.reps)
+        rows.append(row)
+    print("ms per call (CUDA graph replay); err = max relative gradient error vs float64")
+    for row in rows:
+        print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in row.items()))
+    if args.out:
+        Path(args.out, "conv_dpre.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
