@@ -1,0 +1,75 @@
+"""The conv's d pre kernel reads the in-projection's slice with 16-byte loads, compiled for
+Hopper (sm_90) without a GPU.
+
+Triton specializes an integer argument only when it is a multiple of 16; the slice's row
+stride is 648 bf16 at the default model (a multiple of 8: 16 bytes), so unless the wrapper
+passes the strides in units of their alignment every load of it is a scalar 16-bit load
+(benchmarks/RESULTS.md, fourteenth session: the kernel 251 against 155 us on the H200).
+The CPU interpreter cannot show this, so the kernel is compiled here to PTX by Triton's own
+compiler, in a subprocess without TRITON_INTERPRET (the test session sets it), with the
+divisibility Triton would give the default call's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton", reason="compiling a kernel needs Triton (dev extra on Linux)")
+
+#: in the subprocess: the wrapper's own arguments for the default layout (B 2, K 64, the
+#: 648-wide in_proj output sliced at column 256 for 384 channels), each integer marked
+#: divisible by 16 where it is (Triton's launch-time rule), compiled for sm_90; prints the
+#: PTX's global load instructions by kind
+SCRIPT = textwrap.dedent("""
+    import inspect, json, re
+    from collections import Counter
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from lobsurf.models import conv_triton as ct
+
+    proj = torch.zeros(2, 64, 648, dtype=torch.bfloat16)
+    x = proj[..., 256:640]
+    dout = torch.zeros(2, 64, 384, dtype=torch.bfloat16)
+    align = ct._row_alignment(x)
+    ints = dict(L=64, C=384, s_b=x.stride(0) // align, s_l=x.stride(1) // align,
+                s_db=dout.stride(0), s_dl=dout.stride(1), s_pb=dout.stride(0),
+                s_pl=dout.stride(1))
+    consts = dict(W=4, BT=ct.BLOCK_T, BC=ct.DPRE_BLOCK_C, ALIGN=align)
+    fn = ct._conv_dpre_kernel
+    sig, attrs = {}, {}
+    for i, name in enumerate(inspect.signature(fn.fn).parameters):
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name] = "*fp32" if name == "part_ptr" else "*bf16"
+            attrs[(i,)] = [["tt.divisibility", 16]]  # torch's allocations: 16-byte aligned
+        else:
+            sig[name] = "i32"
+            if ints[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    compiled = triton.compile(ASTSource(fn, sig, consts, attrs),
+                              target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": ct.DPRE_WARPS})
+    print(json.dumps(dict(Counter(re.findall(r"ld\\.global[.a-z0-9]*",
+                                             compiled.asm["ptx"])))))
+""")
+
+
+def test_d_pre_kernel_loads_the_in_proj_slice_16_bytes_at_a_time() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9 warns without it; 1 = its default
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loads = json.loads(done.stdout.strip().splitlines()[-1])
+    # every load of x, d out and the weights is 16 bytes wide; none is a scalar 16-bit one
+    assert loads.get("ld.global.b16", 0) == 0, loads
+    assert loads.get("ld.global.v4.b32", 0) > 0, loads
