@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 9 device call: the one-chunk SSD kernels (ssd_backend = "triton_window") on the GPU:
 # their tests (compiled kernels against float64), the scan and block micro-benchmark, then
-# lobsurf bench rows (bf16, compiled) per "B:layers:ssd_backend[:conv_backend]" argument.
-# CONV_MICRO=1 adds bench_conv_dpre.py; STEPK=1 adds count_step_kernels.py (STEPK_ARGS: more of its flags); with
+# lobsurf bench rows (bf16, compiled) per "B:layers:ssd_backend[:conv_backend]" argument
+# (conv_backend defaults to auto, as lobsurf train). CONV_MICRO=1 adds bench_conv_dpre.py;
+# STEPK=1 adds count_step_kernels.py (STEPK_ARGS: more of its flags); with
 # TORCHINDUCTOR_CACHE_DIR set, Inductor's generated code comes back as inductor_code.tgz.
 # Usage (device machine, repo root, .whl carried):
-#   TESTS=1 MICRO=1 bash benchmarks/gpu_ssd_window.sh 1024:2:torch 1024:2:auto:triton_dpre
+#   TESTS=1 MICRO=1 bash benchmarks/gpu_ssd_window.sh 1024:2:auto:torch 1024:2:auto
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -43,7 +44,7 @@ if [ "${STEPK:-0}" = 1 ]; then
 fi
 for cfg in "$@"; do
   IFS=: read -r b l backend conv <<< "$cfg"
-  conv=${conv:-torch}; tag="${b}_${l}_${backend}_$conv"
+  conv=${conv:-auto}; tag="${b}_${l}_${backend}_$conv"
   timeout "${LIMIT:-200}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
     --precision bf16 --compile --steps "${STEPS:-30}" --repeats 2 --snapshots 50000 \
     --ssd-backend "$backend" --conv-backend "$conv" --json "$OUT/bench_$tag.json" \

@@ -18,19 +18,20 @@ Still slower than the compiled PyTorch conv in the compiled bf16 step (H200, B =
 layers, benchmarks/RESULTS.md, eleventh session): 235.2 steps/s against 254.7-259.6 with
 Inductor's conv; the first version of the backward (d pre recomputed at each of the W
 shifts, 32 x 128 tiles) was 212.2 (its kernel alone 573 µs per block against ~246 µs of
-Inductor's conv kernels). So it stays opt-in. (Its x loads are scalar at the in_proj
-slice's row stride of 648, which Triton cannot prove 16-byte aligned; the d pre kernel
-below passes the strides in units of 8, so they are not, and was 251 -> 155 µs for it.)
+Inductor's conv kernels). So it stays opt-in. Its x loads are scalar: Triton cannot tell
+that the in_proj slice's row stride (648) is 16-byte aligned. The d pre kernel below avoids
+that by taking the strides in units of 8 (which took it from 251 to 155 µs); these two
+kernels were not changed.
 
 Layout [B, L, C] with unit channel stride (the in_proj output slice), no transposes.
 Registered as ``torch.ops.lobsurf.conv_silu`` (custom op with autograd) for torch.compile.
 
 ``conv_backend = "triton_dpre"`` (and ``"auto"``, the default, on CUDA where autograd
-records) splits the work differently (``conv_silu_dpre``): the
-forward stays the PyTorch shifted multiply-adds (``torch_conv_silu``, fused by Inductor with
+records) splits the work differently (``conv_silu_dpre``): the forward stays the PyTorch
+shifted multiply-adds (``torch_conv_silu``, fused by Inductor with
 its neighbours), and of the backward one kernel (``lobsurf::conv_dpre``) computes d pre =
 d out * SiLU'(pre) once per element, the pre-activation recomputed from x, with each
-window's partial sums of d weight and d bias; the shifted sum d x[t] = sum_k w[k]
+tile's partial sums of d weight and d bias; the shifted sum d x[t] = sum_k w[k]
 d pre[t + W-1-k] is left to PyTorch, so Inductor writes it straight into the in_proj
 gradient it assembles. Inductor's own backward of the PyTorch conv recomputes d pre at each
 of the W shifts and again for the weight sums (about 0.25 ms per block at B = 1024 in bf16;

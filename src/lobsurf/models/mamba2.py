@@ -142,14 +142,13 @@ class Mamba2Mixer(nn.Module):
     def _conv(self, xbc: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         # xbc: [B, L, C]; context: [B, W-1, C] inputs before t=0 (zeros when None).
         W, L = self.cfg.d_conv, xbc.shape[1]
-        if (context is None and self.cfg.conv_backend == "triton"
-                and _backend_is_triton("triton", xbc, conv_triton.supported())):
-            # Fused kernel; no context is asked for when no state is carried.
-            return conv_triton.conv_silu(xbc, self.conv_weight.to(xbc.dtype),
-                                         self.conv_bias.to(xbc.dtype)), None
         # Weights in the activation dtype: under bf16 autocast the conv output (and so the
         # SSD input) stays bf16 instead of being promoted to fp32 by the fp32 parameters.
         weight, bias = self.conv_weight.to(xbc.dtype), self.conv_bias.to(xbc.dtype)
+        if (context is None and self.cfg.conv_backend == "triton"
+                and _backend_is_triton("triton", xbc, conv_triton.supported())):
+            # Fused kernel; no context is asked for when no state is carried.
+            return conv_triton.conv_silu(xbc, weight, bias), None
         if context is None and self._use_dpre_kernel(xbc):
             # PyTorch's forward; the backward's d pre and weight sums in one kernel
             return conv_triton.conv_silu_dpre(xbc, weight, bias), None
