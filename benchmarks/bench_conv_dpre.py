@@ -1,13 +1,17 @@
-"""The causal conv + SiLU's backward: Inductor's (``conv_backend = "torch"``) against the
-d pre kernel (``"triton_dpre"``), on CUDA.
+"""The causal conv + SiLU's kernels: Inductor's (``conv_backend = "torch"``) against the
+d pre kernel (``"triton_dpre"``) and the forward kernel with it (``"triton_fwd"``), on CUDA.
 
 The default block's conv (C = E + 2N = 384 channels, W = 4, K = 64) on its real input
 layout, the in_proj output's slice (row stride 648 in bf16), bf16, every call captured in a
 CUDA graph and replayed (GPU time):
 
-- ``torch`` / ``triton_dpre``: forward + backward of the conv alone, torch.compile'd, with
-  the gradients' agreement (relative max error against the float64 conv);
-- ``kernel``: ``lobsurf::conv_dpre`` alone per (channels per program, warps).
+- ``torch`` / ``triton_dpre`` / ``triton_fwd``: forward + backward of the conv alone,
+  torch.compile'd, with the gradients' agreement (relative max error against the float64
+  conv);
+- ``nograd_torch`` / ``nograd_fwd``: the forward without autograd (the acting and target
+  forwards), compiled, and its output's agreement;
+- ``kernel``: ``lobsurf::conv_dpre`` alone per (channels per program, warps); ``fwd``: the
+  forward kernel alone per (rows, channels per program, warps).
 
     python benchmarks/bench_conv_dpre.py --batch 1024 --out OUT
 """
@@ -25,9 +29,12 @@ from lobsurf.models import conv_triton
 
 from bench_fused_block import graphed_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
-#: (channels per program, warps) of the d pre kernel's [64-row] tiles tried (fourteenth
-#: session, B = 1024: 64 x 4 0.154 ms, 64 x 8 0.228, 32 x 4 0.176, 128 x 8 0.272)
-TILES = [(64, 4), (32, 4)]
+#: (channels per program, warps) of the d pre kernel's row loop tried. Fourteenth session,
+#: B = 1024: the row loop 128 x 2 87.5 us, 128 x 1 88.0, 256 x 2 and more up to 97.0; the
+#: [64-row] tile kernel it replaced 64 x 4 154 us, 64 x 8 228, 32 x 4 176, 128 x 8 272
+TILES = [(128, 2), (128, 1), (64, 2)]
+#: (rows, channels per program, warps) of the forward kernel's tiles tried
+FWD_TILES = [(64, 64, 4), (64, 32, 4), (32, 64, 4), (64, 128, 4), (64, 128, 8), (32, 128, 4)]
 #: the default block: in_proj width (padded), x's first column (E), channels, taps, window
 WIDTH, FIRST, CHANNELS, TAPS, WINDOW = 648, 256, 384, 4, 64
 
@@ -62,7 +69,9 @@ def main() -> None:
         out_ref = torch_conv(ref_leaves[0][..., FIRST:FIRST + CHANNELS], *ref_leaves[1:])
         ref_grads = torch.autograd.grad((out_ref * dout.double()).sum(), ref_leaves)
         row = {"batch": batch}
-        for name, conv in (("torch", torch_conv), ("triton_dpre", conv_triton.conv_silu_dpre)):
+        paths = (("torch", torch_conv), ("triton_dpre", conv_triton.conv_silu_dpre),
+                 ("triton_fwd", conv_triton.conv_silu_fwd_dpre))
+        for name, conv in paths:
             compiled = torch.compile(conv, dynamic=False)
 
             def step(compiled=compiled):
@@ -73,6 +82,18 @@ def main() -> None:
             row[f"{name}_err"] = max(rel(a, r) for a, r in zip(grads, ref_grads))
             row[f"{name}_ms"] = graphed_ms(step, args.reps)
         x = proj.detach()[..., FIRST:FIRST + CHANNELS]
+        w_, b_ = weight.detach(), bias.detach()
+        for name, conv in (("torch", torch_conv), ("fwd", conv_triton.conv_silu_fwd_dpre)):
+            compiled = torch.compile(conv, dynamic=False)
+            with torch.no_grad():
+                row[f"nograd_{name}_err"] = rel(compiled(x, w_, b_), out_ref.detach())
+                row[f"nograd_{name}_ms"] = graphed_ms(lambda c=compiled: c(x, w_, b_),
+                                                      args.reps)
+        for rows_, channels, warps in FWD_TILES:
+            conv_triton.FWD_BLOCK_T, conv_triton.FWD_BLOCK_C = rows_, channels
+            conv_triton.FWD_WARPS = warps
+            row[f"fwd_t{rows_}_c{channels}_w{warps}_ms"] = graphed_ms(
+                lambda: conv_triton._conv_silu_op(x, w_, b_), args.reps)
         for channels, warps in TILES:
             conv_triton.DPRE_BLOCK_C, conv_triton.DPRE_WARPS = channels, warps
             row[f"kernel_c{channels}_w{warps}_ms"] = graphed_ms(

@@ -102,32 +102,68 @@ def test_kernel_backends_validated_and_default_to_pytorch_on_the_cpu() -> None:
             enc(torch.randn(2, 8, F_IN), torch.randn(2, 8))
 
 
-def test_conv_auto_keeps_pytorch_on_the_cpu_and_triton_dpre_matches_it(monkeypatch) -> None:
-    # conv_backend "auto": the d pre kernel only for CUDA tensors; "triton_dpre" insists
-    # (here in Triton's interpreter) and gives PyTorch's gradients
-    pytest.importorskip("triton", reason="the d pre kernel needs Triton")
+def test_conv_auto_keeps_pytorch_on_the_cpu_and_the_conv_kernels_match_it(monkeypatch) -> None:
+    # conv_backend "auto": the kernels only for CUDA tensors; "triton_dpre" and "triton_fwd"
+    # insist (here in Triton's interpreter) and give PyTorch's outputs and gradients, with
+    # and without autograd
+    pytest.importorskip("triton", reason="the conv kernels need Triton")
     from lobsurf.models import conv_triton
     from lobsurf.models.mamba2 import Mamba2Block
 
     small = dict(d_model=16, d_state=16, headdim=16, chunk_size=16, ssd_backend="torch")
     torch.manual_seed(3)
-    blocks = {name: Mamba2Block(EncoderConfig(**small, conv_backend=name))
-              for name in ("torch", "auto", "triton_dpre")}
+    names = ("torch", "auto", "triton_dpre", "triton_fwd")
+    blocks = {name: Mamba2Block(EncoderConfig(**small, conv_backend=name)) for name in names}
     for block in blocks.values():
         block.load_state_dict(blocks["torch"].state_dict())
     h = torch.randn(2, 12, 16)
-    calls = []
-    real = conv_triton.conv_silu_dpre
-    monkeypatch.setattr(conv_triton, "conv_silu_dpre", lambda *a: calls.append(1) or real(*a))
-    grads = {}
+    calls = {"dpre": [], "kernels": []}
+    real = {"dpre": conv_triton.conv_silu_dpre, "kernels": conv_triton.conv_silu_fwd_dpre}
+    monkeypatch.setattr(conv_triton, "conv_silu_dpre",
+                        lambda *a: calls["dpre"].append(1) or real["dpre"](*a))
+    monkeypatch.setattr(conv_triton, "conv_silu_fwd_dpre",
+                        lambda *a: calls["kernels"].append(1) or real["kernels"](*a))
+    launches = []
+    real_fwd = conv_triton._conv_silu_op
+    monkeypatch.setattr(conv_triton, "_conv_silu_op",
+                        lambda *a: launches.append(1) or real_fwd(*a))
+    grads, no_grad = {}, {}
     for name, block in blocks.items():
-        before = len(calls)
+        before = {k: len(v) for k, v in calls.items()}
         block(h).square().sum().backward()
         grads[name] = [p.grad for p in block.parameters()]
-        assert (len(calls) > before) == (name == "triton_dpre"), name
-    for name in ("auto", "triton_dpre"):
+        assert (len(calls["dpre"]) > before["dpre"]) == (name == "triton_dpre"), name
+        assert (len(calls["kernels"]) > before["kernels"]) == (name == "triton_fwd"), name
+        before_launches = len(launches)
+        with torch.no_grad():
+            no_grad[name] = block(h)
+        # without autograd "triton_fwd" runs the forward kernel alone
+        assert (len(launches) > before_launches) == (name == "triton_fwd"), name
+    for name in names[1:]:
         for a, b in zip(grads[name], grads["torch"]):
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), name
+        assert torch.allclose(no_grad[name], no_grad["torch"], rtol=1e-4, atol=1e-6), name
+
+
+def test_conv_triton_dpre_refuses_a_conv_wider_than_its_kernel_holds() -> None:
+    # the d pre kernel keeps the last W-1 inputs in named registers (W <= DPRE_MAX_WIDTH):
+    # a wider conv is an error with "triton_dpre", never a silently wrong gradient
+    pytest.importorskip("triton", reason="the d pre kernel needs Triton")
+    from lobsurf.models import conv_triton
+    from lobsurf.models.mamba2 import Mamba2Block
+
+    wide = conv_triton.DPRE_MAX_WIDTH + 1
+    block = Mamba2Block(EncoderConfig(d_model=16, d_state=16, headdim=16, chunk_size=16,
+                                      ssd_backend="torch", conv_backend="triton_dpre",
+                                      d_conv=wide))
+    with pytest.raises(RuntimeError, match=f"d_conv <= {conv_triton.DPRE_MAX_WIDTH}"):
+        block(torch.randn(2, 12, 16))
+    block.mixer.cfg = EncoderConfig(**{**block.mixer.cfg.__dict__, "conv_backend": "triton_fwd"})
+    with pytest.raises(RuntimeError, match="conv_backend='triton_fwd'"):
+        block(torch.randn(2, 12, 16))
+    x, dout = torch.randn(2, 12, 8), torch.randn(2, 12, 8)
+    with pytest.raises(ValueError, match="taps"):
+        conv_triton._conv_dpre_op(dout, x, torch.randn(wide, 8), torch.randn(8))
 
 
 def test_cfc_time_scale_is_fitted_and_checkpointed() -> None:

@@ -1,13 +1,16 @@
-"""The conv's d pre kernel reads the in-projection's slice with 16-byte loads, compiled for
-Hopper (sm_90) without a GPU.
+"""The conv kernels read the in-projection's slice with vector loads, compiled for Hopper
+(sm_90) without a GPU.
 
 Triton specializes an integer argument only when it is a multiple of 16; the slice's row
 stride is 648 bf16 at the default model (a multiple of 8: 16 bytes), so unless the wrapper
 passes the strides in units of their alignment every load of it is a scalar 16-bit load
-(benchmarks/RESULTS.md, fourteenth session: the kernel 251 against 155 us on the H200).
-The CPU interpreter cannot show this, so the kernel is compiled here to PTX by Triton's own
-compiler, in a subprocess without TRITON_INTERPRET (the test session sets it), with the
-divisibility Triton would give the default call's arguments.
+(benchmarks/RESULTS.md, fourteenth session: the d pre tile kernel of then 251 against
+155 us on the H200). The d pre kernel walks rows, each thread holding BC / (32 x warps)
+adjacent channels, so its widest load is that many bf16 at once; the forward kernel's
+tiles give each thread 8 (one 16-byte load). The CPU interpreter cannot show this, so the
+kernels are compiled here to PTX by Triton's own compiler, in a subprocess without
+TRITON_INTERPRET (the test session sets it), with the divisibility Triton would give the
+default call's arguments. Planted (``_row_alignment`` returning 1), both tests fail.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ pytest.importorskip("triton", reason="compiling a kernel needs Triton (dev extra
 #: divisible by 16 where it is (Triton's launch-time rule), compiled for sm_90; prints the
 #: PTX's global load instructions by kind
 SCRIPT = textwrap.dedent("""
-    import inspect, json, re
+    import inspect, json, re, sys
     from collections import Counter
     import torch
     import triton
@@ -39,11 +42,17 @@ SCRIPT = textwrap.dedent("""
     x = proj[..., 256:640]
     dout = torch.zeros(2, 64, 384, dtype=torch.bfloat16)
     align = ct._row_alignment(x)
+    which = sys.argv[1]
+    out_row = dout.stride(1)
     ints = dict(L=64, C=384, s_b=x.stride(0) // align, s_l=x.stride(1) // align,
-                s_db=dout.stride(0), s_dl=dout.stride(1), s_pb=dout.stride(0),
-                s_pl=dout.stride(1))
-    consts = dict(W=4, BT=ct.BLOCK_T, BC=ct.DPRE_BLOCK_C, ALIGN=align)
-    fn = ct._conv_dpre_kernel
+                s_db=dout.stride(0), s_dl=out_row, s_pb=dout.stride(0), s_pl=out_row,
+                s_ob=dout.stride(0), s_ol=out_row)
+    if which == "dpre":
+        consts = dict(W=4, BC=ct.DPRE_BLOCK_C, ALIGN=align, STAGES=ct.DPRE_STAGES)
+        fn, warps = ct._conv_dpre_kernel, ct.DPRE_WARPS
+    else:
+        consts = dict(W=4, BT=ct.FWD_BLOCK_T, BC=ct.FWD_BLOCK_C, ALIGN=align)
+        fn, warps = ct._conv_fwd_kernel, ct.FWD_WARPS
     sig, attrs = {}, {}
     for i, name in enumerate(inspect.signature(fn.fn).parameters):
         if name in consts:
@@ -57,19 +66,38 @@ SCRIPT = textwrap.dedent("""
                 attrs[(i,)] = [["tt.divisibility", 16]]
     compiled = triton.compile(ASTSource(fn, sig, consts, attrs),
                               target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": ct.DPRE_WARPS})
+                              options={"num_warps": warps})
     print(json.dumps(dict(Counter(re.findall(r"ld\\.global[.a-z0-9]*",
                                              compiled.asm["ptx"])))))
 """)
 
 
-def test_d_pre_kernel_loads_the_in_proj_slice_16_bytes_at_a_time() -> None:
+#: PTX's global load of n adjacent bytes
+LOAD_OF_BYTES = {2: "ld.global.b16", 4: "ld.global.b32", 8: "ld.global.v2.b32",
+                 16: "ld.global.v4.b32"}
+
+
+def _global_loads(which: str) -> dict[str, int]:
+    # the PTX's global loads by kind, of conv_triton's "dpre" or "fwd" kernel
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9 warns without it; 1 = its default
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, which], capture_output=True,
+                          text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    loads = json.loads(done.stdout.strip().splitlines()[-1])
-    # every load of x, d out and the weights is 16 bytes wide; none is a scalar 16-bit one
-    assert loads.get("ld.global.b16", 0) == 0, loads
-    assert loads.get("ld.global.v4.b32", 0) > 0, loads
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_d_pre_kernel_loads_the_in_proj_slice_a_thread_row_at_a_time() -> None:
+    from lobsurf.models import conv_triton as ct
+
+    run_bytes = 2 * ct.DPRE_BLOCK_C // (32 * ct.DPRE_WARPS)  # a thread's channels in bf16
+    loads = _global_loads("dpre")
+    # every load of x, d out and the weights takes a thread's whole run of channels at once;
+    # none is a scalar 16-bit one (unless a thread holds one channel)
+    assert set(loads) == {LOAD_OF_BYTES[min(run_bytes, 16)]}, loads
+
+
+def test_forward_kernel_loads_the_in_proj_slice_16_bytes_at_a_time() -> None:
+    # its [rows, channels] tiles give each thread 8 adjacent bf16 of a row: one 16-byte load
+    loads = _global_loads("fwd")
+    assert set(loads) == {LOAD_OF_BYTES[16]}, loads

@@ -72,7 +72,7 @@ def test_scan_and_gradients_match_torch(batch, length, heads, headdim, d_state, 
     assert max(errors) < TOL[dtype]
 
 
-@pytest.mark.parametrize("path", ["conv_silu", "conv_silu_dpre"])
+@pytest.mark.parametrize("path", ["conv_silu", "conv_silu_dpre", "conv_silu_fwd_dpre"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,channels,width,row", [(3, 64, 384, 4, 648),
                                                              (2, 37, 200, 4, 209),
@@ -81,7 +81,7 @@ def test_conv_silu_and_gradients_match_torch(batch, length, channels, width, row
                                              path):
     from lobsurf.models import conv_triton
 
-    conv_silu = getattr(conv_triton, path)  # conv_backend "triton" / "triton_dpre"
+    conv_silu = getattr(conv_triton, path)  # conv_backend "triton" / "triton_dpre" / "triton_fwd"
 
     g = torch.Generator(device="cuda").manual_seed(length)
     # A strided view with unit channel stride, as the in_proj slice is (the default's
@@ -106,7 +106,8 @@ def test_conv_silu_and_gradients_match_torch(batch, length, channels, width, row
 
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("backends", [("triton", "torch"), ("torch", "triton"),
-                                      ("triton", "triton"), ("torch", "triton_dpre")])
+                                      ("triton", "triton"), ("torch", "triton_dpre"),
+                                      ("torch", "triton_fwd")])
 def test_block_triton_matches_torch_backend(last_only: bool, backends) -> None:
     torch.manual_seed(0)
     cfg = EncoderConfig(d_model=64, headdim=32, d_state=32, chunk_size=32, ssd_backend="torch",
@@ -124,3 +125,5 @@ def test_block_triton_matches_torch_backend(last_only: bool, backends) -> None:
     assert _rel(out, out_ref.double()) < 2e-4
     for name, a, b in zip([n for n, _ in ref.named_parameters()], g, g_ref):
         assert _rel(a, b.double()) < 2e-3, name
+    with torch.no_grad():  # the forwards without gradients (acting, target) take own paths
+        assert _rel(fast(h, last_only=last_only), out_ref.double()) < 2e-4

@@ -72,10 +72,12 @@ def test_fused_core_stays_inside_its_tensors(d_model, headdim, d_state, window,
     assert launches == CORE_LAUNCHES[programs] * 2  # fp32 and bf16
 
 
-#: conv_triton's two paths and the kernels one forward + backward of each launches:
-#: conv_backend "triton" (both in Triton) and "triton_dpre" (the backward's d pre only)
+#: conv_triton's paths and the kernels one forward + backward of each launches:
+#: conv_backend "triton" (both in Triton), "triton_dpre" (the backward's d pre only) and
+#: "triton_fwd" (the forward kernel and the d pre kernel)
 CONV_PATHS = {"conv_silu": ["_conv_fwd_kernel", "_conv_bwd_kernel"],
-              "conv_silu_dpre": ["_conv_dpre_kernel"]}
+              "conv_silu_dpre": ["_conv_dpre_kernel"],
+              "conv_silu_fwd_dpre": ["_conv_fwd_kernel", "_conv_dpre_kernel"]}
 
 
 @pytest.mark.parametrize("path", sorted(CONV_PATHS))
@@ -86,7 +88,7 @@ CONV_PATHS = {"conv_silu": ["_conv_fwd_kernel", "_conv_bwd_kernel"],
 def test_conv_kernels_stay_inside_their_tensors_and_match_float64(batch, length, channels,
                                                                    width, row, dtype,
                                                                    path) -> None:
-    # conv_triton's kernels (conv_backend "triton" and "triton_dpre"), here in the
+    # conv_triton's kernels (conv_backend "triton", "triton_dpre", "triton_fwd"), here in the
     # interpreter as well as on the GPU (test_ssd_triton.py): a ragged window, one longer
     # than a time tile (the "triton" backward stages d pre rows past the tile), a channel
     # tail, W = 3; x a slice of wider rows (the in_proj output's), their stride a multiple

@@ -82,7 +82,7 @@ class BenchConfig:
     ssd_backend: str = EncoderConfig.ssd_backend
     """encoder.ssd_backend: the SSD scan's implementation (torch, triton, triton_window, auto)."""
     conv_backend: str = EncoderConfig.conv_backend
-    """encoder.conv_backend: the causal conv + SiLU's (torch, triton, triton_dpre, auto)."""
+    """encoder.conv_backend: the causal conv + SiLU's (one of models.config.CONV_BACKENDS)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",

@@ -17,9 +17,11 @@ from typing import Literal, get_args
 SsdBackend = Literal["torch", "triton", "triton_window", "auto"]
 SSD_BACKENDS: tuple[str, ...] = get_args(SsdBackend)
 """The SSD scan implementations ``EncoderConfig.ssd_backend`` takes."""
-ConvBackend = Literal["torch", "triton", "triton_dpre", "auto"]
+ConvBackend = Literal["torch", "triton", "triton_dpre", "triton_fwd", "auto"]
 CONV_BACKENDS: tuple[str, ...] = get_args(ConvBackend)
 """The causal conv + SiLU implementations ``EncoderConfig.conv_backend`` takes."""
+CONV_AUTO_ON_CUDA: ConvBackend = "triton_dpre"
+"""What ``conv_backend = "auto"`` runs on CUDA (benchmarks/RESULTS.md says why)."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,11 @@ class EncoderConfig:
     shifted multiply-adds (the reference, fused by torch.compile), "triton" = fused
     kernels (``conv_triton.py``, CUDA only; slower in the compiled step, 235 against
     255-260 steps/s at B = 1024, benchmarks/RESULTS.md), "triton_dpre" = the same PyTorch
-    forward with the backward's d pre and weight sums in one kernel (``conv_silu_dpre``;
-    insists, on CPU only under Triton's interpreter), "auto" (the default) = "triton_dpre"
-    on CUDA for forwards that record gradients, else "torch"."""
+    forward with the backward's d pre and weight sums in one kernel (``conv_silu_dpre``),
+    "triton_fwd" = that backward with the forward kernel in every forward, with or without
+    gradients (``conv_silu_fwd_dpre``; both insist, on CPU only under Triton's
+    interpreter), "auto" (the default) = ``CONV_AUTO_ON_CUDA`` on CUDA (for "triton_dpre":
+    in forwards that record gradients), else "torch"."""
     fused_inference: Literal["auto", "torch", "triton"] = "torch"
     """Block forward when autograd is off (the step's acting and target forwards) over a
     window with no state: "torch" = the PyTorch block (the default and the reference: on

@@ -18,28 +18,32 @@ Still slower than the compiled PyTorch conv in the compiled bf16 step (H200, B =
 layers, benchmarks/RESULTS.md, eleventh session): 235.2 steps/s against 254.7-259.6 with
 Inductor's conv; the first version of the backward (d pre recomputed at each of the W
 shifts, 32 x 128 tiles) was 212.2 (its kernel alone 573 µs per block against ~246 µs of
-Inductor's conv kernels). So it stays opt-in. Its x loads are scalar: Triton cannot tell
-that the in_proj slice's row stride (648) is 16-byte aligned. The d pre kernel below avoids
-that by taking the strides in units of 8 (which took it from 251 to 155 µs); these two
-kernels were not changed.
+Inductor's conv kernels). So it stays opt-in. Its x loads were scalar then: Triton cannot
+tell that the in_proj slice's row stride (648) is 16-byte aligned. The d pre kernel below
+avoids that by taking the strides in units of 8 (which took it from 251 to 155 µs), and so
+does the forward kernel since the fifteenth session; the ``"triton"`` backward kernel was
+not changed.
 
 Layout [B, L, C] with unit channel stride (the in_proj output slice), no transposes.
 Registered as ``torch.ops.lobsurf.conv_silu`` (custom op with autograd) for torch.compile.
 
 ``conv_backend = "triton_dpre"`` (and ``"auto"``, the default, on CUDA where autograd
 records) splits the work differently (``conv_silu_dpre``): the forward stays the PyTorch
-shifted multiply-adds (``torch_conv_silu``, fused by Inductor with
-its neighbours), and of the backward one kernel (``lobsurf::conv_dpre``) computes d pre =
-d out * SiLU'(pre) once per element, the pre-activation recomputed from x, with each
-tile's partial sums of d weight and d bias; the shifted sum d x[t] = sum_k w[k]
-d pre[t + W-1-k] is left to PyTorch, so Inductor writes it straight into the in_proj
-gradient it assembles. Inductor's own backward of the PyTorch conv recomputes d pre at each
-of the W shifts and again for the weight sums (about 0.25 ms per block at B = 1024 in bf16;
-this kernel 0.155 ms, the step 320.4 -> 334.7 steps/s: benchmarks/RESULTS.md, fourteenth
-session). Most of the kernel's time is the tiles' sums over their rows across threads
-(without them 53-63 µs); ``benchmarks/conv_dpre_candidate.py`` holds the row-by-row
-version that sums within each thread (87.5 µs as timed), still to be run on a GPU in its
-corrected form.
+shifted multiply-adds (``torch_conv_silu``, fused by Inductor with its neighbours), and of
+the backward one kernel (``lobsurf::conv_dpre``) computes d pre = d out * SiLU'(pre) once
+per element, the pre-activation recomputed from x, with each window's sums of d weight and
+d bias; the shifted sum d x[t] = sum_k w[k] d pre[t + W-1-k] is left to PyTorch, so
+Inductor writes it straight into the in_proj gradient it assembles. Inductor's own backward
+of the PyTorch conv recomputes d pre at each of the W shifts and again for the weight sums
+(about 0.25 ms per block at B = 1024 in bf16). The kernel walks each window's rows with the
+sums in each thread's registers (fifteenth session; benchmarks/RESULTS.md); the
+[64 x 64]-tile kernel before it (0.155 ms, the step 320.4 -> 334.7 steps/s, fourteenth
+session) spent ~95 us of that summing its tiles across threads.
+
+``conv_backend = "triton_fwd"`` (opt-in, ``conv_silu_fwd_dpre``) takes that backward with
+the forward kernel in place of PyTorch's forward, in every forward (without autograd, the
+forward kernel alone): Inductor's conv forward is one flat pointwise kernel with index
+division and an IEEE division per element, 50-67 µs per 1024 windows (fifteenth session).
 """
 
 from __future__ import annotations
@@ -54,15 +58,25 @@ except ImportError:  # CPU-only installs: the PyTorch conv is used instead
     triton = None
 
 BLOCK_T = 64
-"""Time steps per program (tile rows); the partial weight sums are per tile."""
+"""Time steps per program of the ``"triton"`` backward (tile rows; weight sums per tile)."""
 BLOCK_C = 32
-"""Channels per program (tile columns, contiguous in memory)."""
+"""Channels per program of the ``"triton"`` backward (tile columns, contiguous in memory)."""
 WARPS = 4
-"""Triton warps per program."""
-DPRE_BLOCK_C = 64
-"""Channels per program of the d pre kernel (128-byte rows in bf16)."""
-DPRE_WARPS = 4
+"""Triton warps per program of the ``"triton"`` backward."""
+FWD_BLOCK_T = 64
+"""Time steps per program of the forward kernel (one K = 64 window per tile)."""
+FWD_BLOCK_C = 64
+"""Channels per program of the forward kernel (128-byte rows in bf16)."""
+FWD_WARPS = 4
+"""Triton warps per program of the forward kernel."""
+DPRE_BLOCK_C = 128
+"""Channels per program of the d pre kernel (one window's rows, 256 bytes each in bf16)."""
+DPRE_WARPS = 1
 """Triton warps per program of the d pre kernel."""
+DPRE_STAGES = 3
+"""Software-pipelining stages of the d pre kernel's row loop."""
+DPRE_MAX_WIDTH = 4
+"""The widest conv (taps) the d pre kernel holds in registers (Mamba2's d_conv is 4)."""
 
 if triton is not None:
 
@@ -89,7 +103,12 @@ if triton is not None:
 
     @triton.jit
     def _conv_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, L, C, s_b, s_l, s_ob, s_ol,
-                         W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+                         W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                         ALIGN: tl.constexpr):
+        # x's strides in units of ALIGN elements, as in the d pre kernel below (vector loads
+        # of the in_proj slice, whose row stride Triton cannot prove 16-byte aligned)
+        s_b = s_b * ALIGN
+        s_l = s_l * ALIGN
         b, t, c, cmask = _tile(L, C, BT, BC)
         bias = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)
         pre = _pre_rows(x_ptr, w_ptr, bias, b, t, c, cmask, L, C, s_b, s_l, W)
@@ -156,23 +175,69 @@ if triton is not None:
 
     @triton.jit
     def _conv_dpre_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dpre_ptr, part_ptr, L, C, s_b, s_l,
-                          s_db, s_dl, s_pb, s_pl, W: tl.constexpr, BT: tl.constexpr,
-                          BC: tl.constexpr, ALIGN: tl.constexpr):
-        # d pre of one [BT, BC] tile, written once, and the tile's partial sums of d weight
-        # (tap k reads x[t - (W-1) + k]) and d bias; the shifted sum to d x is PyTorch's.
-        # x's strides come in units of ALIGN elements (the wrapper divides them): Triton
-        # itself knows only multiples of 16, and the in_proj slice's row stride (648 in
-        # bf16) is not one, so without the constexpr factor every x load is a scalar one.
+                          s_db, s_dl, s_pb, s_pl, W: tl.constexpr, BC: tl.constexpr,
+                          ALIGN: tl.constexpr, STAGES: tl.constexpr):
+        # d pre of one window's BC channels, row by row, written once per row; the last W-1
+        # inputs stay in registers (x1 = x[t-1], ...), and the window's sums of d weight
+        # (tap W-1-j multiplies x[t-j]) and d bias accumulate in each thread's registers
+        # (its own channels), with no reduction across threads: summing a [rows, channels]
+        # tile over its rows cost ~95 of the earlier tile kernel's 155 us. W <= 4. x's
+        # strides come in units of ALIGN elements (the wrapper divides them): Triton itself
+        # knows only multiples of 16, and the in_proj slice's row stride (648 in bf16) is
+        # not one, so without the constexpr factor every x load is a scalar one.
         s_b = s_b * ALIGN
         s_l = s_l * ALIGN
-        b, t, c, cmask = _tile(L, C, BT, BC)
-        bias = tl.load(b_ptr + c, mask=cmask, other=0.0).to(tl.float32)
-        dpre = _dpre_rows(x_ptr, w_ptr, dout_ptr, bias, b, t, c, cmask, L, C, s_b, s_l, s_db,
-                          s_dl, W)
-        tl.store(dpre_ptr + b * s_pb + t[:, None] * s_pl + c[None, :],
-                 dpre.to(dpre_ptr.dtype.element_ty), mask=(t < L)[:, None] & cmask[None, :])
-        _store_partial_sums(part_ptr + tl.program_id(0) * (W + 1) * C, x_ptr, dpre, b, t, c,
-                            cmask, L, C, s_b, s_l, W)
+        b = tl.program_id(0)
+        c = tl.program_id(1) * BC + tl.arange(0, BC)
+        cm = c < C
+        # Every loop-carried value starts from a tl.zeros of its own: Triton's code
+        # generator finds the values a loop carries by object identity, so with one shared
+        # zero the shifts x3 = x2, x2 = x1 looked unchanged and stayed zero on the GPU (the
+        # CPU interpreter runs plain Python and got it right; a GPU test caught it).
+        w0 = tl.load(w_ptr + (W - 1) * C + c, mask=cm, other=0.0).to(tl.float32)
+        w1 = tl.zeros((BC,), tl.float32)
+        w2 = tl.zeros((BC,), tl.float32)
+        w3 = tl.zeros((BC,), tl.float32)
+        if W >= 2:
+            w1 = tl.load(w_ptr + (W - 2) * C + c, mask=cm, other=0.0).to(tl.float32)
+        if W >= 3:
+            w2 = tl.load(w_ptr + (W - 3) * C + c, mask=cm, other=0.0).to(tl.float32)
+        if W >= 4:
+            w3 = tl.load(w_ptr + (W - 4) * C + c, mask=cm, other=0.0).to(tl.float32)
+        bias = tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)
+        x1 = tl.zeros((BC,), tl.float32)  # x[t-1], zero before t = 0
+        x2 = tl.zeros((BC,), tl.float32)
+        x3 = tl.zeros((BC,), tl.float32)
+        a0 = tl.zeros((BC,), tl.float32)
+        a1 = tl.zeros((BC,), tl.float32)
+        a2 = tl.zeros((BC,), tl.float32)
+        a3 = tl.zeros((BC,), tl.float32)
+        a_bias = tl.zeros((BC,), tl.float32)
+        for t in tl.range(0, L, num_stages=STAGES):
+            x0 = tl.load(x_ptr + b * s_b + t * s_l + c, mask=cm, other=0.0).to(tl.float32)
+            d = tl.load(dout_ptr + b * s_db + t * s_dl + c, mask=cm, other=0.0).to(tl.float32)
+            pre = bias + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3
+            sig = tl.sigmoid(pre)
+            g = d * sig * (1.0 + pre * (1.0 - sig))
+            tl.store(dpre_ptr + b * s_pb + t * s_pl + c, g.to(dpre_ptr.dtype.element_ty),
+                     mask=cm)
+            a0 += g * x0
+            a1 += g * x1
+            a2 += g * x2
+            a3 += g * x3
+            a_bias += g
+            x3 = x2
+            x2 = x1
+            x1 = x0
+        part = part_ptr + b * (W + 1) * C
+        tl.store(part + (W - 1) * C + c, a0, mask=cm)
+        if W >= 2:
+            tl.store(part + (W - 2) * C + c, a1, mask=cm)
+        if W >= 3:
+            tl.store(part + (W - 3) * C + c, a2, mask=cm)
+        if W >= 4:
+            tl.store(part + (W - 4) * C + c, a3, mask=cm)
+        tl.store(part + W * C + c, a_bias, mask=cm)
 
 def supported() -> bool:
     """True when Triton imports (the kernels then run on CUDA tensors)."""
@@ -192,13 +257,18 @@ def _grid(x: torch.Tensor) -> tuple[int, int]:
 
 @torch.library.custom_op("lobsurf::conv_silu", mutates_args=())
 def _conv_silu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    # the forward kernel; as an op with no autograd context it also serves the forwards
+    # without gradients and ``conv_silu_fwd_dpre``'s forward
     if x.stride(-1) != 1:
         raise ValueError(f"conv_silu: channel stride must be 1, got {x.stride()}")
+    batch, length, channels = x.shape
+    align = _row_alignment(x)
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    _conv_fwd_kernel[_grid(x)](
-        x, weight.contiguous(), bias.contiguous(), out, x.shape[1], x.shape[2], x.stride(0),
-        x.stride(1), out.stride(0), out.stride(1), W=weight.shape[0], BT=BLOCK_T, BC=BLOCK_C,
-        num_warps=WARPS)
+    grid = (batch * triton.cdiv(length, FWD_BLOCK_T), triton.cdiv(channels, FWD_BLOCK_C))
+    _conv_fwd_kernel[grid](
+        x, weight.contiguous(), bias.contiguous(), out, length, channels,
+        x.stride(0) // align, x.stride(1) // align, out.stride(0), out.stride(1),
+        W=weight.shape[0], BT=FWD_BLOCK_T, BC=FWD_BLOCK_C, ALIGN=align, num_warps=FWD_WARPS)
     return out
 
 
@@ -258,13 +328,24 @@ def conv_silu_dpre(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) ->
     """The causal conv + SiLU with zeros before t = 0 (``conv_backend = "triton_dpre"``):
     PyTorch's forward, the backward's d pre and weight sums in one Triton kernel. x [B, L, C]
     (unit channel stride), weight [W, C], bias [C], all in the activation dtype."""
-    return _ConvSiLUDpre.apply(x, weight, bias)
+    return _ConvSiLUDpre.apply(x, weight, bias, False)
+
+
+def conv_silu_fwd_dpre(x: torch.Tensor, weight: torch.Tensor,
+                       bias: torch.Tensor) -> torch.Tensor:
+    """As ``conv_silu_dpre`` with the forward kernel in place of PyTorch's forward
+    (``conv_backend = "triton_fwd"``); without autograd, the forward kernel alone."""
+    if not torch.is_grad_enabled():
+        return _conv_silu_op(x, weight, bias)
+    return _ConvSiLUDpre.apply(x, weight, bias, True)
 
 
 class _ConvSiLUDpre(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx, x, weight, bias, kernel_forward):
         ctx.save_for_backward(x, weight, bias)
+        if kernel_forward:
+            return _conv_silu_op(x, weight, bias)
         return torch_conv_silu(F.pad(x, (0, 0, weight.shape[0] - 1, 0)), weight, bias,
                                x.shape[1])
 
@@ -278,7 +359,7 @@ class _ConvSiLUDpre(torch.autograd.Function):
         dx = after[:, 0:length] * weight[width - 1]
         for m in range(1, width):
             dx = dx + after[:, m:m + length] * weight[width - 1 - m]
-        return dx, dweight, dbias
+        return dx, dweight, dbias, None
 
 
 def _row_alignment(x: torch.Tensor) -> int:
@@ -295,21 +376,23 @@ def _conv_dpre_op(dout: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                   bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if x.stride(-1) != 1:
         raise ValueError(f"conv_dpre: channel stride must be 1, got {x.stride()}")
+    width = weight.shape[0]
+    if width > DPRE_MAX_WIDTH:
+        raise ValueError(f"conv_dpre: at most {DPRE_MAX_WIDTH} taps, got {width}")
     dout = dout.contiguous()
     batch, length, channels = x.shape
-    grid = (batch * triton.cdiv(length, BLOCK_T), triton.cdiv(channels, DPRE_BLOCK_C))
-    W = weight.shape[0]
     align = _row_alignment(x)
     # d pre in the activation dtype, as the PyTorch conv's backward holds it
     dpre = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    part = torch.empty(grid[0], W + 1, channels, device=x.device, dtype=torch.float32)
-    _conv_dpre_kernel[grid](
+    part = torch.empty(batch, width + 1, channels, device=x.device, dtype=torch.float32)
+    _conv_dpre_kernel[(batch, triton.cdiv(channels, DPRE_BLOCK_C))](
         x, weight.contiguous(), bias.contiguous(), dout, dpre, part, length, channels,
         x.stride(0) // align, x.stride(1) // align, dout.stride(0), dout.stride(1),
-        dpre.stride(0), dpre.stride(1), W=W, BT=BLOCK_T, BC=DPRE_BLOCK_C, ALIGN=align,
-        num_warps=DPRE_WARPS)
+        dpre.stride(0), dpre.stride(1), W=width, BC=DPRE_BLOCK_C, ALIGN=align,
+        STAGES=DPRE_STAGES, num_warps=DPRE_WARPS)
     # Two separate sums: custom-op outputs may not alias each other.
-    return dpre, part[:, :W].sum(0).to(weight.dtype), part[:, W].sum(0).to(bias.dtype)
+    return (dpre, part[:, :width].sum(0).to(weight.dtype),
+            part[:, width].sum(0).to(bias.dtype))
 
 
 @_conv_dpre_op.register_fake

@@ -42,7 +42,7 @@ from lobsurf.models import (
     ssd_window_triton,
 )
 from lobsurf.models.align import device_multiple, linear_padded_out
-from lobsurf.models.config import EncoderConfig
+from lobsurf.models.config import CONV_AUTO_ON_CUDA, EncoderConfig
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
 
@@ -149,9 +149,11 @@ class Mamba2Mixer(nn.Module):
                 and _backend_is_triton("triton", xbc, conv_triton.supported())):
             # Fused kernel; no context is asked for when no state is carried.
             return conv_triton.conv_silu(xbc, weight, bias), None
-        if context is None and self._use_dpre_kernel(xbc):
-            # PyTorch's forward; the backward's d pre and weight sums in one kernel
-            return conv_triton.conv_silu_dpre(xbc, weight, bias), None
+        dpre = None if context is not None else self._dpre_path(xbc)
+        if dpre is not None:
+            # the backward's d pre and weight sums in one kernel; the forward PyTorch's or
+            # the forward kernel (which alone serves forwards without gradients)
+            return dpre(xbc, weight, bias), None
         if context is None:
             padded = F.pad(xbc, (0, 0, W - 1, 0))
         else:
@@ -159,16 +161,24 @@ class Mamba2Mixer(nn.Module):
         # activations [B, L, C]; new context [B, W-1, C]
         return conv_triton.torch_conv_silu(padded, weight, bias, L), padded[:, L:]
 
-    def _use_dpre_kernel(self, xbc: torch.Tensor) -> bool:
-        # conv_backend "triton_dpre" insists; "auto" takes it on CUDA where autograd records
-        # (a forward without gradients has no backward to speed up: it is the same code)
+    def _dpre_path(self, xbc: torch.Tensor):
+        # conv_backend "triton_dpre" / "triton_fwd" insist; "auto" takes CONV_AUTO_ON_CUDA
+        # on CUDA. "triton_dpre" keeps PyTorch's forward, so under "auto" it serves only
+        # forwards that record gradients (without them it is the same code as "torch").
         choice = self.cfg.conv_backend
-        if choice not in ("triton_dpre", "auto"):
-            return False
-        return mamba2_fused.use_fused(
-            "triton" if choice == "triton_dpre" else "auto", "conv_backend", xbc,
-            choice == "triton_dpre" or torch.is_grad_enabled(), True, "any window",
-            f"window {xbc.shape[1]}", choice_name="triton_dpre")
+        resolved = CONV_AUTO_ON_CUDA if choice == "auto" else choice
+        if resolved not in ("triton_dpre", "triton_fwd"):
+            return None
+        kernel_forward = resolved == "triton_fwd"
+        use = mamba2_fused.use_fused(
+            "auto" if choice == "auto" else "triton", "conv_backend", xbc,
+            kernel_forward or choice != "auto" or torch.is_grad_enabled(),
+            self.cfg.d_conv <= conv_triton.DPRE_MAX_WIDTH,
+            f"d_conv <= {conv_triton.DPRE_MAX_WIDTH}", f"d_conv {self.cfg.d_conv}",
+            choice_name=choice)
+        if not use:
+            return None
+        return conv_triton.conv_silu_fwd_dpre if kernel_forward else conv_triton.conv_silu_dpre
 
     def _split_proj(self, proj: torch.Tensor):
         # [..., padded width] -> z [..., E], xBC [..., E+2N], dt [..., H] (padding dropped).
