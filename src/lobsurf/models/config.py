@@ -20,7 +20,7 @@ SSD_BACKENDS: tuple[str, ...] = get_args(SsdBackend)
 ConvBackend = Literal["torch", "triton", "triton_dpre", "triton_fwd", "auto"]
 CONV_BACKENDS: tuple[str, ...] = get_args(ConvBackend)
 """The causal conv + SiLU implementations ``EncoderConfig.conv_backend`` takes."""
-CONV_AUTO_ON_CUDA: ConvBackend = "triton_dpre"
+CONV_AUTO_ON_CUDA: ConvBackend = "triton_fwd"
 """What ``conv_backend = "auto"`` runs on CUDA (benchmarks/RESULTS.md says why)."""
 
 
@@ -71,8 +71,8 @@ class EncoderConfig:
     forward with the backward's d pre and weight sums in one kernel (``conv_silu_dpre``),
     "triton_fwd" = that backward with the forward kernel in every forward, with or without
     gradients (``conv_silu_fwd_dpre``; both insist, on CPU only under Triton's
-    interpreter), "auto" (the default) = ``CONV_AUTO_ON_CUDA`` on CUDA (for "triton_dpre":
-    in forwards that record gradients), else "torch"."""
+    interpreter), "auto" (the default) = ``CONV_AUTO_ON_CUDA`` ("triton_fwd") on CUDA,
+    else "torch"."""
     fused_inference: Literal["auto", "torch", "triton"] = "torch"
     """Block forward when autograd is off (the step's acting and target forwards) over a
     window with no state: "torch" = the PyTorch block (the default and the reference: on

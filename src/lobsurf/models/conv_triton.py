@@ -27,23 +27,24 @@ not changed.
 Layout [B, L, C] with unit channel stride (the in_proj output slice), no transposes.
 Registered as ``torch.ops.lobsurf.conv_silu`` (custom op with autograd) for torch.compile.
 
-``conv_backend = "triton_dpre"`` (and ``"auto"``, the default, on CUDA where autograd
-records) splits the work differently (``conv_silu_dpre``): the forward stays the PyTorch
-shifted multiply-adds (``torch_conv_silu``, fused by Inductor with its neighbours), and of
-the backward one kernel (``lobsurf::conv_dpre``) computes d pre = d out * SiLU'(pre) once
-per element, the pre-activation recomputed from x, with each window's sums of d weight and
-d bias; the shifted sum d x[t] = sum_k w[k] d pre[t + W-1-k] is left to PyTorch, so
-Inductor writes it straight into the in_proj gradient it assembles. Inductor's own backward
+``conv_backend = "triton_dpre"`` splits the work differently (``conv_silu_dpre``): the
+forward stays the PyTorch shifted multiply-adds (``torch_conv_silu``, fused by Inductor
+with its neighbours), and of the backward one kernel (``lobsurf::conv_dpre``) computes
+d pre = d out * SiLU'(pre) once per element, the pre-activation recomputed from x, with each
+window's sums of d weight and d bias; the shifted sum d x[t] = sum_k w[k] d pre[t + W-1-k]
+is left to PyTorch, so Inductor writes it straight into the in_proj gradient it assembles. Inductor's own backward
 of the PyTorch conv recomputes d pre at each of the W shifts and again for the weight sums
 (about 0.25 ms per block at B = 1024 in bf16). The kernel walks each window's rows with the
 sums in each thread's registers (fifteenth session; benchmarks/RESULTS.md); the
 [64 x 64]-tile kernel before it (0.155 ms, the step 320.4 -> 334.7 steps/s, fourteenth
 session) spent ~95 us of that summing its tiles across threads.
 
-``conv_backend = "triton_fwd"`` (opt-in, ``conv_silu_fwd_dpre``) takes that backward with
-the forward kernel in place of PyTorch's forward, in every forward (without autograd, the
-forward kernel alone): Inductor's conv forward is one flat pointwise kernel with index
-division and an IEEE division per element, 50-67 µs per 1024 windows (fifteenth session).
+``conv_backend = "triton_fwd"`` (``conv_silu_fwd_dpre``; what ``"auto"`` runs on CUDA)
+takes that backward with the forward kernel in place of PyTorch's forward, in every forward
+(without autograd, the forward kernel alone). Inductor's conv forward is one flat pointwise
+kernel with index division and an IEEE division per element (50-67 µs per 1024 windows in
+the step); the kernel is 46 µs alone, about what Inductor's is alone, and the step gained
+353.2 -> 359.7 steps/s side by side (fifteenth session, benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
