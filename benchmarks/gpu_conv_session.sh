@@ -6,11 +6,7 @@
 # tests run the kernels the way lobsurf train would.
 # Usage (device machine, repo root, .whl carried): bash benchmarks/gpu_conv_session.sh
 set -u
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$(pwd)/src:$(pwd)
-FINAL=${OUT:-$(pwd)/bench_out}; OUT=/tmp/conv_out; mkdir -p "$OUT" "$FINAL"
+SCRATCH=/tmp/conv_out; source "$(dirname "$0")/gpu_in_place.sh"
 sed -i "s/^CONV_AUTO_ON_CUDA: ConvBackend = \".*\"/CONV_AUTO_ON_CUDA: ConvBackend = \"${AUTO:-triton_fwd}\"/" \
   src/lobsurf/models/config.py
 grep -n "^CONV_AUTO_ON_CUDA" src/lobsurf/models/config.py

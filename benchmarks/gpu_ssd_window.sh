@@ -8,13 +8,9 @@
 # Usage (device machine, repo root, .whl carried):
 #   TESTS=1 MICRO=1 bash benchmarks/gpu_ssd_window.sh 1024:2:auto:torch 1024:2:auto
 set -u
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$(pwd)/src:$(pwd)
-# details in a scratch folder; $OUT gets the archive and the micro-benchmark's log (the
-# device tool brings back at most 8 files)
-FINAL=${OUT:-$(pwd)/bench_out}; OUT=/tmp/ssd_window_out; mkdir -p "$OUT" "$FINAL"
+# details in a scratch folder; $FINAL (the tool's $OUT) gets the archive and the
+# micro-benchmark's log
+SCRATCH=/tmp/ssd_window_out; source "$(dirname "$0")/gpu_in_place.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 if [ "${TESTS:-0}" = 1 ]; then
   timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -s --tb=short -p no:cacheprovider \
