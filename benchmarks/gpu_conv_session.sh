@@ -7,8 +7,8 @@
 # Usage (device machine, repo root, .whl carried): bash benchmarks/gpu_conv_session.sh
 set -u
 SCRATCH=/tmp/conv_out; source "$(dirname "$0")/gpu_in_place.sh"
-sed -i "s/^CONV_AUTO_ON_CUDA: ConvBackend = \".*\"/CONV_AUTO_ON_CUDA: ConvBackend = \"${AUTO:-triton_fwd}\"/" \
-  src/lobsurf/models/config.py
+AUTO_LINE="CONV_AUTO_ON_CUDA: ConvBackend = \"${AUTO:-triton_fwd}\""
+sed -i "s/^CONV_AUTO_ON_CUDA: ConvBackend = \".*\"/$AUTO_LINE/" src/lobsurf/models/config.py
 grep -n "^CONV_AUTO_ON_CUDA" src/lobsurf/models/config.py
 timeout 100 python3 -m pytest -q -s -p no:cacheprovider -m "gpu or not gpu" \
   tests/models/test_ssd_triton.py -k "conv_silu_and or backend" > "$OUT/conv_tests.log" 2>&1

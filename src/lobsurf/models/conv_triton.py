@@ -32,12 +32,12 @@ forward stays the PyTorch shifted multiply-adds (``torch_conv_silu``, fused by I
 with its neighbours), and of the backward one kernel (``lobsurf::conv_dpre``) computes
 d pre = d out * SiLU'(pre) once per element, the pre-activation recomputed from x, with each
 window's sums of d weight and d bias; the shifted sum d x[t] = sum_k w[k] d pre[t + W-1-k]
-is left to PyTorch, so Inductor writes it straight into the in_proj gradient it assembles. Inductor's own backward
-of the PyTorch conv recomputes d pre at each of the W shifts and again for the weight sums
-(about 0.25 ms per block at B = 1024 in bf16). The kernel walks each window's rows with the
-sums in each thread's registers (fifteenth session; benchmarks/RESULTS.md); the
-[64 x 64]-tile kernel before it (0.155 ms, the step 320.4 -> 334.7 steps/s, fourteenth
-session) spent ~95 us of that summing its tiles across threads.
+is left to PyTorch, so Inductor writes it straight into the in_proj gradient it assembles.
+Inductor's own backward of the PyTorch conv recomputes d pre at each of the W shifts and
+again for the weight sums (about 0.25 ms per block at B = 1024 in bf16). The kernel walks
+each window's rows with the sums in each thread's registers (0.086 ms, fifteenth session;
+benchmarks/RESULTS.md); the [64 x 64]-tile kernel before it (0.155 ms, the step 320.4 ->
+334.7 steps/s, fourteenth session) spent ~95 us of that summing its tiles across threads.
 
 ``conv_backend = "triton_fwd"`` (``conv_silu_fwd_dpre``; what ``"auto"`` runs on CUDA)
 takes that backward with the forward kernel in place of PyTorch's forward, in every forward
