@@ -19,15 +19,13 @@ CUDA graph and replayed (GPU time):
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from lobsurf.models import conv_triton
 
-from bench_fused_block import graphed_ms  # noqa: E402  (benchmarks/ is on sys.path)
+from bench_fused_block import graphed_ms, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
 
 #: (channels per program, warps) of the d pre kernel's row loop tried. Fourteenth session,
 #: B = 1024: the row loop 128 x 2 87.5 us, 128 x 1 88.0, 256 x 2 and more up to 97.0; the
@@ -100,12 +98,8 @@ def main() -> None:
                 lambda: conv_triton._conv_dpre_op(dout, x, weight.detach(), bias.detach()),
                 args.reps)
         rows.append(row)
-    print("ms per call (CUDA graph replay); err = max relative gradient error vs float64")
-    for row in rows:
-        print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                        for k, v in row.items()))
-    if args.out:
-        Path(args.out, "conv_dpre.json").write_text(json.dumps(rows, indent=1))
+    report_rows(rows, "ms per call (CUDA graph replay); err = max relative gradient error vs "
+                "float64", args.out, "conv_dpre.json")
 
 
 if __name__ == "__main__":

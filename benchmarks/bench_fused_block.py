@@ -61,6 +61,17 @@ def graphed_ms(fn, reps: int) -> float:
     return start.elapsed_time(end) / reps
 
 
+def report_rows(rows: list[dict], title: str, out: str | None, file_name: str) -> None:
+    """Print each row's figures on one line under ``title``; write them all as JSON to
+    ``out``/``file_name`` when ``out`` is given (the kernel micro-benchmarks' report)."""
+    print(title)
+    for row in rows:
+        print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in row.items()))
+    if out:
+        Path(out, file_name).write_text(json.dumps(rows, indent=1))
+
+
 def core_rows(row: dict, ref: Mamba2Block, h: torch.Tensor, autocast, want: torch.Tensor,
               args) -> None:
     """No-grad forward through the fused core only (pre-norm, in_proj and out_proj stay

@@ -33,13 +33,14 @@ from pathlib import Path
 #: width, the window's tile length
 SHAPE = {"PW": 644, "H": 4, "P": 64, "N": 64, "WIDTH": 4, "KL": 64}
 #: arguments that carry the activations' dtype (the rest of the pointers are fp32)
-ACTIVATIONS = ("proj_ptr", "g_ptr", "o_ptr", "do_ptr", "dg_ptr", "dproj_ptr", "xbc_ptr",
-               "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr")
+ACTIVATIONS = ("h_ptr", "z_ptr", "proj_ptr", "g_ptr", "o_ptr", "do_ptr", "dg_ptr", "dproj_ptr",
+               "xbc_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr")
 #: Hopper, compute capability 9.0
 ARCH = 90
 
 
 def kernels() -> dict:
+    from lobsurf.models import in_proj_conv_triton as in_proj
     from lobsurf.models import mamba2_fused_core as core
     from lobsurf.models import mamba2_fused_heads as heads
     from lobsurf.models import ssd_window_triton as scan
@@ -47,7 +48,8 @@ def kernels() -> dict:
     return {"window fwd": core._core_fwd_kernel, "window bwd": core._core_bwd_kernel,
             "head fwd": heads._heads_fwd_kernel, "head bwd": heads._heads_bwd_kernel,
             "scores bwd": heads._scores_bwd_kernel, "scan fwd": scan._ssd_window_fwd,
-            "scan head bwd": scan._ssd_window_bwd_head, "scan scores bwd": scan._ssd_window_bwd_scores}
+            "scan head bwd": scan._ssd_window_bwd_head, "scan scores bwd": scan._ssd_window_bwd_scores,
+            "in_proj conv": in_proj._in_proj_conv_kernel}
 
 
 def ptxas_path() -> str:
@@ -75,7 +77,7 @@ def signature(fn, activation: str, consts: dict) -> tuple[dict, dict]:
 
 
 def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
-              maxnreg: int | None = None) -> dict:
+              maxnreg: int | None = None, rows: int = 128, block_n: int = 64) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -84,7 +86,11 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               "TF32": int(precision == "tf32"), "PART": 1,
               # the one-chunk scan's (ssd_window_triton.py) names for E, the tile and TF32
               "E": SHAPE["H"] * SHAPE["P"], "Q": window,
-              "PREC": "tf32" if precision == "tf32" else "ieee"}
+              "PREC": "tf32" if precision == "tf32" else "ieee",
+              # the no-grad in-projection + conv kernel's (in_proj_conv_triton.py): d_model,
+              # conv channels, its tile rows and columns, the dt tile
+              "D": 128, "C": SHAPE["H"] * SHAPE["P"] + 2 * SHAPE["N"], "ROWS_": rows,
+              "BN": block_n, "HT": 16, "LAST_ONLY": 0}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()
@@ -115,6 +121,8 @@ def main() -> None:
     ap.add_argument("--kernels", default=",".join(kernels()))
     ap.add_argument("--window", type=int, default=SHAPE["KL"], help="tile length K")
     ap.add_argument("--maxnreg", type=int, default=None, help="registers per thread, at most")
+    ap.add_argument("--rows", type=int, default=128, help="in_proj conv: rows per program")
+    ap.add_argument("--block-n", type=int, default=64, help="in_proj conv: columns per product")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -128,7 +136,8 @@ def main() -> None:
             for name in args.kernels.split(","):
                 row = {"kernel": name, "precision": precision, "warps": warps,
                        "window": args.window, "maxnreg": args.maxnreg,
-                       **resources(table[name], precision, warps, args.window, args.maxnreg)}
+                       **resources(table[name], precision, warps, args.window, args.maxnreg,
+                                  args.rows, args.block_n)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     import triton

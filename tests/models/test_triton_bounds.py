@@ -117,3 +117,21 @@ def test_conv_kernels_stay_inside_their_tensors_and_match_float64(batch, length,
         assert fast.dtype == dtype
         err = ((fast.double() - exact).abs().max() / exact.abs().max()).item()
         assert err < tol, f"{name}: relative error {err:.1e}"
+
+
+@pytest.mark.parametrize("batch,window,d_conv", [(3, 37, 4), (9, 16, 3), (2, 64, 4)])
+def test_in_proj_conv_stays_inside_its_tensors(batch, window, d_conv) -> None:
+    # the fused pre-norm + in-projection + conv kernel (fused_in_proj): a ragged window in
+    # its 64-row slot with the tile's second window missing, short windows packed 8 to a
+    # tile with the last tile part empty, full windows; all outputs, the last-row z too
+    from tests.models.conftest import perturbed_block
+    from tests.models.test_in_proj_conv import _cfg, _kernel
+
+    block = perturbed_block(_cfg(32, 16, 16, d_conv, "triton"), seed=window)
+    h = torch.randn(batch, window, 32)
+    with bounds_checked() as launches, torch.no_grad():
+        _kernel(block, h, last_only=False)
+        _kernel(block, h, last_only=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _kernel(block, h.bfloat16(), last_only=False)
+    assert launches == ["_in_proj_conv_kernel"] * 3

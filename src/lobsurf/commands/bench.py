@@ -112,6 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conv-backend", choices=CONV_BACKENDS,
                         default=d.conv_backend, help="the causal conv + SiLU's implementation "
                         "(encoder.conv_backend)")
+    parser.add_argument("--fused-in-proj", choices=["auto", "torch", "triton"],
+                        default=d.fused_in_proj, help="the no-grad forwards' pre-norm, "
+                        "in-projection, conv and dt as one kernel (encoder.fused_in_proj)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -138,7 +141,8 @@ def _config(args: argparse.Namespace):
                            max_autotune=args.max_autotune,
                            fused_core_programs=args.fused_core_programs,
                            fused_core_no_grad=args.fused_core_no_grad,
-                           ssd_backend=args.ssd_backend, conv_backend=args.conv_backend)
+                           ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
+                           fused_in_proj=args.fused_in_proj)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -276,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
           f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"
           f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}"
           f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
-          f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}")
+          f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
+          f"{f', in-projection {cfg.fused_in_proj}' if cfg.fused_in_proj != 'torch' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

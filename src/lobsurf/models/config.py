@@ -100,6 +100,17 @@ class EncoderConfig:
     benchmarks/kernel_resources.py, but **0.64x** the PyTorch mixer on the H200: 2,174 against
     1,392 us of kernels for a block's forward + backward at B = 1024, bf16, one program per
     SM at 255 registers; benchmarks/RESULTS.md)."""
+    fused_in_proj: Literal["auto", "torch", "triton"] = "torch"
+    """A block's pre-norm, in-projection, causal conv + SiLU and dt softplus in forwards
+    without autograd and state (acting on B windows, the target net on 2B): "torch" (the
+    default) = the PyTorch ops (the reference, and the CPU path); "auto" = one Triton kernel
+    (``in_proj_conv_triton.py``: the projection never reaches memory) on CUDA where Triton
+    and the shape allow it, else PyTorch; "triton" = insist (on CPU only under Triton's
+    interpreter). Off by default: on the H200 the kernel is slower than the compiled
+    PyTorch ops at B = 1024 (0.138 against 0.107 ms; the step 300.7 against 357.6 steps/s)
+    and faster only where the step is launch-bound (B = 16: 1,969.4 against 1,866.7;
+    benchmarks/RESULTS.md, sixteenth session). Forwards with autograd keep the PyTorch
+    in-projection and ``conv_backend``."""
     fused_core_no_grad: bool = False
     """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
     in the forwards without autograd too (acting on B windows, the target net on 2B), where
@@ -174,7 +185,7 @@ class EncoderConfig:
         if self.conv_backend not in CONV_BACKENDS:
             raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}, got "
                              f"{self.conv_backend!r}")
-        for name in ("fused_inference", "fused_training"):
+        for name in ("fused_inference", "fused_training", "fused_in_proj"):
             if getattr(self, name) not in ("auto", "torch", "triton"):
                 raise ValueError(f"{name} must be auto, torch or triton, got "
                                  f"{getattr(self, name)!r}")

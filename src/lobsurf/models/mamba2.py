@@ -20,8 +20,10 @@ so no [B, L, C] <-> [B, C, L] transposes are needed and torch.compile fuses it.
 ``EncoderConfig.ssd_backend`` / ``conv_backend`` swap the scan and the conv (its backward)
 of the stateless window call for Triton kernels: by default ("auto") on CUDA the one-chunk
 scan (``ssd_window_triton.py``) and the conv's d pre kernel (``conv_triton.py``, forwards
-that record gradients); "triton" selects older opt-in kernels. The PyTorch code here stays
-the CPU path and the reference.
+that record gradients); "triton" selects older opt-in kernels. ``fused_in_proj`` (opt-in)
+runs a block's pre-norm, in-projection, conv and dt of the forwards without autograd as one
+kernel (``in_proj_conv_triton.py``, ``Mamba2Mixer.forward_from_block_input``). The PyTorch
+code here stays the CPU path and the reference.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from torch import nn
 
 from lobsurf.models import (
     conv_triton,
+    in_proj_conv_triton,
     mamba2_fused,
     mamba2_fused_core,
     mamba2_fused_heads,
@@ -234,8 +237,7 @@ class Mamba2Mixer(nn.Module):
             [B, L, D], or [B, D] when ``last_only``.
         """
         cfg = self.cfg
-        batch, length, _ = u.shape
-        H, P, E = cfg.n_heads, cfg.headdim, cfg.d_inner
+        E = cfg.d_inner
         if state is None and self._fused_core(u):
             return self._fused_core_forward(u, last_only)
         align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
@@ -247,8 +249,44 @@ class Mamba2Mixer(nn.Module):
         else:
             z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
         xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
-        x, B, C = self._split_xbc(xbc)
         dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
+        y, final = self._scan(xbc, dt, state, last_only)
+        if state is not None:
+            state.conv_state.copy_(new_context)
+            state.ssm_state.copy_(final)
+        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+
+    def forward_from_block_input(self, h: torch.Tensor, norm: nn.RMSNorm,
+                                 last_only: bool = False) -> torch.Tensor:
+        """The mixer of ``rms_norm(norm, h)`` without autograd or state, with the pre-norm,
+        in-projection, conv + SiLU and dt softplus as one kernel (``fused_in_proj``,
+        ``in_proj_conv_triton.py``); the same value as ``forward(rms_norm(norm, h))``."""
+        cfg = self.cfg
+        z, xbc, dt = in_proj_conv_triton.in_proj_conv(
+            h, norm.weight, norm.eps, self.in_proj.weight, self.conv_weight, self.conv_bias,
+            self.dt_bias, cfg.d_inner, last_only)
+        y, _ = self._scan(xbc, dt, None, last_only)
+        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+
+    def fused_in_proj(self, h: torch.Tensor) -> bool:
+        """Whether a stateless forward of block inputs h takes ``forward_from_block_input``:
+        autograd off, ``fused_in_proj`` choosing the kernel (see ``EncoderConfig``)."""
+        cfg = self.cfg
+        return mamba2_fused.use_fused(
+            cfg.fused_in_proj, "fused_in_proj", h, not torch.is_grad_enabled(),
+            in_proj_conv_triton.supports(cfg.d_model, h.shape[1]),
+            "a power-of-two d_model >= 16 and a window of at most "
+            f"{in_proj_conv_triton.MAX_WINDOW}", f"d_model {cfg.d_model}, window {h.shape[1]}")
+
+    def _scan(self, xbc: torch.Tensor, dt: torch.Tensor, state: Mamba2State | None,
+              last_only: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # y [B, L, E] (or [B, E]) = SSD + D x from the conv output xbc and dt (after its
+        # softplus), and the final SSD state when ``state`` is given (None otherwise)
+        cfg = self.cfg
+        batch, length, _ = xbc.shape
+        H, P, E = cfg.n_heads, cfg.headdim, cfg.d_inner
+        x, B, C = self._split_xbc(xbc)
+        final = None
         A = -torch.exp(self.A_log.float())  # [H]
         xh = x.reshape(batch, length, H, P)
         init = None if state is None else state.ssm_state
@@ -273,10 +311,7 @@ class Mamba2Mixer(nn.Module):
             scan = ssd_chunked(xh, dt, A, B, C, cfg.chunk_size, init, need_final)
             y, final = scan if need_final else (scan, None)
             y = (y + xh * self.D[:, None]).reshape(batch, length, E)
-        if state is not None:
-            state.conv_state.copy_(new_context)
-            state.ssm_state.copy_(final)
-        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+        return y, final
 
     def _fused_core_forward(self, u: torch.Tensor, last_only: bool) -> torch.Tensor:
         # conv -> SSD -> gated norm in Triton kernels between the two projection GEMMs
@@ -340,13 +375,17 @@ class Mamba2Block(nn.Module):
                 last_only: bool = False) -> torch.Tensor:
         """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward.
         Without autograd and state, the whole block may run as one fused kernel
-        (``EncoderConfig.fused_inference``)."""
+        (``EncoderConfig.fused_inference``), or its first ops as one
+        (``EncoderConfig.fused_in_proj``)."""
         if state is None and self._fused(h):
             cfg = self.mixer.cfg
             return mamba2_fused.mamba2_block_inference(
                 h, *self.kernel_parameters(), cfg.headdim, cfg.d_state, cfg.norm_eps,
                 last_only, cfg.fused_warps)
-        mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
+        if state is None and self.mixer.fused_in_proj(h):
+            mixed = self.mixer.forward_from_block_input(h, self.norm, last_only)
+        else:
+            mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
         return (h[:, -1] if last_only else h) + mixed
 
     def kernel_parameters(self) -> tuple[torch.Tensor, ...]:
