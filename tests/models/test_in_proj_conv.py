@@ -9,8 +9,6 @@ references share no code with the kernel or the PyTorch block.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -153,7 +151,7 @@ def test_dispatch_autograd_cpu_and_shapes() -> None:
     too_long = torch.randn(1, in_proj_conv_triton.MAX_WINDOW + 1, 32)
     with torch.no_grad(), pytest.raises(RuntimeError, match="window of at most"):
         insist(too_long)
-    odd = Mamba2Block(dataclasses.replace(_cfg(48, 16, 16, 4, "triton")))
+    odd = Mamba2Block(_cfg(48, 16, 16, 4, "triton"))
     with torch.no_grad(), pytest.raises(RuntimeError, match="power-of-two d_model"):
         odd(torch.randn(1, 8, 48))
     with pytest.raises(ValueError, match="fused_in_proj"):

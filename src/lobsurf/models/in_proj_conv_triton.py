@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models import mamba2_fused
-
 try:
     import triton
     import triton.language as tl
@@ -102,9 +100,7 @@ if triton is not None:
                 BF16: tl.constexpr, TF32: tl.constexpr):
         # the gate z's columns n0.. (each window's last row only, for the last layer)
         cols = n0 + tl.arange(0, BN)
-        zv = _project(u, w_ptr, n0, E, D, BN, BF16, TF32)
-        if BF16 == 2:  # the interpreter's store cast truncates: rounded above
-            zv = _round_bf16(zv, BF16)
+        zv = _project(u, w_ptr, n0, E, D, BN, BF16, TF32)  # rounded to bf16 there
         keep = valid[:, None] & (cols < E)[None, :]
         if LAST_ONLY:
             tl.store(z_ptr + win[:, None] * E + cols[None, :], zv.to(z_ptr.dtype.element_ty),
@@ -186,12 +182,6 @@ if triton is not None:
             _dt_tile(u, w_ptr, dt_bias_ptr, dt_ptr, row, valid, D, E, C, H, HT, BF16, TF32)
 
 
-def supported() -> bool:
-    """True when Triton imports (the kernel then runs on CUDA tensors, or on CPU ones under
-    Triton's interpreter)."""
-    return triton is not None
-
-
 def supports(d_model: int, length: int) -> bool:
     """Shapes the kernel covers: a power-of-two d_model >= 16, windows of <= MAX_WINDOW."""
     return d_model >= 16 and d_model & (d_model - 1) == 0 and 1 <= length <= MAX_WINDOW
@@ -268,8 +258,3 @@ def _(h, norm_w, eps, w_in, conv_w, conv_b, dt_bias, d_inner, last_only, autocas
     z_shape, xbc_shape, dt_shape = _out_shapes(h, conv_w, dt_bias, d_inner, last_only)
     return (h.new_empty(z_shape, dtype=act), h.new_empty(xbc_shape, dtype=act),
             h.new_empty(dt_shape, dtype=torch.float32))
-
-
-def available_for(device: torch.device) -> bool:
-    """Whether the kernel can run on ``device`` here (CUDA with Triton, or the interpreter)."""
-    return mamba2_fused.available_for(device)
