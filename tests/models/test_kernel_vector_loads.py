@@ -10,7 +10,7 @@ adjacent channels, so its widest load is that many bf16 at once; the forward ker
 tiles give each thread 8 (one 16-byte load). The CPU interpreter cannot show this, so the
 kernels are compiled here to PTX by Triton's own compiler, in a subprocess without
 TRITON_INTERPRET (the test session sets it), with the divisibility Triton would give the
-default call's arguments. Planted (``_row_alignment`` returning 1), both tests fail.
+default call's arguments. Planted (``row_alignment`` returning 1), all three tests fail.
 """
 
 from __future__ import annotations
@@ -41,13 +41,25 @@ SCRIPT = textwrap.dedent("""
     proj = torch.zeros(2, 64, 648, dtype=torch.bfloat16)
     x = proj[..., 256:640]
     dout = torch.zeros(2, 64, 384, dtype=torch.bfloat16)
-    align = ct._row_alignment(x)
+    align = ct.row_alignment(x)
     which = sys.argv[1]
     out_row = dout.stride(1)
     ints = dict(L=64, C=384, s_b=x.stride(0) // align, s_l=x.stride(1) // align,
                 s_db=dout.stride(0), s_dl=out_row, s_pb=dout.stride(0), s_pl=out_row,
                 s_ob=dout.stride(0), s_ol=out_row)
-    if which == "dpre":
+    if which == "dx":  # conv_dt_triton's backward: [B, 64, 392] GEMM output and gradient
+        from lobsurf.models import conv_dt_triton as cdt
+
+        xbcdt = torch.zeros(2, 64, 392, dtype=torch.bfloat16)
+        align = ct.row_alignment(xbcdt)
+        ints = dict(L=64, C=384, H=4, CP=392, s_b=xbcdt.stride(0) // align,
+                    s_l=xbcdt.stride(1) // align, s_db=dout.stride(0), s_dl=out_row,
+                    s_tb=256, s_tl=4, s_xb=xbcdt.stride(0) // align,
+                    s_xl=xbcdt.stride(1) // align)
+        consts = dict(W=4, BC=cdt.BLOCK_C, LT=64, PT=16, ALIGN=align, R=cdt.ROWS_PER_STEP,
+                      STAGES_=cdt.STAGES, THRESHOLD=cdt.SOFTPLUS_THRESHOLD)
+        fn, warps = cdt._conv_dt_bwd_kernel, cdt.WARPS
+    elif which == "dpre":
         consts = dict(W=4, BC=ct.DPRE_BLOCK_C, ALIGN=align, STAGES=ct.DPRE_STAGES)
         fn, warps = ct._conv_dpre_kernel, ct.DPRE_WARPS
     else:
@@ -58,7 +70,8 @@ SCRIPT = textwrap.dedent("""
         if name in consts:
             sig[name] = "constexpr"
         elif name.endswith("_ptr"):
-            sig[name] = "*fp32" if name == "part_ptr" else "*bf16"
+            fp32 = ("part_ptr", "part_dt_ptr", "ddt_ptr", "dt_bias_ptr")
+            sig[name] = "*fp32" if name in fp32 else "*bf16"
             attrs[(i,)] = [["tt.divisibility", 16]]  # torch's allocations: 16-byte aligned
         else:
             sig[name] = "i32"
@@ -67,8 +80,13 @@ SCRIPT = textwrap.dedent("""
     compiled = triton.compile(ASTSource(fn, sig, consts, attrs),
                               target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": warps})
-    print(json.dumps(dict(Counter(re.findall(r"ld\\.global[.a-z0-9]*",
-                                             compiled.asm["ptx"])))))
+    ptx = compiled.asm["ptx"]
+    kinds = Counter(re.findall(r"ld\\.global[.a-z0-9]*", ptx))
+    # a pipelined loop's loads are asynchronous copies: counted by their bytes
+    kinds.update(f"cp.async {int(n, 16)} bytes"
+                 for n in re.findall(r"cp\\.async\\.c[ag]\\.shared\\.global[^,]*,[^,]*, (0x[0-9a-f]+)",
+                                     ptx))
+    print(json.dumps(dict(kinds)))
 """)
 
 
@@ -95,6 +113,19 @@ def test_d_pre_kernel_loads_the_in_proj_slice_a_thread_row_at_a_time() -> None:
     # every load of x, d out and the weights takes a thread's whole run of channels at once;
     # none is a scalar 16-bit one (unless a thread holds one channel)
     assert set(loads) == {LOAD_OF_BYTES[min(run_bytes, 16)]}, loads
+
+
+def test_dx_kernel_loads_the_rows_a_thread_run_at_a_time() -> None:
+    # conv_dt_triton's backward (conv_backend "triton_dx"): its row loop's loads of x and d
+    # out are pipelined copies of a thread's whole run of channels (4 bf16: 8 bytes), as are
+    # the loads before the loop; only the dt tile's loads (4 of 16 columns) are scalar
+    from lobsurf.models import conv_dt_triton as cdt
+
+    run_bytes = 2 * cdt.BLOCK_C // (32 * cdt.WARPS)
+    loads = _global_loads("dx")
+    copies = {k for k in loads if k.startswith("cp.async")}
+    assert copies == {f"cp.async {run_bytes} bytes"}, loads
+    assert loads[LOAD_OF_BYTES[run_bytes]] >= 8, loads  # 3 x rows, 4 taps, the bias
 
 
 def test_forward_kernel_loads_the_in_proj_slice_16_bytes_at_a_time() -> None:

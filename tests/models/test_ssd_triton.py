@@ -107,7 +107,8 @@ def test_conv_silu_and_gradients_match_torch(batch, length, channels, width, row
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("backends", [("triton", "torch"), ("torch", "triton"),
                                       ("triton", "triton"), ("torch", "triton_dpre"),
-                                      ("torch", "triton_fwd")])
+                                      ("torch", "triton_fwd"), ("torch", "triton_dx"),
+                                      ("auto", "triton_dx")])
 def test_block_triton_matches_torch_backend(last_only: bool, backends) -> None:
     torch.manual_seed(0)
     cfg = EncoderConfig(d_model=64, headdim=32, d_state=32, chunk_size=32, ssd_backend="torch",

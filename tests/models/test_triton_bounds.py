@@ -135,3 +135,17 @@ def test_in_proj_conv_stays_inside_its_tensors(batch, window, d_conv) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             _kernel(block, h.bfloat16(), last_only=False)
     assert launches == ["_in_proj_conv_kernel"] * 3
+
+
+@pytest.mark.parametrize("case", [(3, 37, 200, 3, 4, 5), (2, 64, 384, 4, 4, 4),
+                                  (1, 9, 16, 1, 1, 7)])
+def test_conv_dt_stays_inside_its_tensors(case) -> None:
+    # conv_backend "triton_dx": the forward kernel and the backward writing the gradient of
+    # the in-projection's columns (a ragged window with a channel tail, the default layer, a
+    # 1-tap conv with 7 padding columns), fp32 and bf16
+    from tests.models.test_conv_dt import _run
+
+    with bounds_checked() as launches:
+        _run(case, torch.float32)
+        _run(case, torch.bfloat16)
+    assert launches == ["_conv_fwd_kernel", "_conv_dt_bwd_kernel"] * 2

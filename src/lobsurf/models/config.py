@@ -17,10 +17,10 @@ from typing import Literal, get_args
 SsdBackend = Literal["torch", "triton", "triton_window", "auto"]
 SSD_BACKENDS: tuple[str, ...] = get_args(SsdBackend)
 """The SSD scan implementations ``EncoderConfig.ssd_backend`` takes."""
-ConvBackend = Literal["torch", "triton", "triton_dpre", "triton_fwd", "auto"]
+ConvBackend = Literal["torch", "triton", "triton_dpre", "triton_fwd", "triton_dx", "auto"]
 CONV_BACKENDS: tuple[str, ...] = get_args(ConvBackend)
 """The causal conv + SiLU implementations ``EncoderConfig.conv_backend`` takes."""
-CONV_AUTO_ON_CUDA: ConvBackend = "triton_fwd"
+CONV_AUTO_ON_CUDA: ConvBackend = "triton_dx"
 """What ``conv_backend = "auto"`` runs on CUDA (benchmarks/RESULTS.md says why)."""
 
 
@@ -70,9 +70,11 @@ class EncoderConfig:
     255-260 steps/s at B = 1024, benchmarks/RESULTS.md), "triton_dpre" = the same PyTorch
     forward with the backward's d pre and weight sums in one kernel (``conv_silu_dpre``),
     "triton_fwd" = that backward with the forward kernel in every forward, with or without
-    gradients (``conv_silu_fwd_dpre``; both insist, on CPU only under Triton's
-    interpreter), "auto" (the default) = ``CONV_AUTO_ON_CUDA`` ("triton_fwd") on CUDA,
-    else "torch"."""
+    gradients (``conv_silu_fwd_dpre``), "triton_dx" = that forward, and under autograd
+    z projected apart and one backward kernel writing the in-projection gradient of the
+    conv's and dt's columns whole (``conv_dt_triton.py``; the three insist, on CPU only
+    under Triton's interpreter), "auto" (the default) = ``CONV_AUTO_ON_CUDA``
+    ("triton_dx") on CUDA, else "torch"."""
     fused_inference: Literal["auto", "torch", "triton"] = "torch"
     """Block forward when autograd is off (the step's acting and target forwards) over a
     window with no state: "torch" = the PyTorch block (the default and the reference: on

@@ -39,9 +39,10 @@ each window's rows with the sums in each thread's registers (0.086 ms, fifteenth
 benchmarks/RESULTS.md); the [64 x 64]-tile kernel before it (0.155 ms, the step 320.4 ->
 334.7 steps/s, fourteenth session) spent ~95 us of that summing its tiles across threads.
 
-``conv_backend = "triton_fwd"`` (``conv_silu_fwd_dpre``; what ``"auto"`` runs on CUDA)
-takes that backward with the forward kernel in place of PyTorch's forward, in every forward
-(without autograd, the forward kernel alone). Inductor's conv forward is one flat pointwise
+``conv_backend = "triton_fwd"`` (``conv_silu_fwd_dpre``; what ``"auto"`` ran on CUDA until
+``"triton_dx"``, ``conv_dt_triton.py``, whose forward is the same kernel) takes that
+backward with the forward kernel in place of PyTorch's forward, in every forward (without
+autograd, the forward kernel alone). Inductor's conv forward is one flat pointwise
 kernel with index division and an IEEE division per element (50-67 µs per 1024 windows in
 the step); the kernel is 46 µs alone, about what Inductor's is alone, and the step gained
 353.2 -> 359.7 steps/s side by side (fifteenth session, benchmarks/RESULTS.md).
@@ -175,6 +176,35 @@ if triton is not None:
                  dx.to(dx_ptr.dtype.element_ty), mask=(t < L)[:, None] & cmask[None, :])
 
     @triton.jit
+    def taps(w_ptr, c, cm, C, W: tl.constexpr):
+        # the conv weight's taps for channels c as fp32 vectors: w0 multiplies x[t], w1
+        # x[t-1], ... (tap W-1-j multiplies x[t-j]); zeros for the taps past W (W <= 4)
+        w0 = tl.load(w_ptr + (W - 1) * C + c, mask=cm, other=0.0).to(tl.float32)
+        w1 = tl.zeros(c.shape, tl.float32)
+        w2 = tl.zeros(c.shape, tl.float32)
+        w3 = tl.zeros(c.shape, tl.float32)
+        if W >= 2:
+            w1 = tl.load(w_ptr + (W - 2) * C + c, mask=cm, other=0.0).to(tl.float32)
+        if W >= 3:
+            w2 = tl.load(w_ptr + (W - 3) * C + c, mask=cm, other=0.0).to(tl.float32)
+        if W >= 4:
+            w3 = tl.load(w_ptr + (W - 4) * C + c, mask=cm, other=0.0).to(tl.float32)
+        return w0, w1, w2, w3
+
+    @triton.jit
+    def store_tap_sums(part, a0, a1, a2, a3, a_bias, c, cm, C, W: tl.constexpr):
+        # a window's sums of d weight (a_j for the tap that multiplies x[t-j]) and d bias,
+        # into its [W + 1, C] block of partial sums
+        tl.store(part + (W - 1) * C + c, a0, mask=cm)
+        if W >= 2:
+            tl.store(part + (W - 2) * C + c, a1, mask=cm)
+        if W >= 3:
+            tl.store(part + (W - 3) * C + c, a2, mask=cm)
+        if W >= 4:
+            tl.store(part + (W - 4) * C + c, a3, mask=cm)
+        tl.store(part + W * C + c, a_bias, mask=cm)
+
+    @triton.jit
     def _conv_dpre_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dpre_ptr, part_ptr, L, C, s_b, s_l,
                           s_db, s_dl, s_pb, s_pl, W: tl.constexpr, BC: tl.constexpr,
                           ALIGN: tl.constexpr, STAGES: tl.constexpr):
@@ -195,16 +225,7 @@ if triton is not None:
         # generator finds the values a loop carries by object identity, so with one shared
         # zero the shifts x3 = x2, x2 = x1 looked unchanged and stayed zero on the GPU (the
         # CPU interpreter runs plain Python and got it right; a GPU test caught it).
-        w0 = tl.load(w_ptr + (W - 1) * C + c, mask=cm, other=0.0).to(tl.float32)
-        w1 = tl.zeros((BC,), tl.float32)
-        w2 = tl.zeros((BC,), tl.float32)
-        w3 = tl.zeros((BC,), tl.float32)
-        if W >= 2:
-            w1 = tl.load(w_ptr + (W - 2) * C + c, mask=cm, other=0.0).to(tl.float32)
-        if W >= 3:
-            w2 = tl.load(w_ptr + (W - 3) * C + c, mask=cm, other=0.0).to(tl.float32)
-        if W >= 4:
-            w3 = tl.load(w_ptr + (W - 4) * C + c, mask=cm, other=0.0).to(tl.float32)
+        w0, w1, w2, w3 = taps(w_ptr, c, cm, C, W)
         bias = tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)
         x1 = tl.zeros((BC,), tl.float32)  # x[t-1], zero before t = 0
         x2 = tl.zeros((BC,), tl.float32)
@@ -230,15 +251,7 @@ if triton is not None:
             x3 = x2
             x2 = x1
             x1 = x0
-        part = part_ptr + b * (W + 1) * C
-        tl.store(part + (W - 1) * C + c, a0, mask=cm)
-        if W >= 2:
-            tl.store(part + (W - 2) * C + c, a1, mask=cm)
-        if W >= 3:
-            tl.store(part + (W - 3) * C + c, a2, mask=cm)
-        if W >= 4:
-            tl.store(part + (W - 4) * C + c, a3, mask=cm)
-        tl.store(part + W * C + c, a_bias, mask=cm)
+        store_tap_sums(part_ptr + b * (W + 1) * C, a0, a1, a2, a3, a_bias, c, cm, C, W)
 
 def supported() -> bool:
     """True when Triton imports (the kernels then run on CUDA tensors)."""
@@ -263,7 +276,7 @@ def _conv_silu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> 
     if x.stride(-1) != 1:
         raise ValueError(f"conv_silu: channel stride must be 1, got {x.stride()}")
     batch, length, channels = x.shape
-    align = _row_alignment(x)
+    align = row_alignment(x)
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     grid = (batch * triton.cdiv(length, FWD_BLOCK_T), triton.cdiv(channels, FWD_BLOCK_C))
     _conv_fwd_kernel[grid](
@@ -363,7 +376,7 @@ class _ConvSiLUDpre(torch.autograd.Function):
         return dx, dweight, dbias, None
 
 
-def _row_alignment(x: torch.Tensor) -> int:
+def row_alignment(x: torch.Tensor) -> int:
     """The largest of 8, 4, 2, 1 elements that x's batch and row strides are multiples of:
     8 bf16 (16 bytes) allows vector loads."""
     for align in (8, 4, 2):
@@ -382,7 +395,7 @@ def _conv_dpre_op(dout: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         raise ValueError(f"conv_dpre: at most {DPRE_MAX_WIDTH} taps, got {width}")
     dout = dout.contiguous()
     batch, length, channels = x.shape
-    align = _row_alignment(x)
+    align = row_alignment(x)
     # d pre in the activation dtype, as the PyTorch conv's backward holds it
     dpre = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     part = torch.empty(batch, width + 1, channels, device=x.device, dtype=torch.float32)

@@ -19,8 +19,10 @@ The causal convolution is written as W shifted multiply-adds on the channel-last
 so no [B, L, C] <-> [B, C, L] transposes are needed and torch.compile fuses it.
 ``EncoderConfig.ssd_backend`` / ``conv_backend`` swap the scan and the conv (its backward)
 of the stateless window call for Triton kernels: by default ("auto") on CUDA the one-chunk
-scan (``ssd_window_triton.py``) and the conv's d pre kernel (``conv_triton.py``, forwards
-that record gradients); "triton" selects older opt-in kernels. ``fused_in_proj`` (opt-in)
+scan (``ssd_window_triton.py``), the conv's forward kernel (``conv_triton.py``) and, in
+forwards that record gradients, z projected apart and the conv + dt softplus with one
+backward kernel that writes their in-projection gradient (``conv_dt_triton.py``); "triton"
+selects older opt-in kernels. ``fused_in_proj`` (opt-in)
 runs a block's pre-norm, in-projection, conv and dt of the forwards without autograd as one
 kernel (``in_proj_conv_triton.py``, ``Mamba2Mixer.forward_from_block_input``). The PyTorch
 code here stays the CPU path and the reference.
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lobsurf.models import (
+    conv_dt_triton,
     conv_triton,
     in_proj_conv_triton,
     mamba2_fused,
@@ -170,9 +173,10 @@ class Mamba2Mixer(nn.Module):
         # forwards that record gradients (without them it is the same code as "torch").
         choice = self.cfg.conv_backend
         resolved = CONV_AUTO_ON_CUDA if choice == "auto" else choice
-        if resolved not in ("triton_dpre", "triton_fwd"):
+        if resolved not in ("triton_dpre", "triton_fwd", "triton_dx"):
             return None
-        kernel_forward = resolved == "triton_fwd"
+        # "triton_dx" reaches here without autograd (or with a conv wider than its kernel)
+        kernel_forward = resolved != "triton_dpre"
         use = mamba2_fused.use_fused(
             "auto" if choice == "auto" else "triton", "conv_backend", xbc,
             kernel_forward or choice != "auto" or torch.is_grad_enabled(),
@@ -182,6 +186,19 @@ class Mamba2Mixer(nn.Module):
         if not use:
             return None
         return conv_triton.conv_silu_fwd_dpre if kernel_forward else conv_triton.conv_silu_dpre
+
+    def _conv_dt(self, u: torch.Tensor) -> bool:
+        # conv_backend "triton_dx" ("auto" where CONV_AUTO_ON_CUDA names it, on CUDA): a
+        # forward with autograd takes the conv and dt softplus through conv_dt_triton
+        choice = self.cfg.conv_backend
+        resolved = CONV_AUTO_ON_CUDA if choice == "auto" else choice
+        if resolved != "triton_dx":
+            return False
+        return mamba2_fused.use_fused(
+            "auto" if choice == "auto" else "triton", "conv_backend", u,
+            torch.is_grad_enabled(), conv_dt_triton.supports(self.cfg.d_conv),
+            f"d_conv <= {conv_dt_triton.MAX_WIDTH}", f"d_conv {self.cfg.d_conv}",
+            choice_name=choice)
 
     def _split_proj(self, proj: torch.Tensor):
         # [..., padded width] -> z [..., E], xBC [..., E+2N], dt [..., H] (padding dropped).
@@ -241,15 +258,24 @@ class Mamba2Mixer(nn.Module):
         if state is None and self._fused_core(u):
             return self._fused_core_forward(u, last_only)
         align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
-        if last_only:
-            # z is needed for one row only: project it separately and skip E columns elsewhere.
-            z = F.linear(u[:, -1], self.in_proj.weight[:E])  # [B, E]
+        conv_dt = state is None and self._conv_dt(u)
+        if last_only or conv_dt:
+            # z by a product of its own: for one row only when that is all that is needed;
+            # on the conv_dt path so that its gradient and the one conv_dt writes for the
+            # other columns never meet in one [rows, 648] tensor (conv_dt_triton.py)
+            z = F.linear(u[:, -1] if last_only else u, self.in_proj.weight[:E])
             xbc_dt = linear_padded_out(u, self.in_proj.weight[E:self.proj_width], align)
-            xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
+        if conv_dt:
+            xbc, dt = conv_dt_triton.conv_dt(
+                xbc_dt, self.conv_weight.to(xbc_dt.dtype), self.conv_bias.to(xbc_dt.dtype),
+                self.dt_bias, self.conv_channels, cfg.n_heads)
         else:
-            z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
-        xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
-        dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
+            if last_only:
+                xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
+            else:
+                z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
+            xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
+            dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
         y, final = self._scan(xbc, dt, state, last_only)
         if state is not None:
             state.conv_state.copy_(new_context)

@@ -1,0 +1,76 @@
+"""The backward kernel of ``conv_backend = "triton_dx"`` (``conv_dt_triton.py``) per tile,
+against the d pre kernel of ``"triton_fwd"`` (``conv_triton``) it replaces, on CUDA.
+
+The default layer (384 conv channels, 4 heads, 4 padding columns: the in-projection's
+[x | B | C | dt | pad] slice, 392 columns) in bf16, windows of 64, every call captured in a
+CUDA graph and replayed (GPU time), per batch of windows:
+
+- ``dpre``: ``conv_triton``'s d pre kernel on the same slice (d pre and the weight sums;
+  Inductor then reads d pre back at the conv's shifts and assembles the in-projection
+  gradient, not timed here);
+- ``dx_r{rows}_c{channels}_w{warps}_s{stages}``: the ``triton_dx`` backward kernel per
+  setting (rows whose loads issue together, channels per program, warps, pipelining
+  stages), with its gradient's max relative error against the first setting's;
+- ``bytes_floor_ms``: its bytes (x, d out, d dt read once, d x written once) at the HBM
+  peak (4.8 TB/s).
+
+    python benchmarks/bench_conv_dt.py --batch 1024,2048 --out OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from lobsurf.models import conv_dt_triton as cdt
+from lobsurf.models import conv_triton
+
+from bench_fused_block import graphed_ms, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
+
+#: (rows per step, channels per program, warps, stages) tried
+TILES = [(1, 128, 1, 3), (4, 128, 1, 3), (4, 128, 1, 1), (4, 128, 1, 2), (4, 64, 1, 3),
+         (4, 128, 2, 3), (4, 256, 2, 3), (4, 64, 1, 1)]
+WINDOW, CHANNELS, HEADS, COLUMNS, WIDTH = 64, 384, 4, 392, 4
+HBM_TB_S = 4.8
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", default="1024,2048")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    rows = []
+    for batch in (int(b) for b in args.batch.split(",")):
+        xbcdt = torch.randn(batch, WINDOW, COLUMNS, device="cuda").bfloat16()
+        w = torch.randn(WIDTH, CHANNELS, device="cuda").bfloat16()
+        b = torch.randn(CHANNELS, device="cuda").bfloat16()
+        dt_bias = torch.randn(HEADS, device="cuda")
+        dxbc = torch.randn(batch, WINDOW, CHANNELS, device="cuda").bfloat16()
+        ddt = torch.randn(batch, WINDOW, HEADS, device="cuda")
+        moved = (xbcdt[..., :CHANNELS + HEADS].numel() * 2 + dxbc.numel() * 2
+                 + ddt.numel() * 4 + xbcdt.numel() * 2)
+        row = {"batch": batch, "bytes_floor_ms": moved / HBM_TB_S / 1e9}
+        x = xbcdt[..., :CHANNELS]
+        row["dpre_ms"] = graphed_ms(lambda: conv_triton._conv_dpre_op(dxbc, x, w, b), args.reps)
+        default = cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES
+        first = None
+        for tile in TILES:
+            cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES = tile
+            key = "dx_r{}_c{}_w{}_s{}".format(*tile)
+            got = cdt._conv_dt_bwd_op(dxbc, ddt, xbcdt, w, b, dt_bias, CHANNELS)[0].double()
+            first = got if first is None else first
+            row[f"{key}_err"] = ((got - first).abs().max() / first.abs().max()).item()
+            row[f"{key}_ms"] = graphed_ms(
+                lambda: cdt._conv_dt_bwd_op(dxbc, ddt, xbcdt, w, b, dt_bias, CHANNELS),
+                args.reps)
+        cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES = default
+        rows.append(row)
+    report_rows(rows, "ms per call (CUDA graph replay), bf16; err = max relative difference "
+                "to the first setting", args.out, "conv_dt.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""The conv + dt softplus with its one backward kernel (``conv_dt_triton.py``,
+``conv_backend = "triton_dx"``) against a float64 numpy reference written here (forward and
+a hand-derived backward), and the block on it against the PyTorch block in float64.
+
+Without CUDA the kernels run in Triton's CPU interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1 before Triton is imported); the GPU-marked tests run them on CUDA. The
+numpy reference shares no code with the kernel or the PyTorch conv.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the conv kernels need Triton (dev extra on Linux)")
+
+from lobsurf.models import conv_dt_triton  # noqa: E402
+from lobsurf.models.config import EncoderConfig  # noqa: E402
+from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
+from tests.models.conftest import perturbed_block  # noqa: E402
+
+#: max |kernel - reference| / max |reference| per output and gradient: fp32, and bf16 inputs
+#: (the d pre rows rounded to bf16 as PyTorch's bf16 backward holds them)
+TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}
+#: (batch, length, channels, heads, width, padding columns): the default layer (384
+#: channels in 3 tiles, 4 heads, 4 padding columns), a ragged window with a channel tail and
+#: odd padding, W = 3, 2 and 1, no padding, a window shorter than the conv
+CASES = [(2, 64, 384, 4, 4, 4), (3, 37, 200, 3, 4, 5), (2, 20, 40, 2, 3, 0),
+         (2, 16, 24, 4, 2, 4), (1, 9, 16, 1, 1, 7), (2, 2, 24, 4, 4, 4)]
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_or_gpu(request):
+    # on a CUDA machine Triton is not in its interpreter: only the GPU-marked tests run there
+    if torch.cuda.is_available() and request.node.get_closest_marker("gpu") is None:
+        pytest.skip("interpreter test (CPU); the GPU-marked tests run the compiled kernel")
+
+
+def numpy_conv_dt(xbcdt: np.ndarray, w: np.ndarray, b: np.ndarray, dt_bias: np.ndarray,
+                  dxbc: np.ndarray, ddt: np.ndarray, channels: int):
+    """Outputs and gradients in float64, row by row: (xBC, dt) and (d xbcdt, d w, d b,
+    d dt_bias) for the incoming gradients dxbc, ddt."""
+    batch, length, _ = xbcdt.shape
+    width, heads = w.shape[0], dt_bias.shape[0]
+    x = xbcdt[..., :channels]
+    pre = np.zeros_like(x)
+    for t in range(length):
+        pre[:, t] = b
+        for back in range(width):  # tap W-1-back reads the input `back` steps ago
+            if t - back >= 0:
+                pre[:, t] += w[width - 1 - back] * x[:, t - back]
+    sig = 1.0 / (1.0 + np.exp(-pre))
+    xbc = pre * sig
+    v = xbcdt[..., channels:channels + heads] + dt_bias
+    dt = np.logaddexp(0.0, v)
+    dpre = dxbc * (sig + pre * sig * (1.0 - sig))  # d SiLU(p) / dp
+    dx_all = np.zeros_like(xbcdt)
+    dw, db = np.zeros_like(w), dpre.sum((0, 1))
+    for t in range(length):
+        for back in range(width):
+            if t - back >= 0:  # pre[t] read x[t - back] through tap W-1-back
+                dx_all[:, t - back, :channels] += w[width - 1 - back] * dpre[:, t]
+                dw[width - 1 - back] += (dpre[:, t] * x[:, t - back]).sum(0)
+    draw = ddt / (1.0 + np.exp(-v))  # d softplus(v) / dv = sigmoid(v)
+    dx_all[..., channels:channels + heads] = draw
+    return (xbc, dt), (dx_all, dw, db, draw.sum((0, 1)))
+
+
+def _run(case, dtype, device="cpu", seed=0):
+    batch, length, channels, heads, width, pad = case
+    g = torch.Generator().manual_seed(seed + length)
+    cols = channels + heads + pad
+    # a slice of wider rows with unit column stride, as the in-projection's output is
+    xbcdt = torch.randn(batch, length, cols + 8, generator=g)[..., 8:]
+    w, b = torch.randn(width, channels, generator=g), torch.randn(channels, generator=g)
+    dt_bias = torch.rand(heads, generator=g) * 4.0 - 2.0
+    dxbc = torch.randn(batch, length, channels, generator=g)
+    ddt = torch.randn(batch, length, heads, generator=g)
+    leaves = [t.to(device=device, dtype=dtype).requires_grad_() for t in (xbcdt, w, b)]
+    leaves.append(dt_bias.to(device).requires_grad_())  # fp32, as the parameter is
+    xbc, dt = conv_dt_triton.conv_dt(*leaves, channels, heads)
+    grads = torch.autograd.grad((xbc.float() * dxbc.to(device)).sum()
+                                + (dt * ddt.to(device)).sum(), leaves)
+    want_out, want_grads = numpy_conv_dt(
+        *(t.detach().double().cpu().numpy() for t in leaves), dxbc.double().numpy(),
+        ddt.double().numpy(), channels)
+    return (xbc, dt), grads, want_out, want_grads
+
+
+def _rel(got: torch.Tensor, ref: np.ndarray) -> float:
+    return float(np.abs(got.detach().double().cpu().numpy() - ref).max() / np.abs(ref).max())
+
+
+def _check(case, dtype, outs, grads, want_out, want_grads):
+    channels, heads = case[2], case[3]
+    xbc, dt = outs
+    assert xbc.dtype == dtype and dt.dtype == torch.float32
+    assert grads[0].dtype == grads[1].dtype == grads[2].dtype == dtype
+    assert grads[3].dtype == torch.float32
+    names = ("xBC", "dt", "d xbcdt", "d weight", "d bias", "d dt_bias")
+    for name, got, ref in zip(names, (*outs, *grads), (*want_out, *want_grads)):
+        assert got.shape == ref.shape, name
+        err = _rel(got, ref)
+        assert err < TOL[dtype], f"{name}: relative error {err:.1e}"
+    # the padding columns' gradient is written, and zero (the GEMMs read it)
+    assert torch.count_nonzero(grads[0][..., channels + heads:]) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES)
+def test_conv_dt_and_gradients_match_numpy(case, dtype) -> None:
+    _check(case, dtype, *_run(case, dtype))
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[4]])
+def test_one_row_per_step_matches_numpy(case, monkeypatch) -> None:
+    """The walk's other setting (``ROWS_PER_STEP = 1``: each row's loads on their own)."""
+    monkeypatch.setattr(conv_dt_triton, "ROWS_PER_STEP", 1)
+    _check(case, torch.float32, *_run(case, torch.float32))
+
+
+def test_softplus_gradient_above_the_threshold() -> None:
+    """Past PyTorch's softplus threshold (20) the derivative is exactly 1, as PyTorch's."""
+    x = torch.zeros(1, 3, 16 + 4 + 4)
+    x[..., 16:20] = torch.tensor([-30.0, 0.0, 25.0, 60.0])
+    leaves = [x.requires_grad_(), torch.randn(4, 16).requires_grad_(),
+              torch.randn(16).requires_grad_(), torch.zeros(4, requires_grad=True)]
+    _, dt = conv_dt_triton.conv_dt(*leaves, 16, 4)
+    d_raw = torch.autograd.grad(dt.sum(), leaves[0])[0][..., 16:20]
+    want = torch.autograd.grad(torch.nn.functional.softplus(x[..., 16:20]).sum(), x)[0]
+    assert torch.equal(d_raw[0, 0, 2:], torch.ones(2))
+    assert torch.allclose(d_raw, want[..., 16:20], rtol=1e-6, atol=1e-12)
+
+
+def _blocks(conv_backend: str, seed: int = 3) -> tuple[Mamba2Block, Mamba2Block]:
+    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend="torch",
+                        conv_backend="torch")
+    ref = perturbed_block(cfg, seed).double()
+    fast = Mamba2Block(EncoderConfig(**{**cfg.__dict__, "conv_backend": conv_backend}))
+    fast.load_state_dict(ref.state_dict())
+    return ref, fast
+
+
+@pytest.mark.parametrize("last_only", [False, True])
+def test_block_on_triton_dx_matches_the_float64_block(last_only: bool) -> None:
+    """The block with z projected apart and the conv + dt through conv_dt: its output and
+    every parameter's and the input's gradient against the PyTorch block in float64."""
+    ref, fast = _blocks("triton_dx")
+    h = torch.randn(3, 37, 32)
+    calls = []
+    op = conv_dt_triton._conv_dt_bwd_op
+
+    def counted(*args):
+        calls.append(1)
+        return op(*args)
+
+    conv_dt_triton._conv_dt_bwd_op = counted
+    try:
+        hf = h.clone().requires_grad_()
+        out = fast(hf, last_only=last_only)
+        probe = torch.randn_like(out)  # a loss that weighs every output value
+        grads = torch.autograd.grad((out * probe).sum(), [hf, *fast.parameters()])
+    finally:
+        conv_dt_triton._conv_dt_bwd_op = op
+    assert calls == [1]
+    hr = h.double().requires_grad_()
+    out_ref = ref(hr, last_only=last_only)
+    ref_grads = torch.autograd.grad((out_ref * probe.double()).sum(), [hr, *ref.parameters()])
+    names = ["h"] + [n for n, _ in ref.named_parameters()]
+    assert _rel(out, out_ref.detach().numpy()) < 2e-5
+    for name, got, want in zip(names, grads, ref_grads):
+        if want.abs().max() == 0:  # the in-projection's padding rows: no gradient either way
+            assert got.abs().max() == 0, name
+            continue
+        assert _rel(got, want.numpy()) < 2e-4, name
+
+
+def test_dispatch() -> None:
+    """"triton_dx" takes conv_dt only under autograd (the forward kernel without it), insists
+    on a conv its kernel holds, and "auto" keeps CPU tensors on PyTorch."""
+    _, fast = _blocks("triton_dx")
+    h = torch.randn(2, 10, 32)
+    assert fast.mixer._conv_dt(h)
+    with torch.no_grad():
+        assert not fast.mixer._conv_dt(h)
+    _, auto = _blocks("auto")
+    assert not auto.mixer._conv_dt(h)
+    wide = Mamba2Block(EncoderConfig(d_model=32, headdim=16, d_state=16, d_conv=5,
+                                     conv_backend="triton_dx"))
+    with pytest.raises(RuntimeError, match="d_conv <= 4"):
+        wide(torch.randn(1, 8, 32))
+    with pytest.raises(ValueError, match="at most 4 taps"):
+        conv_dt_triton.conv_dt(torch.zeros(1, 4, 24), torch.zeros(5, 16), torch.zeros(16),
+                               torch.zeros(4), 16, 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES)
+def test_conv_dt_on_cuda_matches_numpy(case, dtype) -> None:
+    _check(case, dtype, *_run(case, dtype, device="cuda"))
