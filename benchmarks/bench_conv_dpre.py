@@ -18,14 +18,12 @@ CUDA graph and replayed (GPU time):
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn.functional as F
 
 from lobsurf.models import conv_triton
 
-from bench_fused_block import graphed_ms, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
+from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
 
 #: (channels per program, warps) of the d pre kernel's row loop tried. Fourteenth session,
 #: B = 1024: the row loop 128 x 2 87.5 us, 128 x 1 88.0, 256 x 2 and more up to 97.0; the
@@ -47,11 +45,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", default="1024")
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = micro_args(__doc__, batch="1024")
     rows = []
     for batch in (int(b) for b in args.batch.split(",")):
         g = torch.Generator(device="cuda").manual_seed(batch)

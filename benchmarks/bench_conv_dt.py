@@ -19,14 +19,12 @@ CUDA graph and replayed (GPU time), per batch of windows:
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from lobsurf.models import conv_dt_triton as cdt
 from lobsurf.models import conv_triton
 
-from bench_fused_block import graphed_ms, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
+from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
 
 #: (rows per step, channels per program, warps, stages) tried
 TILES = [(1, 128, 1, 3), (4, 128, 1, 3), (4, 128, 1, 1), (4, 128, 1, 2), (4, 64, 1, 3),
@@ -36,11 +34,7 @@ HBM_TB_S = 4.8
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", default="1024,2048")
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = micro_args(__doc__)
     torch.manual_seed(0)
     rows = []
     for batch in (int(b) for b in args.batch.split(",")):

@@ -61,6 +61,16 @@ def graphed_ms(fn, reps: int) -> float:
     return start.elapsed_time(end) / reps
 
 
+def micro_args(doc: str, batch: str = "1024,2048") -> argparse.Namespace:
+    """The kernel micro-benchmarks' command line: --batch (comma-separated windows per
+    call), --reps (graph replays timed), --out (folder for the JSON rows)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--batch", default=batch)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out", default=None)
+    return ap.parse_args()
+
+
 def report_rows(rows: list[dict], title: str, out: str | None, file_name: str) -> None:
     """Print each row's figures on one line under ``title``; write them all as JSON to
     ``out``/``file_name`` when ``out`` is given (the kernel micro-benchmarks' report)."""

@@ -18,7 +18,6 @@ captured in a CUDA graph and replayed (GPU time), per batch of windows:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 import torch
@@ -29,7 +28,7 @@ from lobsurf.models.align import device_multiple, linear_padded_out
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.mamba2 import Mamba2Block, rms_norm
 
-from bench_fused_block import graphed_ms, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
+from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
 
 #: (rows per program, columns per program, warps) tried, one program per (row tile, column
 #: tile). Sixteenth session, H200, B = 1024 (ms): 64 x 64 x 4 0.138, x 8 0.164, 64 x 128 x
@@ -60,11 +59,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", default="1024,2048")
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = micro_args(__doc__)
     torch.manual_seed(0)
     cfg = EncoderConfig(fused_in_proj="torch")
     block = Mamba2Block(cfg).cuda()

@@ -23,6 +23,20 @@ def perturbed_block(cfg: EncoderConfig, seed: int) -> Mamba2Block:
     return block
 
 
+def count_calls(monkeypatch, module, name: str) -> list:
+    """Wrap ``module.name`` (for the test's duration) so that each call appends to the
+    returned list: which kernels a block's forward or backward reached."""
+    real = getattr(module, name)
+    calls: list = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
 @pytest.fixture
 def tf32_products():
     """TF32 matrix products for the test (as in training), restored afterwards."""

@@ -18,7 +18,7 @@ pytest.importorskip("triton", reason="the conv kernels need Triton (dev extra on
 from lobsurf.models import conv_dt_triton  # noqa: E402
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
-from tests.models.conftest import perturbed_block  # noqa: E402
+from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
 
 #: max |kernel - reference| / max |reference| per output and gradient: fp32, and bf16 inputs
 #: (the d pre rows rounded to bf16 as PyTorch's bf16 backward holds them)
@@ -143,26 +143,16 @@ def _blocks(conv_backend: str, seed: int = 3) -> tuple[Mamba2Block, Mamba2Block]
 
 
 @pytest.mark.parametrize("last_only", [False, True])
-def test_block_on_triton_dx_matches_the_float64_block(last_only: bool) -> None:
+def test_block_on_triton_dx_matches_the_float64_block(last_only: bool, monkeypatch) -> None:
     """The block with z projected apart and the conv + dt through conv_dt: its output and
     every parameter's and the input's gradient against the PyTorch block in float64."""
     ref, fast = _blocks("triton_dx")
     h = torch.randn(3, 37, 32)
-    calls = []
-    op = conv_dt_triton._conv_dt_bwd_op
-
-    def counted(*args):
-        calls.append(1)
-        return op(*args)
-
-    conv_dt_triton._conv_dt_bwd_op = counted
-    try:
-        hf = h.clone().requires_grad_()
-        out = fast(hf, last_only=last_only)
-        probe = torch.randn_like(out)  # a loss that weighs every output value
-        grads = torch.autograd.grad((out * probe).sum(), [hf, *fast.parameters()])
-    finally:
-        conv_dt_triton._conv_dt_bwd_op = op
+    calls = count_calls(monkeypatch, conv_dt_triton, "_conv_dt_bwd_op")
+    hf = h.clone().requires_grad_()
+    out = fast(hf, last_only=last_only)
+    probe = torch.randn_like(out)  # a loss that weighs every output value
+    grads = torch.autograd.grad((out * probe).sum(), [hf, *fast.parameters()])
     assert calls == [1]
     hr = h.double().requires_grad_()
     out_ref = ref(hr, last_only=last_only)

@@ -18,7 +18,7 @@ pytest.importorskip("triton", reason="the fused kernel needs Triton (dev extra o
 from lobsurf.models import in_proj_conv_triton  # noqa: E402
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
-from tests.models.conftest import perturbed_block  # noqa: E402
+from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
 from tests.models.mamba2_numpy_reference import mamba2_block_reference  # noqa: E402
 
 #: max |kernel - reference| / max |reference|: fp32 products (IEEE on CPU), and bf16
@@ -112,26 +112,17 @@ def test_dt_softplus_keeps_small_and_large_values() -> None:
 
 @pytest.mark.parametrize("d_model,headdim,d_state,window", [(32, 16, 16, 37),
                                                              (128, 64, 64, 64)])
-def test_block_on_the_kernel_matches_the_numpy_block(d_model, headdim, d_state, window):
+def test_block_on_the_kernel_matches_the_numpy_block(d_model, headdim, d_state, window,
+                                                     monkeypatch):
     block = perturbed_block(_cfg(d_model, headdim, d_state, 4, "triton"), seed=7)
     h = torch.randn(3, window, d_model)
     ref = mamba2_block_reference(block.state_dict(), h.double().numpy(), d_state, headdim,
                                  block.mixer.cfg.norm_eps)
-    calls = []
-    kernel = in_proj_conv_triton._in_proj_conv_op
-
-    def counted(*args):
-        calls.append(1)
-        return kernel(*args)
-
-    in_proj_conv_triton._in_proj_conv_op = counted
-    try:
-        with torch.no_grad():
-            full, last = block(h), block(h, last_only=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                low = block(h.bfloat16())
-    finally:
-        in_proj_conv_triton._in_proj_conv_op = kernel
+    calls = count_calls(monkeypatch, in_proj_conv_triton, "_in_proj_conv_op")
+    with torch.no_grad():
+        full, last = block(h), block(h, last_only=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = block(h.bfloat16())
     assert len(calls) == 3
     assert _rel(full, ref) < TOL_FP32 and _rel(last, ref[:, -1]) < TOL_FP32
     assert low.dtype == torch.bfloat16 and _rel(low.float(), ref) < TOL_BF16

@@ -167,18 +167,25 @@ class Mamba2Mixer(nn.Module):
         # activations [B, L, C]; new context [B, W-1, C]
         return conv_triton.torch_conv_silu(padded, weight, bias, L), padded[:, L:]
 
+    def _conv_choice(self) -> tuple[str, str, str]:
+        # conv_backend as set, the kernel pair it names ("auto": CONV_AUTO_ON_CUDA), and how
+        # mamba2_fused.use_fused takes it ("auto" falls back off CUDA, "triton" insists)
+        choice = self.cfg.conv_backend
+        if choice == "auto":
+            return choice, CONV_AUTO_ON_CUDA, "auto"
+        return choice, choice, "triton"
+
     def _dpre_path(self, xbc: torch.Tensor):
         # conv_backend "triton_dpre" / "triton_fwd" insist; "auto" takes CONV_AUTO_ON_CUDA
         # on CUDA. "triton_dpre" keeps PyTorch's forward, so under "auto" it serves only
         # forwards that record gradients (without them it is the same code as "torch").
-        choice = self.cfg.conv_backend
-        resolved = CONV_AUTO_ON_CUDA if choice == "auto" else choice
+        choice, resolved, insist = self._conv_choice()
         if resolved not in ("triton_dpre", "triton_fwd", "triton_dx"):
             return None
         # "triton_dx" reaches here without autograd (or with a conv wider than its kernel)
         kernel_forward = resolved != "triton_dpre"
         use = mamba2_fused.use_fused(
-            "auto" if choice == "auto" else "triton", "conv_backend", xbc,
+            insist, "conv_backend", xbc,
             kernel_forward or choice != "auto" or torch.is_grad_enabled(),
             self.cfg.d_conv <= conv_triton.DPRE_MAX_WIDTH,
             f"d_conv <= {conv_triton.DPRE_MAX_WIDTH}", f"d_conv {self.cfg.d_conv}",
@@ -190,12 +197,11 @@ class Mamba2Mixer(nn.Module):
     def _conv_dt(self, u: torch.Tensor) -> bool:
         # conv_backend "triton_dx" ("auto" where CONV_AUTO_ON_CUDA names it, on CUDA): a
         # forward with autograd takes the conv and dt softplus through conv_dt_triton
-        choice = self.cfg.conv_backend
-        resolved = CONV_AUTO_ON_CUDA if choice == "auto" else choice
+        choice, resolved, insist = self._conv_choice()
         if resolved != "triton_dx":
             return False
         return mamba2_fused.use_fused(
-            "auto" if choice == "auto" else "triton", "conv_backend", u,
+            insist, "conv_backend", u,
             torch.is_grad_enabled(), conv_dt_triton.supports(self.cfg.d_conv),
             f"d_conv <= {conv_dt_triton.MAX_WIDTH}", f"d_conv {self.cfg.d_conv}",
             choice_name=choice)
