@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from lobsurf.models import conv_triton
 
-from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
+# benchmarks/ is on sys.path
+from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
 
 #: (channels per program, warps) of the d pre kernel's row loop tried. Fourteenth session,
 #: B = 1024: the row loop 128 x 2 87.5 us, 128 x 1 88.0, 256 x 2 and more up to 97.0; the

@@ -24,7 +24,8 @@ import torch
 from lobsurf.models import conv_dt_triton as cdt
 from lobsurf.models import conv_triton
 
-from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
+# benchmarks/ is on sys.path
+from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
 
 #: (rows per step, channels per program, warps, stages) tried
 TILES = [(1, 128, 1, 3), (4, 128, 1, 3), (4, 128, 1, 1), (4, 128, 1, 2), (4, 64, 1, 3),

@@ -28,7 +28,8 @@ from lobsurf.models.align import device_multiple, linear_padded_out
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.mamba2 import Mamba2Block, rms_norm
 
-from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402  (benchmarks/ is on sys.path)
+# benchmarks/ is on sys.path
+from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
 
 #: (rows per program, columns per program, warps) tried, one program per (row tile, column
 #: tile). Sixteenth session, H200, B = 1024 (ms): 64 x 64 x 4 0.138, x 8 0.164, 64 x 128 x
