@@ -11,7 +11,11 @@ CUDA graph and replayed (GPU time):
 - ``nograd_torch`` / ``nograd_fwd``: the forward without autograd (the acting and target
   forwards), compiled, and its output's agreement;
 - ``kernel``: ``lobsurf::conv_dpre`` alone per (channels per program, warps); ``fwd``: the
-  forward kernel alone per (rows, channels per program, warps).
+  forward's tile kernel alone per (rows, channels per program, warps); ``walk``: the
+  forward's row walk (the default, ``FWD_WALK_ROWS``) alone per (rows a step, channels per
+  program, warps, stages), with its output's max relative difference to the tile kernel's;
+- ``fwd_bytes_floor_ms``: the forward's bytes (x read once, out written once) at the HBM
+  peak (4.8 TB/s).
 
     python benchmarks/bench_conv_dpre.py --batch 1024 --out OUT
 """
@@ -32,6 +36,10 @@ from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
 TILES = [(128, 2), (128, 1), (64, 2)]
 #: (rows, channels per program, warps) of the forward kernel's tiles tried
 FWD_TILES = [(64, 64, 4), (64, 32, 4), (32, 64, 4), (64, 128, 4), (64, 128, 8), (32, 128, 4)]
+#: (rows a step, channels per program, warps, stages) of the forward's row walk tried
+WALKS = [(4, 128, 1, 3), (1, 128, 1, 3), (4, 128, 1, 2), (4, 64, 1, 3), (4, 128, 2, 3),
+         (4, 256, 2, 3), (4, 128, 1, 4)]
+HBM_TB_S = 4.8
 #: the default block: in_proj width (padded), x's first column (E), channels, taps, window
 WIDTH, FIRST, CHANNELS, TAPS, WINDOW = 648, 256, 384, 4, 64
 
@@ -82,11 +90,25 @@ def main() -> None:
                 row[f"nograd_{name}_err"] = rel(compiled(x, w_, b_), out_ref.detach())
                 row[f"nograd_{name}_ms"] = graphed_ms(lambda c=compiled: c(x, w_, b_),
                                                       args.reps)
+        row["fwd_bytes_floor_ms"] = 2 * x.numel() * x.element_size() / HBM_TB_S / 1e9
+        walk_default = (conv_triton.FWD_WALK_ROWS, conv_triton.FWD_WALK_BLOCK_C,
+                        conv_triton.FWD_WALK_WARPS, conv_triton.FWD_WALK_STAGES)
+        conv_triton.FWD_WALK_ROWS = 0  # the tile kernel
+        tile_out = conv_triton._conv_silu_op(x, w_, b_).double()
         for rows_, channels, warps in FWD_TILES:
             conv_triton.FWD_BLOCK_T, conv_triton.FWD_BLOCK_C = rows_, channels
             conv_triton.FWD_WARPS = warps
             row[f"fwd_t{rows_}_c{channels}_w{warps}_ms"] = graphed_ms(
                 lambda: conv_triton._conv_silu_op(x, w_, b_), args.reps)
+        for walk in WALKS:
+            (conv_triton.FWD_WALK_ROWS, conv_triton.FWD_WALK_BLOCK_C,
+             conv_triton.FWD_WALK_WARPS, conv_triton.FWD_WALK_STAGES) = walk
+            key = "walk_r{}_c{}_w{}_s{}".format(*walk)
+            row[f"{key}_err"] = rel(conv_triton._conv_silu_op(x, w_, b_), tile_out)
+            row[f"{key}_ms"] = graphed_ms(lambda: conv_triton._conv_silu_op(x, w_, b_),
+                                          args.reps)
+        (conv_triton.FWD_WALK_ROWS, conv_triton.FWD_WALK_BLOCK_C, conv_triton.FWD_WALK_WARPS,
+         conv_triton.FWD_WALK_STAGES) = walk_default
         for channels, warps in TILES:
             conv_triton.DPRE_BLOCK_C, conv_triton.DPRE_WARPS = channels, warps
             row[f"kernel_c{channels}_w{warps}_ms"] = graphed_ms(

@@ -4,8 +4,9 @@
 # equivalence and sync-guard tests run the kernels the way lobsurf train would), the conv
 # kernels' GPU tests (TESTS=0 skips them), then the step (bf16, compiled, graphed) per
 # "B:layers" of ROWS (default 1024:2) for each conv_backend of CONVS (default "auto
-# triton_dpre"), side by side; DX_MICRO=1 runs bench_conv_dt.py first, CONV_MICRO=1 adds
-# bench_conv_dpre.py.
+# triton_dpre") and each conv forward form of WALKS (conv_triton.FWD_WALK_ROWS values,
+# default "4": the row walk; 0 the tile kernel), side by side; DX_MICRO=1 runs
+# bench_conv_dt.py first, CONV_MICRO=1 then bench_conv_dpre.py (the forward's forms too).
 # Usage (device machine, repo root, .whl carried):
 #   AUTO=triton_dx CONVS="auto triton_fwd" bash benchmarks/gpu_conv_session.sh
 set -u
@@ -28,20 +29,24 @@ if [ "${DX_MICRO:-0}" = 1 ]; then
   echo "conv_dt micro rc=$?"; tail -2 "$OUT/conv_dt_micro.err" | cut -c1-300
   cat "$OUT/conv_dt_micro.log"
 fi
-for row in ${ROWS:-1024:2}; do
-  IFS=: read -r b l <<< "$row"
-  for conv in ${CONVS:-auto triton_dpre}; do
-    tag="${b}_${l}_$conv"
-    timeout "${LIMIT:-150}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
-      --precision bf16 --compile --steps 30 --repeats 2 --snapshots 50000 \
-      --conv-backend "$conv" --json "$OUT/bench_$tag.json" \
-      > "$OUT/bench_$tag.log" 2> "$OUT/bench_$tag.err"
-    echo "bench B=$b L=$l conv $conv rc=$?"; grep -E "steps/s \(" "$OUT/bench_$tag.log" | cut -c1-220
-  done
-done
 if [ "${CONV_MICRO:-0}" = 1 ]; then
-  timeout 120 python3 benchmarks/bench_conv_dpre.py --batch 1024 --out "$OUT" \
+  timeout "${MICRO_LIMIT:-120}" python3 benchmarks/bench_conv_dpre.py --batch 1024 --out "$OUT" \
     > "$OUT/conv_micro.log" 2> "$OUT/conv_micro.err"
   echo "conv micro rc=$?"; tail -2 "$OUT/conv_micro.err" | cut -c1-300; cat "$OUT/conv_micro.log"
 fi
+for row in ${ROWS:-1024:2}; do
+  IFS=: read -r b l <<< "$row"
+  for walk in ${WALKS:-4}; do
+    sed -i "s/^FWD_WALK_ROWS = [0-9]*/FWD_WALK_ROWS = $walk/" src/lobsurf/models/conv_triton.py
+    for conv in ${CONVS:-auto triton_dpre}; do
+      tag="${b}_${l}_${conv}_walk$walk"
+      timeout "${LIMIT:-150}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
+        --precision bf16 --compile --steps 30 --repeats 2 --snapshots 50000 \
+        --conv-backend "$conv" --json "$OUT/bench_$tag.json" \
+        > "$OUT/bench_$tag.log" 2> "$OUT/bench_$tag.err"
+      echo "bench B=$b L=$l conv $conv walk $walk rc=$?"
+      grep -E "steps/s \(" "$OUT/bench_$tag.log" | cut -c1-220
+    done
+  done
+done
 cd "$OUT" && tar czf "$FINAL/logs.tgz" ./*.log ./*.err ./*.json 2>/dev/null; ls "$FINAL"

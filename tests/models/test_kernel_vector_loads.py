@@ -6,11 +6,12 @@ stride is 648 bf16 at the default model (a multiple of 8: 16 bytes), so unless t
 passes the strides in units of their alignment every load of it is a scalar 16-bit load
 (benchmarks/RESULTS.md, fourteenth session: the d pre tile kernel of then 251 against
 155 us on the H200). The d pre kernel walks rows, each thread holding BC / (32 x warps)
-adjacent channels, so its widest load is that many bf16 at once; the forward kernel's
-tiles give each thread 8 (one 16-byte load). The CPU interpreter cannot show this, so the
-kernels are compiled here to PTX by Triton's own compiler, in a subprocess without
-TRITON_INTERPRET (the test session sets it), with the divisibility Triton would give the
-default call's arguments. Planted (``row_alignment`` returning 1), all three tests fail.
+adjacent channels, so its widest load is that many bf16 at once; the forward's tile kernel
+gives each thread 8 (one 16-byte load), its row walk (the default) 4, as the d pre kernel.
+The CPU interpreter cannot show this, so the kernels are compiled here to PTX by Triton's
+own compiler, in a subprocess without TRITON_INTERPRET (the test session sets it), with the
+divisibility Triton would give the default call's arguments. Planted (``row_alignment``
+returning 1), all four tests fail.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ SCRIPT = textwrap.dedent("""
         consts = dict(W=4, BC=cdt.BLOCK_C, LT=64, PT=16, ALIGN=align, R=cdt.ROWS_PER_STEP,
                       STAGES_=cdt.STAGES, THRESHOLD=cdt.SOFTPLUS_THRESHOLD)
         fn, warps = cdt._conv_dt_bwd_kernel, cdt.WARPS
+    elif which == "walk":  # the forward's row walk (FWD_WALK_ROWS rows a step)
+        consts = dict(W=4, BC=ct.FWD_WALK_BLOCK_C, ALIGN=align, R=ct.FWD_WALK_ROWS,
+                      STAGES_=ct.FWD_WALK_STAGES)
+        fn, warps = ct._conv_walk_fwd_kernel, ct.FWD_WALK_WARPS
     elif which == "dpre":
         consts = dict(W=4, BC=ct.DPRE_BLOCK_C, ALIGN=align, STAGES=ct.DPRE_STAGES)
         fn, warps = ct._conv_dpre_kernel, ct.DPRE_WARPS
@@ -132,3 +137,16 @@ def test_forward_kernel_loads_the_in_proj_slice_16_bytes_at_a_time() -> None:
     # its [rows, channels] tiles give each thread 8 adjacent bf16 of a row: one 16-byte load
     loads = _global_loads("fwd")
     assert set(loads) == {LOAD_OF_BYTES[16]}, loads
+
+
+def test_forward_walk_loads_the_rows_a_thread_run_at_a_time() -> None:
+    # the forward's row walk (the default): its row loop's loads of x are pipelined copies
+    # of a thread's whole run of channels (4 bf16: 8 bytes); the taps and the bias before
+    # the loop are plain loads of the same width; nothing scalar
+    from lobsurf.models import conv_triton as ct
+
+    run_bytes = 2 * ct.FWD_WALK_BLOCK_C // (32 * ct.FWD_WALK_WARPS)
+    loads = _global_loads("walk")
+    copies = {k for k in loads if k.startswith("cp.async")}
+    assert copies == {f"cp.async {run_bytes} bytes"}, loads
+    assert set(loads) - copies == {LOAD_OF_BYTES[run_bytes]}, loads

@@ -74,17 +74,37 @@ def test_fused_core_stays_inside_its_tensors(d_model, headdim, d_state, window,
 
 #: conv_triton's paths and the kernels one forward + backward of each launches:
 #: conv_backend "triton" (both in Triton), "triton_dpre" (the backward's d pre only) and
-#: "triton_fwd" (the forward kernel and the d pre kernel)
-CONV_PATHS = {"conv_silu": ["_conv_fwd_kernel", "_conv_bwd_kernel"],
+#: "triton_fwd" (the forward kernel, its row walk by default, and the d pre kernel)
+CONV_PATHS = {"conv_silu": ["_conv_walk_fwd_kernel", "_conv_bwd_kernel"],
               "conv_silu_dpre": ["_conv_dpre_kernel"],
-              "conv_silu_fwd_dpre": ["_conv_fwd_kernel", "_conv_dpre_kernel"]}
+              "conv_silu_fwd_dpre": ["_conv_walk_fwd_kernel", "_conv_dpre_kernel"]}
+#: the conv forward's kernel per ``conv_triton.FWD_WALK_ROWS`` (0: the tile kernel)
+CONV_FORWARDS = {0: "_conv_fwd_kernel", 1: "_conv_walk_fwd_kernel", 4: "_conv_walk_fwd_kernel"}
+CONV_SHAPES = [(2, 37, 200, 4, 209), (1, 130, 72, 3, 81), (2, 64, 48, 4, 88)]
+
+
+def _conv_inputs(batch, length, channels, width, row, dtype):
+    g = torch.Generator().manual_seed(length)
+    x = torch.randn(batch, length, row, generator=g)[..., 8:8 + channels]
+    weight, bias = torch.randn(width, channels, generator=g), torch.randn(channels, generator=g)
+    return [t.to(dtype).requires_grad_() for t in (x, weight, bias)]
+
+
+def _float64_conv(leaves):
+    ref = [t.detach().double().requires_grad_() for t in leaves]
+    width, length = ref[1].shape[0], ref[0].shape[1]
+    padded = torch.nn.functional.pad(ref[0], (0, 0, width - 1, 0))  # zeros before t = 0
+    return ref, torch.nn.functional.silu(ref[2] + sum(padded[:, k:k + length] * ref[1][k]
+                                                      for k in range(width)))
+
+
+def _max_rel(fast: torch.Tensor, exact: torch.Tensor) -> float:
+    return ((fast.double() - exact).abs().max() / exact.abs().max()).item()
 
 
 @pytest.mark.parametrize("path", sorted(CONV_PATHS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("batch,length,channels,width,row", [(2, 37, 200, 4, 209),
-                                                             (1, 130, 72, 3, 81),
-                                                             (2, 64, 48, 4, 88)])
+@pytest.mark.parametrize("batch,length,channels,width,row", CONV_SHAPES)
 def test_conv_kernels_stay_inside_their_tensors_and_match_float64(batch, length, channels,
                                                                    width, row, dtype,
                                                                    path) -> None:
@@ -96,27 +116,36 @@ def test_conv_kernels_stay_inside_their_tensors_and_match_float64(batch, length,
     from lobsurf.models import conv_triton
 
     conv_silu = getattr(conv_triton, path)
-
-    g = torch.Generator().manual_seed(length)
-    x = torch.randn(batch, length, row, generator=g)[..., 8:8 + channels]
-    weight, bias = torch.randn(width, channels, generator=g), torch.randn(channels, generator=g)
-    leaves = [t.to(dtype).requires_grad_() for t in (x, weight, bias)]
-    dout = torch.randn(batch, length, channels, generator=g)
+    leaves = _conv_inputs(batch, length, channels, width, row, dtype)
+    dout = torch.randn(leaves[0].shape, generator=torch.Generator().manual_seed(width))
     with bounds_checked() as launches:
         out = conv_silu(*leaves)
         grads = torch.autograd.grad((out.float() * dout).sum(), leaves)
     assert launches == CONV_PATHS[path]
-    ref = [t.detach().double().requires_grad_() for t in leaves]
-    padded = torch.nn.functional.pad(ref[0], (0, 0, width - 1, 0))  # zeros before t = 0
-    out_ref = torch.nn.functional.silu(ref[2] + sum(padded[:, k:k + length] * ref[1][k]
-                                                    for k in range(width)))
+    ref, out_ref = _float64_conv(leaves)
     ref_grads = torch.autograd.grad((out_ref * dout.double()).sum(), ref)
     tol = 2e-4 if dtype == torch.float32 else 3e-2
     for name, fast, exact in zip(("out", "d x", "d weight", "d bias"), (out, *grads),
                                  (out_ref, *ref_grads)):
         assert fast.dtype == dtype
-        err = ((fast.double() - exact).abs().max() / exact.abs().max()).item()
+        err = _max_rel(fast, exact)
         assert err < tol, f"{name}: relative error {err:.1e}"
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+@pytest.mark.parametrize("batch,length,channels,width,row", CONV_SHAPES)
+def test_conv_forward_forms_stay_inside_their_tensors(batch, length, channels, width, row,
+                                                      rows, monkeypatch) -> None:
+    # the conv forward's other forms (the default row walk, 4 rows a step, runs above): one
+    # row a step and the [rows x channels] tile kernel, without autograd, fp32
+    from lobsurf.models import conv_triton
+
+    monkeypatch.setattr(conv_triton, "FWD_WALK_ROWS", rows)
+    leaves = _conv_inputs(batch, length, channels, width, row, torch.float32)
+    with bounds_checked() as launches, torch.no_grad():
+        out = conv_triton.conv_silu(*leaves)
+    assert launches == [CONV_FORWARDS[rows]]
+    assert _max_rel(out, _float64_conv(leaves)[1]) < 2e-5
 
 
 @pytest.mark.parametrize("batch,window,d_conv", [(3, 37, 4), (9, 16, 3), (2, 64, 4)])
@@ -148,4 +177,4 @@ def test_conv_dt_stays_inside_its_tensors(case) -> None:
     with bounds_checked() as launches:
         _run(case, torch.float32)
         _run(case, torch.bfloat16)
-    assert launches == ["_conv_fwd_kernel", "_conv_dt_bwd_kernel"] * 2
+    assert launches == ["_conv_walk_fwd_kernel", "_conv_dt_bwd_kernel"] * 2

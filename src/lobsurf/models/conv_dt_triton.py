@@ -103,8 +103,9 @@ if triton is not None:
         # d x of one window's channels n*BC.., rows walked from the last to the first, R rows
         # a step: their 2R loads are issued before the rows are worked through in registers
         # (``_row``), so a program has more than one row's loads in flight (R = 1: 0.131 ms
-        # alone at B = 1024, R = 4: 0.092; the rows' loads waited one after the other). Rows
-        # before the window (a ragged last step) load as zeros and store nothing. Every
+        # alone at B = 1024, R = 4: 0.092; the rows' loads waited one after the other; R = 8,
+        # tried in the eighteenth session and not kept: 0.095). Rows before the window (a
+        # ragged last step) load as zeros and store nothing. Every
         # loop-carried value starts from a tl.zeros or a load of its own (Triton tells
         # carried values apart by identity).
         c = n * BC + tl.arange(0, BC)

@@ -46,6 +46,16 @@ autograd, the forward kernel alone). Inductor's conv forward is one flat pointwi
 kernel with index division and an IEEE division per element (50-67 µs per 1024 windows in
 the step); the kernel is 46 µs alone, about what Inductor's is alone, and the step gained
 353.2 -> 359.7 steps/s side by side (fifteenth session, benchmarks/RESULTS.md).
+
+Since the eighteenth session the forward (``conv_silu``, in every path above that runs the
+forward kernel, ``conv_dt_triton``'s included) walks rows (``_conv_walk_fwd_kernel``,
+``FWD_WALK_ROWS = 4``): one program per (window, 128 channels) issues 4 rows' loads at a
+time and keeps the last W-1 inputs in registers, so each row of x is read once; the tile
+kernel read each row W times from cache. Alone at B = 1024 in bf16 (H200): 0.033 ms
+against the tile kernel's 0.046 (bytes at the HBM peak: 0.021; 1 row a step 0.050-0.052;
+8 rows, tried and not kept, 0.033-0.036); the B = 1024 / 2-layer step 384.3 -> 401.7
+steps/s side by side. The tile kernel stays for ``FWD_WALK_ROWS = 0`` and for convs wider
+than ``DPRE_MAX_WIDTH``.
 """
 
 from __future__ import annotations
@@ -71,6 +81,15 @@ FWD_BLOCK_C = 64
 """Channels per program of the forward kernel (128-byte rows in bf16)."""
 FWD_WARPS = 4
 """Triton warps per program of the forward kernel."""
+FWD_WALK_ROWS = 4
+"""Rows per step of the forward's row walk whose loads are issued together (1 or 4); 0 runs
+the [FWD_BLOCK_T x FWD_BLOCK_C] tile kernel instead (each row loaded W times, from cache)."""
+FWD_WALK_BLOCK_C = 128
+"""Channels per program of the forward's row walk (one window's rows, 256 bytes in bf16)."""
+FWD_WALK_WARPS = 1
+"""Triton warps per program of the forward's row walk."""
+FWD_WALK_STAGES = 3
+"""Software-pipelining stages of the forward's row loop."""
 DPRE_BLOCK_C = 128
 """Channels per program of the d pre kernel (one window's rows, 256 bytes each in bf16)."""
 DPRE_WARPS = 1
@@ -117,6 +136,73 @@ if triton is not None:
         out = pre * tl.sigmoid(pre)
         tl.store(out_ptr + b * s_ob + t[:, None] * s_ol + c[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=(t < L)[:, None] & cmask[None, :])
+
+    @triton.jit
+    def _walk_setup(w_ptr, b_ptr, C, s_b, s_l, ALIGN: tl.constexpr, BC: tl.constexpr,
+                    W: tl.constexpr):
+        # a row-walking program's start: x's strides from units of ALIGN elements to
+        # elements, its window b and channels c (mask cm), the conv's taps and bias (fp32)
+        b = tl.program_id(0)
+        c = tl.program_id(1) * BC + tl.arange(0, BC)
+        cm = c < C
+        w0, w1, w2, w3 = taps(w_ptr, c, cm, C, W)
+        bias = tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)
+        return s_b * ALIGN, s_l * ALIGN, b, c, cm, w0, w1, w2, w3, bias
+
+    @triton.jit
+    def _row_below(x_ptr, b, t, c, cm, L, s_b, s_l):
+        # x[b, t, c] in fp32, zero past the window (t >= L; t may be a plain int)
+        rows = t + c * 0
+        return tl.load(x_ptr + b * s_b + rows * s_l + c, mask=cm & (rows < L),
+                       other=0.0).to(tl.float32)
+
+    @triton.jit
+    def _silu_row(x0, x1, x2, x3, w0, w1, w2, w3, bias, out_ptr, b, t, c, cm, L, s_ob, s_ol):
+        # output row t from x[t], x[t-1], x[t-2], x[t-3] (tap W-1-j multiplies x[t-j])
+        pre = bias + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3
+        rows = t + c * 0
+        tl.store(out_ptr + b * s_ob + rows * s_ol + c,
+                 (pre * tl.sigmoid(pre)).to(out_ptr.dtype.element_ty), mask=cm & (rows < L))
+
+    @triton.jit
+    def _conv_walk_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, L, C, s_b, s_l, s_ob, s_ol,
+                              W: tl.constexpr, BC: tl.constexpr, ALIGN: tl.constexpr,
+                              R: tl.constexpr, STAGES_: tl.constexpr):
+        # One program per (window, BC channels) walks the rows from first to last, R rows a
+        # step: their R loads are issued before any of the step's stores (a store may alias
+        # a later load, so the compiler will not hoist loads above it), and the last W-1
+        # inputs stay in registers, so each x row is read once (the tile kernel reads it W
+        # times from cache). Rows past the window load as zeros and store nothing. As in the
+        # d pre kernel, each carried value starts from a tl.zeros of its own and x's strides
+        # come in units of ALIGN elements (W <= 4).
+        s_b, s_l, b, c, cm, w0, w1, w2, w3, bias = _walk_setup(w_ptr, b_ptr, C, s_b, s_l,
+                                                               ALIGN, BC, W)
+        x1 = tl.zeros((BC,), tl.float32)  # x[t-1], zero before t = 0
+        x2 = tl.zeros((BC,), tl.float32)
+        x3 = tl.zeros((BC,), tl.float32)
+        for t in tl.range(0, L, R, num_stages=STAGES_):
+            xa = _row_below(x_ptr, b, t, c, cm, L, s_b, s_l)
+            if R == 1:
+                _silu_row(xa, x1, x2, x3, w0, w1, w2, w3, bias, out_ptr, b, t, c, cm, L,
+                          s_ob, s_ol)
+                x3 = x2
+                x2 = x1
+                x1 = xa
+            else:  # R == 4
+                xb = _row_below(x_ptr, b, t + 1, c, cm, L, s_b, s_l)
+                xc = _row_below(x_ptr, b, t + 2, c, cm, L, s_b, s_l)
+                xd = _row_below(x_ptr, b, t + 3, c, cm, L, s_b, s_l)
+                _silu_row(xa, x1, x2, x3, w0, w1, w2, w3, bias, out_ptr, b, t, c, cm, L,
+                          s_ob, s_ol)
+                _silu_row(xb, xa, x1, x2, w0, w1, w2, w3, bias, out_ptr, b, t + 1, c, cm, L,
+                          s_ob, s_ol)
+                _silu_row(xc, xb, xa, x1, w0, w1, w2, w3, bias, out_ptr, b, t + 2, c, cm, L,
+                          s_ob, s_ol)
+                _silu_row(xd, xc, xb, xa, w0, w1, w2, w3, bias, out_ptr, b, t + 3, c, cm, L,
+                          s_ob, s_ol)
+                x3 = xb
+                x2 = xc
+                x1 = xd
 
     @triton.jit
     def _dpre_rows(x_ptr, w_ptr, dout_ptr, bias, b, rows, c, cmask, L, C, s_b, s_l, s_db,
@@ -216,17 +302,12 @@ if triton is not None:
         # strides come in units of ALIGN elements (the wrapper divides them): Triton itself
         # knows only multiples of 16, and the in_proj slice's row stride (648 in bf16) is
         # not one, so without the constexpr factor every x load is a scalar one.
-        s_b = s_b * ALIGN
-        s_l = s_l * ALIGN
-        b = tl.program_id(0)
-        c = tl.program_id(1) * BC + tl.arange(0, BC)
-        cm = c < C
+        s_b, s_l, b, c, cm, w0, w1, w2, w3, bias = _walk_setup(w_ptr, b_ptr, C, s_b, s_l,
+                                                               ALIGN, BC, W)
         # Every loop-carried value starts from a tl.zeros of its own: Triton's code
         # generator finds the values a loop carries by object identity, so with one shared
         # zero the shifts x3 = x2, x2 = x1 looked unchanged and stayed zero on the GPU (the
         # CPU interpreter runs plain Python and got it right; a GPU test caught it).
-        w0, w1, w2, w3 = taps(w_ptr, c, cm, C, W)
-        bias = tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)
         x1 = tl.zeros((BC,), tl.float32)  # x[t-1], zero before t = 0
         x2 = tl.zeros((BC,), tl.float32)
         x3 = tl.zeros((BC,), tl.float32)
@@ -276,13 +357,22 @@ def _conv_silu_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> 
     if x.stride(-1) != 1:
         raise ValueError(f"conv_silu: channel stride must be 1, got {x.stride()}")
     batch, length, channels = x.shape
+    width = weight.shape[0]
     align = row_alignment(x)
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    strides = (x.stride(0) // align, x.stride(1) // align, out.stride(0), out.stride(1))
+    if FWD_WALK_ROWS and width <= DPRE_MAX_WIDTH:
+        if FWD_WALK_ROWS not in (1, 4):
+            raise ValueError(f"conv_silu: FWD_WALK_ROWS must be 0, 1 or 4, got {FWD_WALK_ROWS}")
+        _conv_walk_fwd_kernel[(batch, triton.cdiv(channels, FWD_WALK_BLOCK_C))](
+            x, weight.contiguous(), bias.contiguous(), out, length, channels, *strides,
+            W=width, BC=FWD_WALK_BLOCK_C, ALIGN=align, R=FWD_WALK_ROWS,
+            STAGES_=FWD_WALK_STAGES, num_warps=FWD_WALK_WARPS)
+        return out
     grid = (batch * triton.cdiv(length, FWD_BLOCK_T), triton.cdiv(channels, FWD_BLOCK_C))
     _conv_fwd_kernel[grid](
-        x, weight.contiguous(), bias.contiguous(), out, length, channels,
-        x.stride(0) // align, x.stride(1) // align, out.stride(0), out.stride(1),
-        W=weight.shape[0], BT=FWD_BLOCK_T, BC=FWD_BLOCK_C, ALIGN=align, num_warps=FWD_WARPS)
+        x, weight.contiguous(), bias.contiguous(), out, length, channels, *strides,
+        W=width, BT=FWD_BLOCK_T, BC=FWD_BLOCK_C, ALIGN=align, num_warps=FWD_WARPS)
     return out
 
 
