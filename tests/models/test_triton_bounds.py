@@ -178,3 +178,15 @@ def test_conv_dt_stays_inside_its_tensors(case) -> None:
         _run(case, torch.float32)
         _run(case, torch.bfloat16)
     assert launches == ["_conv_walk_fwd_kernel", "_conv_dt_bwd_kernel"] * 2
+
+
+def test_conv_forward_wider_than_the_walk_takes_the_tile_kernel() -> None:
+    # a conv of more taps than the row walk holds (DPRE_MAX_WIDTH) runs the tile kernel
+    from lobsurf.models import conv_triton
+
+    width = conv_triton.DPRE_MAX_WIDTH + 1
+    leaves = _conv_inputs(2, 37, 40, width, 56, torch.float32)
+    with bounds_checked() as launches, torch.no_grad():
+        out = conv_triton.conv_silu(*leaves)
+    assert launches == ["_conv_fwd_kernel"]
+    assert _max_rel(out, _float64_conv(leaves)[1]) < 2e-5

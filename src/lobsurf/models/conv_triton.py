@@ -97,7 +97,8 @@ DPRE_WARPS = 1
 DPRE_STAGES = 3
 """Software-pipelining stages of the d pre kernel's row loop."""
 DPRE_MAX_WIDTH = 4
-"""The widest conv (taps) the d pre kernel holds in registers (Mamba2's d_conv is 4)."""
+"""The widest conv (taps) the row-walking kernels (d pre, the forward's walk) hold in
+registers (``taps``; Mamba2's d_conv is 4)."""
 
 if triton is not None:
 
