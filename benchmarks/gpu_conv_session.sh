@@ -39,13 +39,8 @@ for row in ${ROWS:-1024:2}; do
   for walk in ${WALKS:-4}; do
     sed -i "s/^FWD_WALK_ROWS = [0-9]*/FWD_WALK_ROWS = $walk/" src/lobsurf/models/conv_triton.py
     for conv in ${CONVS:-auto triton_dpre}; do
-      tag="${b}_${l}_${conv}_walk$walk"
-      timeout "${LIMIT:-150}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
-        --precision bf16 --compile --steps 30 --repeats 2 --snapshots 50000 \
-        --conv-backend "$conv" --json "$OUT/bench_$tag.json" \
-        > "$OUT/bench_$tag.log" 2> "$OUT/bench_$tag.err"
-      echo "bench B=$b L=$l conv $conv walk $walk rc=$?"
-      grep -E "steps/s \(" "$OUT/bench_$tag.log" | cut -c1-220
+      echo "conv forward walk $walk"
+      bench_row "${b}_${l}_${conv}_walk$walk" "$b" "$l" --conv-backend "$conv"
     done
   done
 done

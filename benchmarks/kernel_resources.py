@@ -90,7 +90,9 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               # the no-grad in-projection + conv kernel's (in_proj_conv_triton.py): d_model,
               # conv channels, its tile rows and columns, the dt tile
               "D": 128, "C": SHAPE["H"] * SHAPE["P"] + 2 * SHAPE["N"], "ROWS_": rows,
-              "BN": block_n, "HT": 16, "LAST_ONLY": 0}
+              "BN": block_n, "HT": 16, "LAST_ONLY": 0,
+              # the scan forward without its gate (ssd_window_gated)
+              "GATED": 0, "ZALIGN": 1}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()

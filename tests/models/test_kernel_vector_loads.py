@@ -45,10 +45,23 @@ SCRIPT = textwrap.dedent("""
     align = ct.row_alignment(x)
     which = sys.argv[1]
     out_row = dout.stride(1)
+    extra_fp32 = ()
     ints = dict(L=64, C=384, s_b=x.stride(0) // align, s_l=x.stride(1) // align,
                 s_db=dout.stride(0), s_dl=out_row, s_pb=dout.stride(0), s_pl=out_row,
                 s_ob=dout.stride(0), s_ol=out_row)
-    if which == "dx":  # conv_dt_triton's backward: [B, 64, 392] GEMM output and gradient
+    if which == "gated":  # the scan forward with the gate: z a view of the in-projection
+        from lobsurf.models import ssd_window_triton as sw
+
+        z = proj[..., :256]
+        align = sw._z_alignment(z, False)
+        ints = dict(L=64, H=4, s_b=64 * 384, s_l=384, s_dtb=256, s_dtl=4, s_yb=64 * 256,
+                    s_yl=256, s_zb=z.stride(0) // align, s_zl=z.stride(1) // align,
+                    s_ssb=256, s_ssl=4)
+        consts = dict(E=256, N=64, P=64, Q=64, LAST_ONLY=0, GATED=1, ZALIGN=align, BF16=1,
+                      PREC="ieee")
+        fn, warps = sw._ssd_window_fwd, 4
+        extra_fp32 = ("dt_ptr", "a_ptr", "d_ptr", "w_ptr", "ss_ptr")
+    elif which == "dx":  # conv_dt_triton's backward: [B, 64, 392] GEMM output and gradient
         from lobsurf.models import conv_dt_triton as cdt
 
         xbcdt = torch.zeros(2, 64, 392, dtype=torch.bfloat16)
@@ -75,7 +88,7 @@ SCRIPT = textwrap.dedent("""
         if name in consts:
             sig[name] = "constexpr"
         elif name.endswith("_ptr"):
-            fp32 = ("part_ptr", "part_dt_ptr", "ddt_ptr", "dt_bias_ptr")
+            fp32 = ("part_ptr", "part_dt_ptr", "ddt_ptr", "dt_bias_ptr") + extra_fp32
             sig[name] = "*fp32" if name in fp32 else "*bf16"
             attrs[(i,)] = [["tt.divisibility", 16]]  # torch's allocations: 16-byte aligned
         else:
@@ -150,3 +163,11 @@ def test_forward_walk_loads_the_rows_a_thread_run_at_a_time() -> None:
     copies = {k for k in loads if k.startswith("cp.async")}
     assert copies == {f"cp.async {run_bytes} bytes"}, loads
     assert set(loads) - copies == {LOAD_OF_BYTES[run_bytes]}, loads
+
+
+def test_gated_scan_loads_z_from_the_in_projection_16_bytes_at_a_time() -> None:
+    # ssd_window_gated (scan_gate): z is a view of the 648-wide in-projection; its strides
+    # passed in units of 8 elements, its loads are 16-byte vectors as are x, B and C's (a
+    # thread's 8 bf16 of a row), none a scalar 16-bit load
+    loads = _global_loads("gated")
+    assert LOAD_OF_BYTES[2] not in loads and loads[LOAD_OF_BYTES[16]] >= 16, loads

@@ -85,6 +85,8 @@ class BenchConfig:
     """encoder.conv_backend: the causal conv + SiLU's (one of models.config.CONV_BACKENDS)."""
     fused_in_proj: str = EncoderConfig.fused_in_proj
     """encoder.fused_in_proj: the no-grad forwards' pre-norm + in-projection + conv kernel."""
+    scan_gate: str = EncoderConfig.scan_gate
+    """encoder.scan_gate: the no-grad forwards' gated-norm gate inside the scan kernel."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -113,7 +115,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "fused_core_programs": cfg.fused_core_programs,
                     "fused_core_no_grad": cfg.fused_core_no_grad,
                     "ssd_backend": cfg.ssd_backend, "conv_backend": cfg.conv_backend,
-                    "fused_in_proj": cfg.fused_in_proj},
+                    "fused_in_proj": cfg.fused_in_proj, "scan_gate": cfg.scan_gate},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "overlap_collect": cfg.overlap_collect,
@@ -233,6 +235,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "ssd_backend": cfg.ssd_backend,
                            "conv_backend": cfg.conv_backend,
                            "fused_in_proj": cfg.fused_in_proj,
+                           "scan_gate": cfg.scan_gate,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

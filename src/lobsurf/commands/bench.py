@@ -115,6 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fused-in-proj", choices=["auto", "torch", "triton"],
                         default=d.fused_in_proj, help="the no-grad forwards' pre-norm, "
                         "in-projection, conv and dt as one kernel (encoder.fused_in_proj)")
+    parser.add_argument("--scan-gate", choices=["auto", "torch", "triton"],
+                        default=d.scan_gate, help="the no-grad forwards' gated-norm gate "
+                        "inside the one-chunk scan kernel (encoder.scan_gate)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -142,7 +145,7 @@ def _config(args: argparse.Namespace):
                            fused_core_programs=args.fused_core_programs,
                            fused_core_no_grad=args.fused_core_no_grad,
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
-                           fused_in_proj=args.fused_in_proj)
+                           fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -281,7 +284,8 @@ def run(args: argparse.Namespace) -> int:
           f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}"
           f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
           f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
-          f"{f', in-projection {cfg.fused_in_proj}' if cfg.fused_in_proj != 'torch' else ''}")
+          f"{f', in-projection {cfg.fused_in_proj}' if cfg.fused_in_proj != 'torch' else ''}"
+          f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -113,6 +113,18 @@ class EncoderConfig:
     and faster only where the step is launch-bound (B = 16: 1,969.4 against 1,866.7;
     benchmarks/RESULTS.md, sixteenth session). Forwards with autograd keep the PyTorch
     in-projection and ``conv_backend``."""
+    scan_gate: Literal["auto", "torch", "triton"] = "auto"
+    """The gated norm in forwards without autograd and state where the one-chunk scan
+    kernel runs (acting on B windows, the target net on 2B): "auto" (the default) = on CUDA
+    the scan kernel also applies the gate SiLU(z) and the norm weight and writes each row's
+    sum of squares per head (``ssd_window_triton.ssd_window_gated``); the norm's 1 / rms, a
+    per-row factor, is applied after the out-projection, so the normalised [B, L, E] tensor
+    and its own pass over y and z are gone; "torch" = the scan's y, then PyTorch's gated
+    norm (the reference, and the CPU path); "triton" = insist (on CPU only under Triton's
+    interpreter). Forwards with autograd keep PyTorch's gated norm. On the H200 (bf16) the
+    kernel with the gate took 0.069 ms at B = 1024 against 0.060 without it and 0.100 with
+    Inductor's norm after it; the B = 1024 / 4-layer step 206.5 -> 211.0 steps/s side by side
+    (2 layers 393.2 -> 394.8; benchmarks/RESULTS.md, nineteenth session)."""
     fused_core_no_grad: bool = False
     """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
     in the forwards without autograd too (acting on B windows, the target net on 2B), where
@@ -187,7 +199,7 @@ class EncoderConfig:
         if self.conv_backend not in CONV_BACKENDS:
             raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}, got "
                              f"{self.conv_backend!r}")
-        for name in ("fused_inference", "fused_training", "fused_in_proj"):
+        for name in ("fused_inference", "fused_training", "fused_in_proj", "scan_gate"):
             if getattr(self, name) not in ("auto", "torch", "triton"):
                 raise ValueError(f"{name} must be auto, torch or triton, got "
                                  f"{getattr(self, name)!r}")

@@ -24,7 +24,10 @@ forwards that record gradients, z projected apart and the conv + dt softplus wit
 backward kernel that writes their in-projection gradient (``conv_dt_triton.py``); "triton"
 selects older opt-in kernels. ``fused_in_proj`` (opt-in)
 runs a block's pre-norm, in-projection, conv and dt of the forwards without autograd as one
-kernel (``in_proj_conv_triton.py``, ``Mamba2Mixer.forward_from_block_input``). The PyTorch
+kernel (``in_proj_conv_triton.py``, ``Mamba2Mixer.forward_from_block_input``).
+``scan_gate`` (on by default on CUDA) has the one-chunk scan kernel of the forwards without
+autograd apply the gated norm's gate and weight and write each row's sums of squares, the
+norm's 1 / rms applied after the out-projection (``Mamba2Mixer._gated_scan_out``). The PyTorch
 code here stays the CPU path and the reference.
 """
 
@@ -282,6 +285,8 @@ class Mamba2Mixer(nn.Module):
                 z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
             xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
             dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
+        if state is None and self._scan_gate(xbc):
+            return self._gated_scan_out(xbc, dt, z, last_only)
         y, final = self._scan(xbc, dt, state, last_only)
         if state is not None:
             state.conv_state.copy_(new_context)
@@ -297,6 +302,8 @@ class Mamba2Mixer(nn.Module):
         z, xbc, dt = in_proj_conv_triton.in_proj_conv(
             h, norm.weight, norm.eps, self.in_proj.weight, self.conv_weight, self.conv_bias,
             self.dt_bias, cfg.d_inner, last_only)
+        if self._scan_gate(xbc):
+            return self._gated_scan_out(xbc, dt, z, last_only)
         y, _ = self._scan(xbc, dt, None, last_only)
         return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
 
@@ -309,6 +316,27 @@ class Mamba2Mixer(nn.Module):
             in_proj_conv_triton.supports(cfg.d_model, h.shape[1]),
             "a power-of-two d_model >= 16 and a window of at most "
             f"{in_proj_conv_triton.MAX_WINDOW}", f"d_model {cfg.d_model}, window {h.shape[1]}")
+
+    def _scan_gate(self, xbc: torch.Tensor) -> bool:
+        # scan_gate: a stateless forward without autograd where the one-chunk scan kernel
+        # runs takes the gate in the kernel (``_gated_scan_out``)
+        cfg = self.cfg
+        return mamba2_fused.use_fused(
+            cfg.scan_gate, "scan_gate", xbc,
+            not torch.is_grad_enabled() and self._use_window_kernel(xbc, None), True,
+            "the one-chunk scan kernel", "", choice_name="triton")
+
+    def _gated_scan_out(self, xbc: torch.Tensor, dt: torch.Tensor, z: torch.Tensor,
+                        last_only: bool) -> torch.Tensor:
+        # out_proj(RMSNorm(y SiLU(z)) w) as rstd * out_proj(g w): the scan kernel writes g w
+        # and each row's per-head sum of g^2; the per-row 1 / rms commutes with the product
+        cfg = self.cfg
+        g, ss = ssd_window_triton.ssd_window_gated(
+            xbc, dt, -torch.exp(self.A_log.float()), self.D, z, self.norm_weight, cfg.headdim,
+            cfg.d_state, cfg.ssd_window_warps_fwd, last_only)
+        out = self.out_proj(g)
+        rstd = torch.rsqrt(ss.sum(-1, keepdim=True) / cfg.d_inner + cfg.norm_eps)
+        return (out.float() * rstd).to(out.dtype)
 
     def _scan(self, xbc: torch.Tensor, dt: torch.Tensor, state: Mamba2State | None,
               last_only: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

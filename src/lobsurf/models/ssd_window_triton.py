@@ -13,7 +13,10 @@ read back (in the backward too). Here the [Q, Q] tiles live in registers, except
 
 - forward, one program per (window b, head h): scores = C B^T, the decay
   exp(cum_i - cum_j) masked to j <= i, y = (scores o decay) (dt x) + D x, stored
-  token-major straight into y [B, L, H P];
+  token-major straight into y [B, L, H P]; in forwards without autograd
+  (``ssd_window_gated``, ``EncoderConfig.scan_gate``) the same program also applies the
+  gated norm's gate SiLU(z) and weight and stores each row's sum of squares per head, so
+  the norm's own pass over y and z is gone;
 - backward in two kernels: one program per (window, head) computes d(dt x), d cum (row
   minus column sums of d m o m, then the reverse cumsum), d dt, d x and the head's partial
   sums of d A and d D, and stores its d scores term [Q, Q]; then one program per window sums
@@ -115,11 +118,17 @@ if triton is not None:
         return dt, cum, tl.exp(seg)
 
     @triton.jit
-    def _ssd_window_fwd(xbc_ptr, dt_ptr, a_ptr, d_ptr, y_ptr, L, H, s_b, s_l, s_dtb, s_dtl,
-                        s_yb, s_yl, E: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                        Q: tl.constexpr, LAST_ONLY: tl.constexpr, BF16: tl.constexpr,
-                        PREC: tl.constexpr):
-        # y of window b, head h: every row, or (LAST_ONLY) row L - 1 into y [B, H P]
+    def _ssd_window_fwd(xbc_ptr, dt_ptr, a_ptr, d_ptr, y_ptr, z_ptr, w_ptr, ss_ptr, L, H, s_b,
+                        s_l, s_dtb, s_dtl, s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl,
+                        E: tl.constexpr, N: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
+                        LAST_ONLY: tl.constexpr, GATED: tl.constexpr, ZALIGN: tl.constexpr,
+                        BF16: tl.constexpr, PREC: tl.constexpr):
+        # y of window b, head h: every row, or (LAST_ONLY) row L - 1 into y [B, H P].
+        # GATED: g = y SiLU(z) instead, stored times the norm weight w, with the row's sum
+        # of g^2 over the head's P channels into ss [B, L, H] (the gated norm's statistic).
+        # z's strides come in units of ZALIGN elements, so that Triton, which specializes an
+        # integer only when it is a multiple of 16, sees rows of the in-projection (648 wide)
+        # 16-byte aligned and loads them in vectors, not 2 bytes at a time
         pid = tl.program_id(0)
         b = pid // H
         h = pid % H
@@ -137,7 +146,16 @@ if triton is not None:
         scores = _mma(Cm, tl.trans(Bm), BF16, PREC)  # [Q, Q] fp32
         xf = x.to(tl.float32)
         y = _mma(scores * decay, xf * dt[:, None], BF16, PREC) + Dh * xf
-        kept = (i == L - 1)[:, None] if LAST_ONLY else valid
+        kept = ((i == L - 1) if LAST_ONLY else i < L)[:, None]
+        if GATED:
+            z = tl.load(z_ptr + (b * s_zb + i[:, None] * s_zl) * ZALIGN + h * P + p[None, :],
+                        mask=kept, other=0.0).to(tl.float32)
+            y = y * z * tl.sigmoid(z)
+            # the sums kept as a [Q, 1] column stay in the product's layout (a [Q] vector
+            # was converted through shared memory first: 19 against 15 barriers, sm_90 PTX)
+            tl.store(ss_ptr + b * s_ssb + i[:, None] * s_ssl + h,
+                     tl.sum(y * y, 1, keep_dims=True), mask=kept)
+            y = y * tl.load(w_ptr + h * P + p).to(tl.float32)[None, :]
         tl.store(y_ptr + b * s_yb + i[:, None] * s_yl + h * P + p[None, :],
                  _stored(y, BF16).to(y_ptr.dtype.element_ty), mask=kept)
 
@@ -246,11 +264,12 @@ def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torc
     _check(xbc, dt, heads, headdim, d_state)
     E = heads * headdim
     y = xbc.new_empty((batch, E) if last_only else (batch, length, E))
+    # the gate's pointers stand unused (GATED off): y in their place, never read
     _ssd_window_fwd[(batch * heads,)](
-        xbc, dt, A.float().contiguous(), D.float().contiguous(), y, length, heads,
+        xbc, dt, A.float().contiguous(), D.float().contiguous(), y, y, y, y, length, heads,
         xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1), y.stride(0),
-        0 if last_only else y.stride(1), E=E, N=d_state, P=headdim, LAST_ONLY=last_only,
-        **_flags(xbc), num_warps=warps_fwd)
+        0 if last_only else y.stride(1), 0, 0, 0, 0, E=E, N=d_state, P=headdim,
+        LAST_ONLY=last_only, GATED=False, ZALIGN=1, **_flags(xbc), num_warps=warps_fwd)
     return y
 
 
@@ -259,6 +278,63 @@ def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only):
     batch, length, _ = xbc.shape
     E = A.shape[0] * headdim
     return xbc.new_empty((batch, E) if last_only else (batch, length, E))
+
+
+def _z_alignment(z: torch.Tensor, last_only: bool) -> int:
+    # the largest of 8, 4, 2, 1 elements that z's batch (and row) strides are multiples of
+    strides = z.stride()[:1 if last_only else 2]
+    return next(a for a in (8, 4, 2, 1) if all(s % a == 0 for s in strides))
+
+
+def ssd_window_gated(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
+                     z: torch.Tensor, weight: torch.Tensor, headdim: int, d_state: int,
+                     warps: int = 4, last_only: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scan with the gated norm's gate, for forwards without autograd (no backward):
+    g w [B, L, H*P] in xbc's dtype, g = (SSD(x, dt, A, B, C) + D x) SiLU(z), w the norm
+    weight [H*P], and ss [B, L, H] fp32, the sum of g^2 over each head's channels; [B, H*P]
+    and [B, H] for the last row only when ``last_only``. The gated norm is then
+    RMSNorm(g) w = g w rsqrt(sum_h ss / (H P) + eps), a per-row factor that commutes with
+    the out-projection, so the normalised [B, L, H*P] tensor is never written.
+
+    z: [B, L, H*P] (last axis contiguous; a strided view of the in-projection is fine), or
+    [B, H*P] (the last row's) when ``last_only``; the other inputs as ``ssd_window``'s.
+    """
+    return _ssd_window_gated_op(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only)
+
+
+@torch.library.custom_op("lobsurf::ssd_window_gated", mutates_args=())
+def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
+                         z: torch.Tensor, weight: torch.Tensor, headdim: int, d_state: int,
+                         warps: int, last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, length, _ = xbc.shape
+    heads = A.shape[0]
+    _check(xbc, dt, heads, headdim, d_state)
+    E = heads * headdim
+    rows = (batch, E) if last_only else (batch, length, E)
+    if z.shape != rows or z.stride(-1) != 1 or weight.shape != (E,):
+        raise ValueError(f"ssd_window_gated: z {tuple(z.shape)} stride {z.stride()} and "
+                         f"weight {tuple(weight.shape)} for {rows} rows of {E} channels")
+    align = _z_alignment(z, last_only)
+    g = xbc.new_empty(rows)
+    ss = torch.empty(rows[:-1] + (heads,), device=xbc.device, dtype=torch.float32)
+    _ssd_window_fwd[(batch * heads,)](
+        xbc, dt, A.float().contiguous(), D.float().contiguous(), g, z,
+        weight.float().contiguous(), ss, length, heads, xbc.stride(0), xbc.stride(1),
+        dt.stride(0), dt.stride(1), g.stride(0), 0 if last_only else g.stride(1),
+        z.stride(0) // align, 0 if last_only else z.stride(1) // align, ss.stride(0),
+        0 if last_only else ss.stride(1), E=E, N=d_state, P=headdim, LAST_ONLY=last_only,
+        GATED=True, ZALIGN=align, **_flags(xbc), num_warps=warps)
+    return g, ss
+
+
+@_ssd_window_gated_op.register_fake
+def _(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only):
+    batch, length, _ = xbc.shape
+    heads = A.shape[0]
+    rows = (batch, heads * headdim) if last_only else (batch, length, heads * headdim)
+    return (xbc.new_empty(rows),
+            xbc.new_empty(rows[:-1] + (heads,), dtype=torch.float32))
 
 
 @torch.library.custom_op("lobsurf::ssd_window_bwd", mutates_args=())
