@@ -10,8 +10,9 @@ adjacent channels, so its widest load is that many bf16 at once; the forward's t
 gives each thread 8 (one 16-byte load), its row walk (the default) 4, as the d pre kernel.
 The CPU interpreter cannot show this, so the kernels are compiled here to PTX by Triton's
 own compiler, in a subprocess without TRITON_INTERPRET (the test session sets it), with the
-divisibility Triton would give the default call's arguments. Planted (``row_alignment``
-returning 1), all four tests fail.
+divisibility Triton would give the default call's arguments. The gated scan
+(``ssd_window_gated``) reads z, a view of the same in-projection, the same way. Planted
+(``row_alignment`` returning 1), all five tests fail.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ SCRIPT = textwrap.dedent("""
         from lobsurf.models import ssd_window_triton as sw
 
         z = proj[..., :256]
-        align = sw._z_alignment(z, False)
+        align = ct.row_alignment(z)
         ints = dict(L=64, H=4, s_b=64 * 384, s_l=384, s_dtb=256, s_dtl=4, s_yb=64 * 256,
                     s_yl=256, s_zb=z.stride(0) // align, s_zl=z.stride(1) // align,
                     s_ssb=256, s_ssl=4)

@@ -467,11 +467,12 @@ class _ConvSiLUDpre(torch.autograd.Function):
         return dx, dweight, dbias, None
 
 
-def row_alignment(x: torch.Tensor) -> int:
-    """The largest of 8, 4, 2, 1 elements that x's batch and row strides are multiples of:
-    8 bf16 (16 bytes) allows vector loads."""
+def row_alignment(x: torch.Tensor, dims: int = 2) -> int:
+    """The largest of 8, 4, 2, 1 elements that x's first ``dims`` strides (batch and row;
+    batch alone for a [B, C] tensor of one row per window) are multiples of: 8 bf16 (16
+    bytes) allows vector loads."""
     for align in (8, 4, 2):
-        if x.stride(0) % align == 0 and x.stride(1) % align == 0:
+        if all(stride % align == 0 for stride in x.stride()[:dims]):
             return align
     return 1
 

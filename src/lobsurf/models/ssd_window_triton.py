@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import torch
 
+from lobsurf.models import conv_triton
+
 try:
     import triton
     import triton.language as tl
@@ -280,12 +282,6 @@ def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only):
     return xbc.new_empty((batch, E) if last_only else (batch, length, E))
 
 
-def _z_alignment(z: torch.Tensor, last_only: bool) -> int:
-    # the largest of 8, 4, 2, 1 elements that z's batch (and row) strides are multiples of
-    strides = z.stride()[:1 if last_only else 2]
-    return next(a for a in (8, 4, 2, 1) if all(s % a == 0 for s in strides))
-
-
 def ssd_window_gated(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                      z: torch.Tensor, weight: torch.Tensor, headdim: int, d_state: int,
                      warps: int = 4, last_only: bool = False
@@ -315,7 +311,7 @@ def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D
     if z.shape != rows or z.stride(-1) != 1 or weight.shape != (E,):
         raise ValueError(f"ssd_window_gated: z {tuple(z.shape)} stride {z.stride()} and "
                          f"weight {tuple(weight.shape)} for {rows} rows of {E} channels")
-    align = _z_alignment(z, last_only)
+    align = conv_triton.row_alignment(z, 1 if last_only else 2)
     g = xbc.new_empty(rows)
     ss = torch.empty(rows[:-1] + (heads,), device=xbc.device, dtype=torch.float32)
     _ssd_window_fwd[(batch * heads,)](
