@@ -19,3 +19,25 @@ bench_row() {
   echo "bench B=$b L=$l $* rc=$?"
   grep -E "steps/s \(" "$OUT/bench_$tag.log" | cut -c1-220
 }
+
+# micro_row TAG SCRIPT [args...]: a kernel micro-benchmark (benchmarks/bench_*.py) at
+# B = 1024 and 2048, its log and errors under $OUT as TAG.*, its table printed
+micro_row() {
+  local tag=$1 script=$2; shift 2
+  timeout "${MICRO_LIMIT:-150}" python3 "$script" --batch 1024,2048 --out "$OUT" "$@" \
+    > "$OUT/$tag.log" 2> "$OUT/$tag.err"
+  echo "$tag rc=$?"; tail -2 "$OUT/$tag.err" | cut -c1-300
+  sed -n '/^ms per call/,$p' "$OUT/$tag.log"
+}
+
+# gpu_tests TAG FILES...: the given GPU test files (log $OUT/TAG.log), then the eager =
+# graphed / sync-guard tests (graph_tests.log), each summary printed
+gpu_tests() {
+  local tag=$1; shift
+  timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -s -p no:cacheprovider -m "gpu or not gpu" \
+    "$@" > "$OUT/$tag.log" 2>&1
+  echo "$tag rc=$?"; grep -E "passed|failed|Error|\{" "$OUT/$tag.log" | tail -4
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" \
+    tests/train/test_cuda_graph_gpu.py tests/test_streams.py > "$OUT/graph_tests.log" 2>&1
+  echo "graph tests rc=$?"; grep -E "passed|failed|Error" "$OUT/graph_tests.log" | tail -3
+}

@@ -43,12 +43,14 @@ def kernels() -> dict:
     from lobsurf.models import in_proj_conv_triton as in_proj
     from lobsurf.models import mamba2_fused_core as core
     from lobsurf.models import mamba2_fused_heads as heads
+    from lobsurf.models import ssd_last_row_triton as last
     from lobsurf.models import ssd_window_triton as scan
 
     return {"window fwd": core._core_fwd_kernel, "window bwd": core._core_bwd_kernel,
             "head fwd": heads._heads_fwd_kernel, "head bwd": heads._heads_bwd_kernel,
             "scores bwd": heads._scores_bwd_kernel, "scan fwd": scan._ssd_window_fwd,
             "scan head bwd": scan._ssd_window_bwd_head, "scan scores bwd": scan._ssd_window_bwd_scores,
+            "scan last bwd": last._ssd_window_bwd_last,
             "in_proj conv": in_proj._in_proj_conv_kernel}
 
 

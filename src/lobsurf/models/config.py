@@ -147,6 +147,10 @@ class EncoderConfig:
     (``ssd_backend`` "triton_window" / "auto"; 4 ran faster than 8 on the H200)."""
     ssd_window_warps_bwd: int = 4
     """Triton warps per program of the one-chunk scan's backward (4 ran faster than 8)."""
+    ssd_window_warps_bwd_last: int = 2
+    """Triton warps per window of the scan's backward when only the last row has a gradient
+    (the last layer, ``ssd_last_row_triton.py``): 2 ran 0.044 ms at B = 1024 on the H200,
+    4 0.049, 8 0.068."""
     in_proj_pad_multiple: int = 1
     """Round the fused in_proj width (2E + 2N + H) up to a multiple of this with unused rows
     (e.g. 128: 644 -> 768 at D=128), in case the GEMM picks a faster kernel; 1 = no padding."""
@@ -184,7 +188,7 @@ class EncoderConfig:
         positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
                     "chunk_size", "in_proj_pad_multiple", "cuda_gemm_align_bytes",
                     "ssd_triton_warps_fwd", "ssd_triton_warps_bwd", "ssd_window_warps_fwd",
-                    "ssd_window_warps_bwd", "fused_warps",
+                    "ssd_window_warps_bwd", "ssd_window_warps_bwd_last", "fused_warps",
                     "fused_head_warps",
                     "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:

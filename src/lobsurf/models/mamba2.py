@@ -359,9 +359,9 @@ class Mamba2Mixer(nn.Module):
                 y = (y + xh * self.D[:, None]).reshape(batch, length, E)
         elif self._use_window_kernel(xbc, state):
             # [x | B | C] read in place; the kernel adds D x itself
+            warps_bwd = cfg.ssd_window_warps_bwd_last if last_only else cfg.ssd_window_warps_bwd
             y = ssd_window_triton.ssd_window(xbc, dt, A, self.D, P, cfg.d_state,
-                                             cfg.ssd_window_warps_fwd, cfg.ssd_window_warps_bwd,
-                                             last_only)
+                                             cfg.ssd_window_warps_fwd, warps_bwd, last_only)
         elif last_only:
             final = ssd_final_state(xh, dt, A, B, cfg.chunk_size, init)  # [B, H, P, N]
             y = (final.to(C.dtype) @ C[:, -1, None, :, None]).squeeze(-1)  # [B, H, P]

@@ -24,7 +24,9 @@ read back (in the backward too). Here the [Q, Q] tiles live in registers, except
   d x, d B and d C are written into one d xbc [B, L, E + 2N] in the input's layout.
   (A single program per window looping over the heads, d scores kept in registers, was
   measured too: 255 registers with spills, 0.168 against 0.156 ms forward + backward at
-  B = 1024 on the H200; benchmarks/RESULTS.md.)
+  B = 1024 on the H200; benchmarks/RESULTS.md.) When only the last row has a gradient
+  (``last_only``, the encoder's last layer), ``ssd_last_row_triton`` does the backward as
+  vectors over the rows in one kernel instead.
 
 Products take their operands in the input dtype (bf16 under autocast) and accumulate in
 fp32; the decay, its cumsum and exp are fp32. fp32 inputs use TF32 dots when
@@ -252,7 +254,8 @@ def ssd_window(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Te
     last layer).
 
     xbc: [B, L, H*P + 2N] = [x | B | C] (last axis contiguous); dt: [B, L, H] after
-    softplus; A: [H] negative; D: [H]. ``warps_*``: Triton warps per program.
+    softplus; A: [H] negative; D: [H]. ``warps_*``: Triton warps per program (with
+    ``last_only``, ``warps_bwd`` is the last-row backward's, ``ssd_last_row_triton``).
     """
     return _ssd_window_op(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only)
 
@@ -333,6 +336,19 @@ def _(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only):
             xbc.new_empty(rows[:-1] + (heads,), dtype=torch.float32))
 
 
+def grad_buffers(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, heads: int):
+    """The backward kernels' dy (xbc's dtype, last axis contiguous) and outputs: d xbc like
+    xbc, d dt [B, L, H] fp32, and per-window partial sums of d A and d D [B, H] fp32."""
+    dy = dy.to(xbc.dtype)
+    if dy.stride(-1) != 1:
+        dy = dy.contiguous()
+    batch = xbc.shape[0]
+    partial = dict(device=dt.device, dtype=torch.float32)
+    return (dy, torch.empty(xbc.shape, device=xbc.device, dtype=xbc.dtype),
+            torch.empty(dt.shape, **partial), torch.empty(batch, heads, **partial),
+            torch.empty(batch, heads, **partial))
+
+
 @torch.library.custom_op("lobsurf::ssd_window_bwd", mutates_args=())
 def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                        D: torch.Tensor, headdim: int, d_state: int, warps: int
@@ -341,13 +357,7 @@ def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A:
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     E = heads * headdim
-    dy = dy.to(xbc.dtype)
-    if dy.stride(-1) != 1:
-        dy = dy.contiguous()
-    dxbc = torch.empty(xbc.shape, device=xbc.device, dtype=xbc.dtype)
-    ddt = torch.empty(dt.shape, device=dt.device, dtype=torch.float32)
-    da = torch.empty(batch, heads, device=dt.device, dtype=torch.float32)
-    dd = torch.empty(batch, heads, device=dt.device, dtype=torch.float32)
+    dy, dxbc, ddt, da, dd = grad_buffers(dy, xbc, dt, heads)
     flags = _flags(xbc)
     q = flags["Q"]
     # each head's d scores, bf16 under autocast (the scores kernel sums them in fp32)
@@ -380,10 +390,13 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy):
     xbc, dt, A, D = ctx.saved_tensors
-    if ctx.last_only:  # the last row's gradient, zeros above it
-        batch, length, _ = xbc.shape
-        dy = torch.cat([dy.new_zeros(batch, length - 1, dy.shape[-1]), dy[:, None]], dim=1)
-    ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes)
+    if ctx.last_only:  # the last row's gradient only: the backward as vectors over the rows
+        # imported here: that module builds on this one's helpers
+        from lobsurf.models.ssd_last_row_triton import ssd_window_bwd_last
+
+        ddt, dxbc, dA, dD = ssd_window_bwd_last(dy, xbc, dt, A, D, *ctx.sizes)
+    else:
+        ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes)
     return dxbc, ddt, dA, dD, None, None, None, None, None
 
 
