@@ -10,8 +10,8 @@ writes it, [B, K, 384] contiguous), bf16, every call captured in a CUDA graph an
   two kernels (``_ssd_window_bwd_head``, ``_ssd_window_bwd_scores``);
 - ``last_w{warps}``: ``ssd_window_bwd_last`` at each number of warps (its rel_diff: d xbc,
   d dt, d A and d D against ``padded``'s);
-- ``fwd_bwd_*``: the op's forward with ``last_only`` and the backward through autograd
-  (the committed route, the last-row kernel) for scale.
+- ``fwd_bwd``: the op's forward with ``last_only`` and the backward through autograd
+  (the last-row kernel, at ``ssd_window``'s default 4 warps) for scale.
 
     python benchmarks/bench_ssd_last_row.py --batch 1024,2048 --out OUT
 """
@@ -25,7 +25,8 @@ from lobsurf.models import ssd_last_row_triton, ssd_window_triton
 # benchmarks/ is on sys.path when this runs as a script
 from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
 
-#: warps per program of the last-row launches tried (4: the config's ssd_window_warps_bwd)
+#: warps per program of the last-row launches tried (2: the config's
+#: ssd_window_warps_bwd_last)
 WARPS = (2, 4, 8)
 HEADS, HEADDIM, D_STATE, WINDOW = 4, 64, 64, 64
 

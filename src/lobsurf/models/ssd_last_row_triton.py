@@ -55,7 +55,8 @@ if triton is not None:
         row = xbc_ptr + b * s_b + i[:, None] * s_l
         C_last = tl.load(xbc_ptr + b * s_b + (L - 1) * s_l + E + N + n).to(tl.float32)  # [N]
         # s_j = C_l . B_j; B is loaded again for d C below rather than held through the loop
-        # over the heads (held, it pushed the program past 255 registers into spills)
+        # over the heads (held: 254 against 185 registers at 2 warps, sm_90 compile with the
+        # launch's divisibility)
         scores = tl.sum(tl.load(row + E + n[None, :], mask=valid, other=0.0).to(tl.float32)
                         * C_last[None, :], 1)
         d_scores = tl.zeros((Q,), dtype=tl.float32)
