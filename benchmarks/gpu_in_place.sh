@@ -20,6 +20,23 @@ bench_row() {
   grep -E "steps/s \(" "$OUT/bench_$tag.log" | cut -c1-220
 }
 
+# side_by_side REPEAT ROWS...: for each "B:layers" row the step with the source tree in $OLD
+# (a copy of an earlier commit, carried; skipped when OLD is unset) and with the working
+# tree, one after the other on this machine, the whole list REPEAT times (tags B_L_old_N,
+# B_L_new_N)
+side_by_side() {
+  local repeat=$1 rep row b l; shift
+  for rep in $(seq "$repeat"); do
+    for row in "$@"; do
+      IFS=: read -r b l <<< "$row"
+      if [ -n "${OLD:-}" ]; then
+        PYTHONPATH=/tmp/site:$(pwd)/$OLD/src:$(pwd) bench_row "${b}_${l}_old_$rep" "$b" "$l"
+      fi
+      bench_row "${b}_${l}_new_$rep" "$b" "$l"
+    done
+  done
+}
+
 # micro_row TAG SCRIPT [args...]: a kernel micro-benchmark (benchmarks/bench_*.py) at
 # B = 1024 and 2048, its log and errors under $OUT as TAG.*, its table printed
 micro_row() {

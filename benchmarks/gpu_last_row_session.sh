@@ -10,13 +10,8 @@
 set -u
 SCRATCH=/tmp/last_row_out; source "$(dirname "$0")/gpu_in_place.sh"
 [ "${MICRO:-0}" = 1 ] && micro_row last_micro benchmarks/bench_ssd_last_row.py
-for row in ${ROWS:-1024:2}; do
-  IFS=: read -r b l <<< "$row"
-  if [ -n "${OLD:-}" ]; then
-    PYTHONPATH=/tmp/site:$(pwd)/$OLD/src:$(pwd) bench_row "${b}_${l}_old" "$b" "$l"
-  fi
-  bench_row "${b}_${l}_new" "$b" "$l"
-done
+# shellcheck disable=SC2086  # ROWS: a list of rows
+side_by_side 1 ${ROWS:-1024:2}
 # shellcheck disable=SC2086  # LAST_TESTS: a list of files
 [ "${TESTS:-1}" = 1 ] && gpu_tests last_tests ${LAST_TESTS:-tests/models/test_ssd_window_triton.py}
 cd "$OUT" && tar czf "$FINAL/logs.tgz" ./*.log ./*.err ./*.json 2>/dev/null; ls "$FINAL"

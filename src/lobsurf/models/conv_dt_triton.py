@@ -254,15 +254,23 @@ class _ConvDt(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dxbc, ddt):
         xbcdt, weight, bias, dt_bias = ctx.saved_tensors
-        grads = _conv_dt_bwd_op(dxbc, ddt, xbcdt, weight, bias, dt_bias, ctx.channels)
-        return *grads, None, None
+        dx, part, part_dt = _conv_dt_bwd_op(dxbc, ddt, xbcdt, weight, bias, dt_bias,
+                                            ctx.channels)
+        # the windows' partial sums reduced in a fixed order (deterministic, no atomics)
+        # here, outside the op: under torch.compile Inductor fuses these reductions and
+        # casts with their neighbours (inside the op they were three PyTorch reductions and
+        # two casts, each a launch of its own on the backward's serial path)
+        width = weight.shape[0]
+        return (dx, part[:, :width].sum(0).to(weight.dtype), part[:, width].sum(0).to(bias.dtype),
+                part_dt.sum(0).to(dt_bias.dtype), None, None)
 
 
 @torch.library.custom_op("lobsurf::conv_dt_bwd", mutates_args=())
 def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, xbcdt: torch.Tensor,
                     weight: torch.Tensor, bias: torch.Tensor, dt_bias: torch.Tensor,
-                    channels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                            torch.Tensor]:
+                    channels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # (d xbcdt, the windows' partial sums [B, W + 1, channels] of d weight (W taps) and d
+    # bias, and [B, H] of d dt_bias, fp32); ``_ConvDt.backward`` sums the partials
     if xbcdt.stride(-1) != 1:
         raise ValueError(f"conv_dt: column stride must be 1, got {xbcdt.stride()}")
     dxbc, ddt = dxbc.contiguous(), ddt.contiguous()
@@ -280,12 +288,12 @@ def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, xbcdt: torch.Tensor,
         LT=max(16, triton.next_power_of_2(length)),
         PT=max(16, triton.next_power_of_2(width_p - channels)), ALIGN=align,
         R=ROWS_PER_STEP, STAGES_=STAGES, THRESHOLD=SOFTPLUS_THRESHOLD, num_warps=WARPS)
-    # separate sums: custom-op outputs may not alias each other
-    return (dx, part[:, :width].sum(0).to(weight.dtype), part[:, width].sum(0).to(bias.dtype),
-            part_dt.sum(0).to(dt_bias.dtype))
+    return dx, part, part_dt
 
 
 @_conv_dt_bwd_op.register_fake
 def _(dxbc, ddt, xbcdt, weight, bias, dt_bias, channels):
+    partial = dict(device=xbcdt.device, dtype=torch.float32)
     return (torch.empty(xbcdt.shape, device=xbcdt.device, dtype=xbcdt.dtype),
-            torch.empty_like(weight), torch.empty_like(bias), torch.empty_like(dt_bias))
+            torch.empty(xbcdt.shape[0], weight.shape[0] + 1, channels, **partial),
+            torch.empty(xbcdt.shape[0], dt_bias.shape[0], **partial))

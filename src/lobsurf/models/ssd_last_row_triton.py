@@ -99,8 +99,10 @@ if triton is not None:
 def ssd_window_bwd_last(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                         D: torch.Tensor, headdim: int, d_state: int, warps: int
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(d dt, d xbc, d A, d D) of ``ssd_window(..., last_only=True)`` given the last row's
-    gradient dy [B, H*P]; the inputs as the forward's, ``warps`` Triton warps per program."""
+    """(d dt fp32, d xbc, per-window partial sums of d A and d D [B, H] fp32) of
+    ``ssd_window(..., last_only=True)`` given the last row's gradient dy [B, H*P]; the
+    inputs as the forward's, ``warps`` Triton warps per program. The caller sums the
+    partials (``ssd_window_triton._backward``)."""
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     dy, dxbc, ddt, da, dd = ssd_window_triton.grad_buffers(dy, xbc, dt, heads)
@@ -111,11 +113,9 @@ def ssd_window_bwd_last(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A
         dy.stride(0), dxbc.stride(0), dxbc.stride(1), ddt.stride(0), ddt.stride(1),
         E=heads * headdim, N=d_state, P=headdim, Q=flags["Q"], BF16=flags["BF16"],
         num_warps=warps)
-    # per-window partial sums reduced here in a fixed order (deterministic, no atomics)
-    return ddt.to(dt.dtype), dxbc, da.sum(0).to(A.dtype), dd.sum(0).to(D.dtype)
+    return ddt, dxbc, da, dd
 
 
 @ssd_window_bwd_last.register_fake
 def _(dy, xbc, dt, A, D, headdim, d_state, warps):
-    return (torch.empty_like(dt), torch.empty_like(xbc), torch.empty_like(A),
-            torch.empty_like(D))
+    return ssd_window_triton.partial_grads_like(xbc, dt, A)

@@ -353,7 +353,8 @@ def grad_buffers(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, heads: i
 def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                        D: torch.Tensor, headdim: int, d_state: int, warps: int
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    # (d dt, d xbc, d A, d D) given dy [B, L, H*P] (the fake below returns the same order)
+    # (d dt fp32, d xbc, per-window partial sums of d A and d D [B, H] fp32) given dy
+    # [B, L, H*P] (the fake below returns the same); ``_backward`` sums the partials
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     E = heads * headdim
@@ -371,14 +372,20 @@ def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A:
     _ssd_window_bwd_scores[(batch,)](
         xbc, ds, dxbc, length, heads, xbc.stride(0), xbc.stride(1), dxbc.stride(0),
         dxbc.stride(1), E=E, N=d_state, **flags, num_warps=warps)
-    # per-window partial sums reduced here in a fixed order (deterministic, no atomics)
-    return ddt.to(dt.dtype), dxbc, da.sum(0).to(A.dtype), dd.sum(0).to(D.dtype)
+    return ddt, dxbc, da, dd
 
 
 @_ssd_window_bwd_op.register_fake
 def _(dy, xbc, dt, A, D, headdim, d_state, warps):
-    return (torch.empty_like(dt), torch.empty_like(xbc), torch.empty_like(A),
-            torch.empty_like(D))
+    return partial_grads_like(xbc, dt, A)
+
+
+def partial_grads_like(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor):
+    """Empty (d dt, d xbc, d A partials, d D partials) as the backward ops return them."""
+    partial = dict(device=dt.device, dtype=torch.float32)
+    return (torch.empty(dt.shape, **partial), torch.empty_like(xbc),
+            torch.empty(xbc.shape[0], A.shape[0], **partial),
+            torch.empty(xbc.shape[0], A.shape[0], **partial))
 
 
 def _setup_context(ctx, inputs, output):
@@ -397,7 +404,12 @@ def _backward(ctx, dy):
         ddt, dxbc, dA, dD = ssd_window_bwd_last(dy, xbc, dt, A, D, *ctx.sizes)
     else:
         ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes)
-    return dxbc, ddt, dA, dD, None, None, None, None, None
+    # the per-window partial sums of d A and d D reduced in a fixed order (deterministic, no
+    # atomics) here, outside the ops: under torch.compile Inductor fuses these reductions
+    # and casts with their neighbours (inside an op each was a PyTorch reduction launch of
+    # its own on the backward's serial path)
+    return (dxbc, ddt.to(dt.dtype), dA.sum(0).to(A.dtype), dD.sum(0).to(D.dtype), None, None,
+            None, None, None)
 
 
 _ssd_window_op.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 9 device call: the graphed, compiled step stream by stream (graph_timeline.py) per
+# "B:layers" of ROWS (default 1024:2), then, unless KERNELS=0, count_step_kernels.py's
+# per-phase kernel table at the first row's shape.
+# Usage (device machine, repo root, .whl carried):
+#   ROWS="1024:2 256:4" bash benchmarks/gpu_timeline_session.sh
+set -u
+SCRATCH=/tmp/timeline_out; source "$(dirname "$0")/gpu_in_place.sh"
+for row in ${ROWS:-1024:2}; do
+  IFS=: read -r b l <<< "$row"
+  timeout "${LIMIT:-200}" python3 benchmarks/graph_timeline.py --batch "$b" --layers "$l" \
+    --top "${TOP:-25}" --json "$OUT/timeline_${b}_${l}.json" > "$OUT/timeline_${b}_${l}.log" \
+    2> "$OUT/timeline_${b}_${l}.err"
+  echo "timeline B=$b L=$l rc=$?"; tail -3 "$OUT/timeline_${b}_${l}.err" | cut -c1-300
+  head -"${HEAD:-12}" "$OUT/timeline_${b}_${l}.log" | cut -c1-200
+done
+if [ "${KERNELS:-1}" = 1 ]; then
+  IFS=: read -r b l <<< "${ROWS%% *}"
+  [ -z "$b" ] && b=1024 && l=2
+  timeout "${LIMIT:-200}" python3 benchmarks/count_step_kernels.py --device cuda --batch "$b" \
+    --layers "$l" --precision bf16 --top 45 --no-combo > "$OUT/kernels.log" 2> "$OUT/kernels.err"
+  echo "kernels rc=$?"
+fi
+cd "$OUT" && tar czf "$FINAL/logs.tgz" ./*.log ./*.err ./*.json 2>/dev/null; ls "$FINAL"

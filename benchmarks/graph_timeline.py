@@ -1,0 +1,152 @@
+"""Where the graphed, compiled step's time goes, stream by stream (CUDA only).
+
+``count_step_kernels.py`` times each phase between synchronizes, so it cannot show what the
+CUDA graph overlaps. This script builds the step as ``lobsurf bench --compile`` does
+(count_step_kernels.build, then train.compile's networks and kernels), captures it with
+lobsurf.train.cuda_graph.GraphedStep, profiles ``--steps`` replays, and reads the kernels'
+streams from the profiler's trace. Per step it prints: the wall time; each stream's busy
+time; the time at least one stream is busy (the union) and the time exactly one is (the
+serial stretches, where nothing overlaps); and each stream's costliest kernels. A step
+bound by one stream shows that stream's busy time near the wall time.
+
+    python3 benchmarks/graph_timeline.py --batch 1024 --layers 2 --top 25
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from count_step_kernels import COUNT, build  # noqa: E402
+
+from lobsurf.agent.step import train_step  # noqa: E402
+from lobsurf.train.compile import compile_config, compile_networks_  # noqa: E402
+from lobsurf.train.config import TrainConfig  # noqa: E402
+from lobsurf.train.cuda_graph import GraphedStep, step_generators  # noqa: E402
+
+#: trace event categories that occupy a stream
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def device_events(trace: dict) -> list[tuple[int, float, float, str]]:
+    """(stream, start us, end us, name) of every device event of a Chrome trace."""
+    out = []
+    for ev in trace.get("traceEvents", []):
+        if ev.get("ph") == "X" and ev.get("cat") in DEVICE_CATS:
+            stream = ev.get("args", {}).get("stream", ev.get("tid"))
+            out.append((int(stream), float(ev["ts"]), float(ev["ts"]) + float(ev["dur"]),
+                        ev["name"]))
+    return out
+
+
+def coverage(events: list[tuple[int, float, float, str]]) -> tuple[float, float, dict]:
+    """(us with >= 1 stream busy, us with exactly 1 busy, {stream: us it alone is busy})."""
+    edges = []
+    for stream, start, end, _ in events:
+        edges.append((start, 1, stream))
+        edges.append((end, -1, stream))
+    edges.sort(key=lambda e: (e[0], e[1]))
+    active: Counter = Counter()
+    union = single = 0.0
+    alone: Counter = Counter()
+    last = None
+    for t, delta, stream in edges:
+        if last is not None:
+            busy = [s for s, n in active.items() if n > 0]
+            if busy:
+                union += t - last
+            if len(busy) == 1:
+                single += t - last
+                alone[busy[0]] += t - last
+        active[stream] += delta
+        last = t
+    return union, single, dict(alone)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--steps", type=int, default=10, help="profiled graph replays")
+    p.add_argument("--top", type=int, default=20, help="kernels listed per stream")
+    p.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
+    p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("graph_timeline.py needs CUDA", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as root:
+        state, book, scfg = build("cuda", args.batch, args.layers, COUNT, Path(root),
+                                  args.precision)
+        compile_networks_(state, compile_config(TrainConfig(), "cuda"))
+        graphed = GraphedStep(lambda: train_step(state, book, scfg, True), state,
+                              step_generators(state), "cuda")
+        for _ in range(graphed.cfg.warmup_steps + 3):
+            graphed()
+        torch.cuda.synchronize()
+        print(f"[{time.perf_counter() - t0:6.1f} s] captured", file=sys.stderr, flush=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(args.steps):
+            graphed()
+        end.record()
+        torch.cuda.synchronize()
+        wall_ms = start.elapsed_time(end) / args.steps
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.steps):
+                graphed()
+            torch.cuda.synchronize()
+        trace_path = Path(root) / "trace.json"
+        prof.export_chrome_trace(str(trace_path))
+        trace = json.loads(trace_path.read_text())
+    events = device_events(trace)
+    if not events:
+        print("the profiler recorded no device events of the graph replays", file=sys.stderr)
+        return 1
+    n = args.steps
+    span_ms = (max(e[2] for e in events) - min(e[1] for e in events)) / 1e3 / n
+    union, single, alone = coverage(events)
+    busy: Counter = Counter()
+    kernels: dict[int, Counter] = defaultdict(Counter)
+    launches: dict[int, Counter] = defaultdict(Counter)
+    for stream, s, e, name in events:
+        busy[stream] += e - s
+        kernels[stream][name] += e - s
+        launches[stream][name] += 1
+    print(f"B = {args.batch}, {args.layers} layers, {args.precision}, compiled, graphed: "
+          f"{wall_ms:.3f} ms per step timed ({1e3 / wall_ms:.1f} steps/s), "
+          f"{span_ms:.3f} ms per step profiled")
+    print(f"device busy (union of streams) {union / 1e3 / n:.3f} ms, one stream alone "
+          f"{single / 1e3 / n:.3f} ms, events {len(events) / n:.0f} per step")
+    print("stream   busy ms   alone ms   events")
+    for stream, us in busy.most_common():
+        print(f"{stream:6d} {us / 1e3 / n:9.3f} {alone.get(stream, 0.0) / 1e3 / n:10.3f} "
+              f"{sum(launches[stream].values()) / n:8.0f}")
+    for stream, _ in busy.most_common():
+        print(f"stream {stream}: top {args.top} kernels (ms per step, launches per step)")
+        for name, us in kernels[stream].most_common(args.top):
+            print(f"  {us / 1e3 / n:7.3f} {launches[stream][name] / n:5.1f}x  {name[:110]}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "batch": args.batch, "layers": args.layers, "wall_ms": wall_ms,
+            "union_ms": union / 1e3 / n, "single_ms": single / 1e3 / n,
+            "streams": {str(s): {"busy_ms": us / 1e3 / n,
+                                 "alone_ms": alone.get(s, 0.0) / 1e3 / n,
+                                 "kernels": {k: v / 1e3 / n
+                                             for k, v in kernels[s].most_common()}}
+                        for s, us in busy.items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""benchmarks/graph_timeline.py's reading of a profiler trace: which device events it keeps
+and how it splits their time into busy, alone and per-stream figures. The reference counts
+busy streams microsecond by microsecond on integer event times (no sweep, no sorting)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+graph_timeline = pytest.importorskip("graph_timeline")
+
+
+def _reference(events):
+    # (union, exactly-one, per-stream alone) by counting each microsecond [t, t + 1)
+    end = max(e[2] for e in events)
+    union = single = 0
+    alone: dict[int, int] = {}
+    for t in range(int(end)):
+        busy = {s for s, a, b, _ in events if a <= t < b}
+        union += bool(busy)
+        if len(busy) == 1:
+            single += 1
+            (s,) = busy
+            alone[s] = alone.get(s, 0) + 1
+    return union, single, alone
+
+
+def test_coverage_of_a_hand_made_timeline():
+    # stream 1 busy 0-10 and 25-30, stream 2 busy 5-20: busy 25 us, alone 1: 10, 2: 10
+    events = [(1, 0.0, 10.0, "a"), (2, 5.0, 20.0, "b"), (1, 25.0, 30.0, "c")]
+    assert graph_timeline.coverage(events) == (25.0, 20.0, {1: 10.0, 2: 10.0})
+
+
+def test_coverage_matches_counting_microsecond_by_microsecond():
+    rng = random.Random(0)
+    for _ in range(20):
+        events = []
+        for _ in range(rng.randint(1, 12)):
+            start = rng.randint(0, 60)
+            events.append((rng.randint(1, 3), float(start), float(start + rng.randint(1, 15)),
+                           "k"))
+        union, single, alone = graph_timeline.coverage(events)
+        want_union, want_single, want_alone = _reference(events)
+        assert (union, single) == (want_union, want_single)
+        assert {s: v for s, v in alone.items() if v} == want_alone
+
+
+def test_device_events_keep_kernels_copies_and_sets_with_their_streams():
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 2.0, "args": {"stream": 7}},
+        {"ph": "X", "cat": "gpu_memset", "name": "m", "ts": 4.0, "dur": 1.0, "tid": 9},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0.0, "dur": 5.0},
+        {"ph": "i", "cat": "kernel", "name": "instant", "ts": 3.0}]}
+    assert graph_timeline.device_events(trace) == [(7, 1.0, 3.0, "k"), (9, 4.0, 5.0, "m")]
