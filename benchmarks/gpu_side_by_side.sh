@@ -10,11 +10,12 @@
 #     bash benchmarks/gpu_side_by_side.sh
 set -u
 SCRATCH=/tmp/side_out; source "$(dirname "$0")/gpu_in_place.sh"
+ROWS=${ROWS:-1024:2}
 # shellcheck disable=SC2086  # ROWS: a list of rows
-side_by_side "${REPEAT:-1}" ${ROWS:-1024:2}
+side_by_side "${REPEAT:-1}" $ROWS
 if [ "${TIMELINE:-1}" = 1 ]; then
-  IFS=: read -r b l <<< "${ROWS:-1024:2}"
-  timeout "${LIMIT:-150}" python3 benchmarks/graph_timeline.py --batch "$b" --layers "${l%% *}" \
+  IFS=: read -r b l <<< "${ROWS%% *}"
+  timeout "${LIMIT:-150}" python3 benchmarks/graph_timeline.py --batch "$b" --layers "$l" \
     --top 30 --json "$OUT/timeline.json" > "$OUT/timeline.log" 2> "$OUT/timeline.err"
   echo "timeline rc=$?"; head -7 "$OUT/timeline.log" | cut -c1-200
 fi

@@ -6,7 +6,8 @@
 #   ROWS="1024:2 256:4" bash benchmarks/gpu_timeline_session.sh
 set -u
 SCRATCH=/tmp/timeline_out; source "$(dirname "$0")/gpu_in_place.sh"
-for row in ${ROWS:-1024:2}; do
+ROWS=${ROWS:-1024:2}
+for row in $ROWS; do
   IFS=: read -r b l <<< "$row"
   timeout "${LIMIT:-200}" python3 benchmarks/graph_timeline.py --batch "$b" --layers "$l" \
     --top "${TOP:-25}" --json "$OUT/timeline_${b}_${l}.json" > "$OUT/timeline_${b}_${l}.log" \
@@ -16,7 +17,6 @@ for row in ${ROWS:-1024:2}; do
 done
 if [ "${KERNELS:-1}" = 1 ]; then
   IFS=: read -r b l <<< "${ROWS%% *}"
-  [ -z "$b" ] && b=1024 && l=2
   timeout "${LIMIT:-200}" python3 benchmarks/count_step_kernels.py --device cuda --batch "$b" \
     --layers "$l" --precision bf16 --top 45 --no-combo > "$OUT/kernels.log" 2> "$OUT/kernels.err"
   echo "kernels rc=$?"
