@@ -35,7 +35,12 @@ def test_every_forward_runs_in_the_chosen_precision(tiny_setup, monkeypatch, pre
             return fn(*args, **kwargs)
         monkeypatch.setattr(step_module, name, wrapped)
 
-    spy("choose_actions", step_module.choose_actions, lambda out, *rest: out.q_logits)
+    # acting takes the heads' outputs to fp32 inside its kernel: its sampler's
+    # probabilities and uniforms and the gates' FRD logits must be fp32
+    # the sampler's probabilities and uniforms: whichever is not fp32, if one is not
+    spy("thompson_from_uniforms", step_module.thompson_from_uniforms,
+        lambda p, z, u: p if p.dtype != torch.float32 else u)
+    spy("gate", step_module.gate, lambda out, *rest: out.frd_logits)
     spy("categorical_cross_entropy", step_module.categorical_cross_entropy,
         lambda logits, target: logits)
     spy("project_categorical", step_module.project_categorical, lambda p, *rest: p)
@@ -54,8 +59,8 @@ def test_every_forward_runs_in_the_chosen_precision(tiny_setup, monkeypatch, pre
     assert sorted(seen) == [("online", dtype), ("target", dtype)]
     assert batch.reward.dtype == torch.float32
     assert sorted(n for n, _ in past_heads) == sorted(
-        ["choose_actions", "categorical_cross_entropy", "project_categorical", "pi_loss",
-         "frd_loss"])
+        ["thompson_from_uniforms", "gate", "categorical_cross_entropy", "project_categorical",
+         "pi_loss", "frd_loss"])
     assert all(d == torch.float32 for _, d in past_heads), past_heads
     for name in ("total", "q", "q_per_sample", "pi", "value", "frd", "aux"):
         assert getattr(ls, name).dtype == torch.float32, name

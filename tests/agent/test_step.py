@@ -99,13 +99,23 @@ def test_tensor_adam_matches_torch_adam():
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
-def test_fused_adam_step_clips_as_the_multi_tensor_step(tiny_store):
+@pytest.mark.parametrize("path", ["fused", "flat"])
+def test_adam_paths_clip_and_polyak_as_the_multi_tensor_step(tiny_store, path):
     # the fused Adam divides by the clip's divisor inside its kernel instead of the clip
-    # scaling the gradients first: the same clipped gradients and parameters
-    cfg = tiny_config(tiny_store.path, learner={"grad_clip_norm": 0.05})
+    # scaling the gradients first; the flat path (train.flat_parameters, the default) takes
+    # the norm of one buffer and runs clip division, Adam and Polyak in one pass: the same
+    # clipped gradients, parameters and target network as the per-tensor multi-tensor step
+    cfg = tiny_config(tiny_store.path, learner={"grad_clip_norm": 0.05},
+                      train={"flat_parameters": False})
     data = load_training_data(cfg, "cpu", tiny_store.path)
-    states = [build_state(cfg, data, "cpu") for _ in range(2)]
-    states[1].optimizer.fused = True
+    other = cfg if path == "fused" else tiny_config(tiny_store.path,
+                                                    learner={"grad_clip_norm": 0.05})
+    states = [build_state(cfg, data, "cpu"), build_state(other, data, "cpu")]
+    assert states[0].optimizer.flat is None and states[0].flat_target is None
+    if path == "fused":
+        states[1].optimizer.fused = True
+    else:
+        assert states[1].optimizer.flat is not None and states[1].flat_target is not None
     scfg = step_config(cfg)
     for state in states:
         for step in range(5):
@@ -114,6 +124,11 @@ def test_fused_adam_step_clips_as_the_multi_tensor_step(tiny_store):
     for a, b in zip(states[0].online.parameters(), states[1].online.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-9)
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    for a, b in zip(states[0].target.parameters(), states[1].target.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    moved = [float((a - b).abs().max()) for a, b in
+             zip(states[1].target.parameters(), build_state(other, data, "cpu").target.parameters())]
+    assert max(moved) > 0  # Polyak moved the target
 
 
 @pytest.mark.parametrize("n_step", [1, 3])

@@ -36,9 +36,10 @@ RTOL, ATOL = 1e-5, 1e-6
 KERNELS_ONLY = CompileConfig(backend="inductor", methods=())
 
 
-def _setup(tiny_store, n_step: int = 1):
+def _setup(tiny_store, n_step: int = 1, flat: bool = True):
     cfg = tiny_config(tiny_store.path, gates={"warmup_steps": GATE_WARMUP},
-                      learner={"learning_starts": PREFILL, "n_step": n_step})
+                      learner={"learning_starts": PREFILL, "n_step": n_step},
+                      train={"flat_parameters": flat})
     data = load_training_data(cfg, "cpu", tiny_store.path)
     return data, build_state(cfg, data, "cpu"), step_config(cfg)
 
@@ -67,7 +68,8 @@ def _state_tensors(state) -> dict[str, torch.Tensor]:
     out |= {f"target.{k}": v for k, v in state.target.state_dict().items()}
     out |= {f"replay.{k}": v for k, v in state.replay.state_dict().items()
             if isinstance(v, torch.Tensor) and k != "generator"}
-    for name in ("optimizer", "controllers", "metrics", "step_count"):
+    out |= {f"optimizer{path}": t for path, t in _tensors(state.optimizer.state_dict())}
+    for name in ("controllers", "metrics", "step_count"):
         out |= {f"{name}{path}": t for path, t in _tensors(getattr(state, name))}
     out |= {f"sim{path}": t for path, t in _tensors((state.env.state, state.env.stats))}
     return {k: v.detach().clone() for k, v in out.items()}
@@ -112,37 +114,51 @@ def _frozen(obj):
     return obj
 
 
-def _checked(name: str, kernel):
-    """``kernel`` (compiled), each call compared with the eager function on the same inputs."""
+def _checked(name: str, kernel, called: set[str] | None = None):
+    """``kernel`` (compiled), each call compared with the eager function on the same inputs:
+    its results, and its inputs after the call (the flat Adam writes its buffers in place);
+    ``called`` collects the names of the kernels that ran."""
     eager = getattr(StepKernels, name)
 
     def run(*args, **kwargs):
+        if called is not None:
+            called.add(name)
         frozen_args, frozen_kwargs = _frozen((args, kwargs))
         got = kernel(*args, **kwargs)
         _compare(dict(_tensors(eager(*frozen_args, **frozen_kwargs), name)),
                  {path: t.detach() for path, t in _tensors(got, name)})
+        _compare(dict(_tensors((frozen_args, frozen_kwargs), f"{name} input")),
+                 {path: t.detach() for path, t in _tensors((args, kwargs), f"{name} input")})
         return got
     return run
 
 
-@pytest.mark.parametrize("n_step", [1, 3])
-def test_compiled_kernels_match_the_eager_step(tiny_store, n_step):
-    data, state, scfg = _setup(tiny_store, n_step)
+#: the kernels only the per-tensor optimizer path calls (train.flat_parameters false), and
+#: only the flat one
+PER_TENSOR_ONLY, FLAT_ONLY = {"clip_coefficient", "adam_scalars"}, {"flat_clip_coefficient",
+                                                                     "flat_adam"}
+
+
+@pytest.mark.parametrize("n_step,flat", [(1, True), (3, True), (1, False)])
+def test_compiled_kernels_match_the_eager_step(tiny_store, n_step, flat):
+    data, state, scfg = _setup(tiny_store, n_step, flat)
     twin = copy.deepcopy(state)
     torch._dynamo.reset()
     counters.clear()
     compile_networks_(twin, KERNELS_ONLY)
     assert compiled_kernels(twin) == COMPILED_KERNELS and compiled_kernels(state) == ()
     assert not compiled(twin.online)  # methods=(): the networks stay eager
+    called: set[str] = set()
     for name in COMPILED_KERNELS:  # every call of a compiled kernel checked against eager
-        setattr(twin.kernels, name, _checked(name, getattr(twin.kernels, name)))
+        setattr(twin.kernels, name, _checked(name, getattr(twin.kernels, name), called))
     eager, traced = _run(state, data, scfg), _run(twin, data, scfg)
     assert bool(eager["metrics.gated"] > 0), "the gates never fired: the act kernel untested"
     assert bool(eager["metrics.loss_q"] > 0)
     assert bool(eager["metrics.trades"] > 0), "no trade closed: the reward pipeline untested"
     _compare(eager, traced)
-    # one Dynamo graph per kernel (one shape each, no recompile) and no graph break
-    assert counters["stats"]["unique_graphs"] == len(COMPILED_KERNELS)
+    assert called == set(COMPILED_KERNELS) - (PER_TENSOR_ONLY if flat else FLAT_ONLY)
+    # one Dynamo graph per kernel called (one shape each, no recompile) and no graph break
+    assert counters["stats"]["unique_graphs"] == len(called)
     assert sum(counters["graph_break"].values()) == 0
 
 

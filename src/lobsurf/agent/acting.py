@@ -15,12 +15,13 @@ import torch
 from lobsurf.agent.distributional import expected_value
 
 
-def categorical_uniforms(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def categorical_uniforms(probs: torch.Tensor, generator: torch.Generator,
+                         dtype: torch.dtype | None = None) -> torch.Tensor:
     """The uniforms ``sample_categorical`` draws: one per row of ``probs`` [..., N] ->
-    [...], in probs' dtype (drawn apart so a compiled kernel can take them as an input:
-    torch.compile does not trace a custom generator)."""
+    [...], in ``dtype`` (default probs' dtype; drawn apart so a compiled kernel can take them
+    as an input: torch.compile does not trace a custom generator)."""
     return torch.rand(probs.shape[:-1], generator=generator, device=probs.device,
-                      dtype=probs.dtype)
+                      dtype=probs.dtype if dtype is None else dtype)
 
 
 def categorical_from_uniforms(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -58,7 +58,8 @@ from lobsurf.agent.gates import (GateResult, apply_gates, exploration_slots,
 from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentNetwork, AgentOutput, agent_state_features
 from lobsurf.agent.noisy import resample_noise_, scaled_noise
-from lobsurf.agent.optim import AdamScalars, TensorAdam, adam_scalars
+from lobsurf.agent.flat import FlatParameters
+from lobsurf.agent.optim import AdamScalars, TensorAdam, adam_scalars, flat_adam_
 from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_loss
 from lobsurf.agent.replay import (PrioritizedReplay, Sample, Transitions, WritePlan,
                                   n_step_values, priority_values, sample_values, write_plan)
@@ -145,6 +146,10 @@ class TrainState:
     learner_branch: torch.cuda.Stream | None = None
     """A CUDA stream on which the learner's losses and backward run beside collect
     (``train.overlap_collect`` with ``learner.sample_before_collect``); None: in turn."""
+    flat_target: FlatParameters | None = None
+    """The target network's parameters as one buffer laid out as the optimizer's flat
+    online parameters (``train.flat_parameters``): Polyak runs inside the optimizer's flat
+    update. None: the per-tensor Polyak step."""
 
 
 def _state_inputs(ctl: ControllerState, position: torch.Tensor, time_in_trade: torch.Tensor,
@@ -158,6 +163,11 @@ def _snapshot(s: SimState) -> tuple[torch.Tensor, ...]:
     step overwrites the state. The int64 three are copied as one stack (one kernel)."""
     cursor, position, time_in_trade = torch.stack((s.cursor, s.position, s.time_in_trade))
     return cursor, position, time_in_trade, s.unrealized_pnl.clone()
+
+
+def _at_least_fp32(dtype: torch.dtype) -> torch.dtype:
+    # the heads' outputs leave bf16 autocast as fp32 (lobsurf.models.precision)
+    return torch.promote_types(dtype, torch.float32)
 
 
 def round_trip_cost_ticks(book: BookTensors, row: torch.Tensor, tables: StepTables
@@ -220,7 +230,8 @@ def thompson_gate(out: AgentOutput, z: torch.Tensor, u: torch.Tensor, book: Book
                   step_count: torch.Tensor, explore_slots: int, gates: GateConfig) -> Acted:
     """Thompson samples of Q from their uniforms u [B, A] (drawn outside: a custom generator),
     then the confidence and FRD gates, once the warm-up (the device step counter) is over;
-    and the gate threshold's next value."""
+    and the gate threshold's next value. The heads' outputs are taken to fp32 here."""
+    out = float_outputs(out)
     probs = torch.softmax(out.q_logits, dim=-1)
     proposed = thompson_from_uniforms(probs, z, u)
     active = step_count >= gates.warmup_steps
@@ -231,13 +242,17 @@ def thompson_gate(out: AgentOutput, z: torch.Tensor, u: torch.Tensor, book: Book
 
 def choose_actions(out: AgentOutput, z: torch.Tensor, state: TrainState, book: BookTensors,
                    row: torch.Tensor, cfg: StepConfig) -> Acted:
-    """Training's acting policy (LearnerConfig.acting; the gates only after Thompson)."""
+    """Training's acting policy (LearnerConfig.acting; the gates only after Thompson).
+    ``out`` may be bf16 (``train.precision``): the act kernel takes it to fp32 itself, inside
+    its compiled kernels, rather than six eager casts before them."""
     acting = cfg.learner.acting
     if acting == "thompson" and cfg.gates.enabled:
-        u = categorical_uniforms(out.q_logits, state.acting_generator)
+        u = categorical_uniforms(out.q_logits, state.acting_generator, dtype=_at_least_fp32(
+            out.q_logits.dtype))
         return state.kernels.act(out, z, u, book, row, state.tables, state.controllers,
                                  state.step_count, exploration_slots(row.shape[0], cfg.gates),
                                  cfg.gates)
+    out = float_outputs(out)
     if acting == "pi":
         proposed = pi_actions(out.pi_logits, state.acting_generator)
     elif acting == "greedy":
@@ -326,7 +341,6 @@ def collect_deferred(state: TrainState, book: BookTensors, cfg: StepConfig
     obs = kernels.observe(env.state, book, ctl, cfg)
     with torch.no_grad(), forward_precision(cfg.precision, obs.row.device):
         out = state.online(obs.window, obs.inputs)
-    out = float_outputs(out)
     # ---- act: Thompson sample -> confidence gate -> FRD gate -> simulator
     acted = choose_actions(out, obs.z, state, book, obs.row, cfg)
     result = env.step(acted.actions, kernel=kernels.sim_step)
@@ -428,7 +442,7 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         with torch.no_grad():
             with forward_precision(cfg.precision, li.z.device):
                 target_q = state.target.q_logits(state.target.embed(li.target_window),
-                                                 li.target_inputs).float()
+                                                 li.target_inputs)
             return state.kernels.c51_target(target_q, li.reward, li.done, li.gamma, li.z)
 
     def online_side() -> AgentOutput:
@@ -438,7 +452,7 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
 
     # the two are independent: beside each other on state.branch (lobsurf.streams)
     (target_mean_s, target), out = run_beside(state.branch, target_side, online_side)
-    return Losses(*state.kernels.loss_terms(float_outputs(out), target, target_mean_s, li.z, t,
+    return Losses(*state.kernels.loss_terms(out, target, target_mean_s, li.z, t,
                                             sample.weight, state.labels,
                                             state.tables.order_lots, ctl, cfg))
 
@@ -449,7 +463,8 @@ def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
     """The target side of the learner from the target net's logits on s and s' stacked.
 
     Args:
-        target_q: [2B, A, N] float32 target logits, the B states s then the B bootstraps s'.
+        target_q: [2B, A, N] target logits (bf16 under autocast: taken to fp32 here, fused
+            with the softmax), the B states s then the B bootstraps s'.
         reward, done, gamma: the bootstrap's return, terminal flag and discount
             (``project_categorical``).
         z: [N] support.
@@ -458,6 +473,7 @@ def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
         (E[Q_target(s, .)] [B, A], the C51 projection of Z_target(s', argmax_a E[Q]) [B, N]).
     """
     b = target_q.shape[0] // 2
+    target_q = target_q.to(_at_least_fp32(target_q.dtype))
     target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
     target_mean_s = expected_value(target_probs_all[:b], z)  # [B, A]
     next_probs = target_probs_all[b:]
@@ -470,9 +486,12 @@ def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tens
                z: torch.Tensor, t: Transitions, weight: torch.Tensor, labels: Labels,
                order_lots: torch.Tensor, ctl: ControllerState, cfg: StepConfig
                ) -> tuple[torch.Tensor, ...]:
-    """Every loss from the online heads' (fp32) outputs at s: the fields of ``Losses`` in
-    order. ``target`` [B, N] and ``target_mean_s`` [B, A] come from ``c51_target``,
-    ``weight`` [B] are the importance weights, ``labels`` the whole book's."""
+    """Every loss from the online heads' outputs at s: the fields of ``Losses`` in order.
+    The outputs are taken to fp32 here (under bf16 autocast the casts and their backward
+    then compile into the losses' kernels instead of twelve eager copies). ``target``
+    [B, N] and ``target_mean_s`` [B, A] come from ``c51_target``, ``weight`` [B] are the
+    importance weights, ``labels`` the whole book's."""
+    out = float_outputs(out)
     taken = out.q_logits.gather(1, t.action[:, None, None].expand(-1, 1, z.shape[0]))[:, 0]
     q_per_sample = categorical_cross_entropy(taken, target)  # [B]
     l_q = (weight * q_per_sample).mean()
@@ -524,6 +543,13 @@ def learn_updates(ls: Losses, grad_norm: torch.Tensor, ctl: ControllerState,
 _CLIP_NORM_TYPE, _CLIP_EPS = 2.0, 1e-6
 
 
+def flat_clip_coefficient(grad: torch.Tensor, max_norm: float
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``clip_coefficient`` of a flat gradient buffer (lobsurf.agent.flat): its norm is the
+    norm of the per-tensor norms (the gaps are zeros), in one reduction."""
+    return clip_coefficient([torch.linalg.vector_norm(grad, _CLIP_NORM_TYPE)], max_norm)
+
+
 def clip_coefficient(norms: list[torch.Tensor], max_norm: float
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(total gradient norm, the factor that clips it to ``max_norm``, at most 1, and the
@@ -551,7 +577,11 @@ class StepKernels:
     c51_target: Callable[..., tuple[torch.Tensor, torch.Tensor]] = c51_target
     loss_terms: Callable[..., tuple[torch.Tensor, ...]] = loss_terms
     clip_coefficient: Callable[..., tuple[torch.Tensor, ...]] = clip_coefficient
+    flat_clip_coefficient: Callable[..., tuple[torch.Tensor, ...]] = flat_clip_coefficient
     adam_scalars: Callable[..., AdamScalars] = adam_scalars
+    flat_adam: Callable[..., torch.Tensor] = flat_adam_
+    """The flat optimizer's update (clip division, Adam, Polyak): unlike the others it
+    writes its 1-d inputs in place (lobsurf.agent.optim)."""
     learn_updates: Callable[..., LearnUpdates] = learn_updates
     noise: Callable[[torch.Tensor], torch.Tensor] = scaled_noise
 
@@ -594,8 +624,11 @@ def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCon
     the online parameters' .grad (returns the losses and the parameters that have one).
     It writes nothing but the gradients."""
     ls = losses(state, book, sample, cfg, li)
-    state.optimizer.zero_grad()
-    return ls, accumulate_gradients_(ls.total, state.optimizer.params)
+    opt = state.optimizer
+    if opt.flat is not None:
+        return ls, flat_gradients_(ls.total, opt.params, opt.flat)
+    opt.zero_grad()
+    return ls, accumulate_gradients_(ls.total, opt.params)
 
 
 def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[torch.Tensor],
@@ -607,9 +640,14 @@ def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[
         sync.grads_(params)
     # max_norm inf: measure the norm without clipping (clip disabled)
     max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
-    # the fused Adam divides by the clip's divisor in its kernel (grad_scale)
-    grad_norm, divisor = clip_gradients_(params, max_norm, state.kernels.clip_coefficient,
-                                         defer=state.optimizer.fused)
+    flat = state.optimizer.flat
+    if flat is not None:
+        # the flat update divides by the clip's divisor in its own pass
+        grad_norm, _, divisor = state.kernels.flat_clip_coefficient(flat.grad, max_norm)
+    else:
+        # the fused Adam divides by the clip's divisor in its kernel (grad_scale)
+        grad_norm, divisor = clip_gradients_(params, max_norm, state.kernels.clip_coefficient,
+                                             defer=state.optimizer.fused)
 
     @torch.no_grad()
     def bookkeeping() -> None:
@@ -622,7 +660,15 @@ def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[
                      + [(state.replay.max_priority, upd.max_priority)])
 
     def update() -> None:
-        state.optimizer.step(state.kernels.adam_scalars, grad_divisor=divisor)
+        if flat is not None and state.flat_target is not None:
+            # Adam and Polyak in one pass over the flat buffers
+            state.optimizer.step_flat(state.kernels.flat_adam, divisor,
+                                      polyak=(state.flat_target, lc.polyak_tau))
+            return
+        if flat is not None:
+            state.optimizer.step_flat(state.kernels.flat_adam, divisor)
+        else:
+            state.optimizer.step(state.kernels.adam_scalars, grad_divisor=divisor)
         # ---- Polyak: target <- (1 - tau) target + tau online, in place
         with torch.no_grad():
             torch._foreach_lerp_(list(state.target.parameters()),
@@ -656,6 +702,15 @@ def clip_gradients_(params: list[torch.Tensor], max_norm: float,
             return total, divisor
         torch._foreach_mul_(grads, coef)
     return total, None
+
+
+def flat_gradients_(loss: torch.Tensor, params: list[torch.Tensor], flat: FlatParameters
+                    ) -> list[torch.Tensor]:
+    """The gradients of ``loss`` written into ``flat``'s gradient buffer, all at once (one
+    concatenation; a parameter the loss does not reach gets a zero gradient, which leaves
+    it, with its zero Adam moments, where it is); returns ``params``."""
+    flat.write_gradients_(torch.autograd.grad(loss, params, allow_unused=True))
+    return params
 
 
 def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -68,8 +68,12 @@ class BenchConfig:
     """Device kernels (by time) and aten ops (by bytes) listed per configuration."""
     overlap_target: bool = True
     """train.overlap_target: the target net's forward on a second CUDA stream."""
+    flat_parameters: bool = True
+    """train.flat_parameters: parameters, gradients and Adam moments as one buffer each
+    (the clip's norm one reduction, Adam with Polyak one kernel)."""
     fused_adam: bool = True
-    """train.fused_adam: Adam's update as one fused kernel on CUDA."""
+    """train.fused_adam: without flat parameters, Adam's update as one fused kernel on
+    CUDA."""
     overlap_collect: bool = True
     """train.overlap_collect: the learner's losses and backward beside the collect."""
     max_autotune: bool = False
@@ -118,6 +122,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "fused_in_proj": cfg.fused_in_proj, "scan_gate": cfg.scan_gate},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
+                  "flat_parameters": cfg.flat_parameters,
                   "overlap_collect": cfg.overlap_collect,
                   "compile_max_autotune": cfg.max_autotune},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})

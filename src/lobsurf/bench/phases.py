@@ -36,6 +36,7 @@ _METHODS = (
     ("replay", "sample", "replay sample"), ("online", "forward", "online forward"),
     ("target", "embed", "target encoder"), ("target", "q_logits", "target heads"),
     ("optimizer", "zero_grad", "zero grad"), ("optimizer", "step", "adam"),
+    ("optimizer", "step_flat", "adam"),
     ("replay", "write_priorities_", "priorities"),
     # the step's kernels (compiled or eager: timed as one piece either way)
     ("kernels", "observe", "observe"), ("kernels", "act", "thompson + gates"),
@@ -44,11 +45,13 @@ _METHODS = (
     ("kernels", "sample", "prioritized draw"), ("kernels", "learner_inputs", "learner inputs"),
     ("kernels", "c51_target", "C51 target"), ("kernels", "loss_terms", "loss terms"),
     ("kernels", "clip_coefficient", "clip coefficient"),
-    ("kernels", "adam_scalars", "adam scalars"),
+    ("kernels", "flat_clip_coefficient", "grad clip"),
+    ("kernels", "adam_scalars", "adam scalars"), ("kernels", "flat_adam", "flat update"),
     ("kernels", "learn_updates", "priorities, controllers, metrics"),
 )
 _FUNCTIONS = (
     ("fresh_noise_", "noise"), ("accumulate_gradients_", "backward"),
+    ("flat_gradients_", "backward"),
     ("clip_gradients_", "grad clip"),
     # collect and the learner's three parts by name, so that the phases read the same
     # whether the learner runs after the collect or beside it (learn_beside_collect)

@@ -88,9 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap-target", action=argparse.BooleanOptionalAction,
                         default=d.overlap_target, help="the target net's forward on a second "
                         "CUDA stream beside the online net's (train.overlap_target)")
+    parser.add_argument("--flat-parameters", action=argparse.BooleanOptionalAction,
+                        default=d.flat_parameters, help="parameters, gradients and Adam "
+                        "moments as one buffer each: the clip's norm one reduction, Adam "
+                        "with Polyak one kernel (train.flat_parameters)")
     parser.add_argument("--fused-adam", action=argparse.BooleanOptionalAction,
-                        default=d.fused_adam, help="Adam's update as one fused kernel on CUDA "
-                        "(train.fused_adam)")
+                        default=d.fused_adam, help="without flat parameters, Adam's update "
+                        "as one fused multi-tensor kernel on CUDA (train.fused_adam)")
     parser.add_argument("--overlap-collect", action=argparse.BooleanOptionalAction,
                         default=d.overlap_collect, help="the learner's losses and backward "
                         "on a CUDA stream of their own beside the collect "
@@ -133,6 +137,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
 
 
+def _adam_path(cfg, cuda: bool) -> str:
+    """How the bench's step runs Adam (train.flat_parameters, train.fused_adam)."""
+    if cfg.flat_parameters:
+        return "flat (one kernel with Polyak)"
+    return "fused" if cfg.fused_adam and cuda else "multi-tensor"
+
+
 def _config(args: argparse.Namespace):
     from lobsurf.bench.measure import BenchConfig
 
@@ -140,6 +151,7 @@ def _config(args: argparse.Namespace):
         return BenchConfig(steps=args.steps, repeats=args.repeats,
                            snapshots_per_day=args.snapshots,
                            overlap_target=args.overlap_target, fused_adam=args.fused_adam,
+                           flat_parameters=args.flat_parameters,
                            overlap_collect=args.overlap_collect,
                            max_autotune=args.max_autotune,
                            fused_core_programs=args.fused_core_programs,
@@ -277,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"lobsurf bench on {out['device']}, torch {v['torch']}, CUDA {v['cuda']}, "
           f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, target and "
           f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
-          f"{'fused' if cfg.fused_adam and cuda else 'multi-tensor'}, learner "
+          f"{_adam_path(cfg, cuda)}, learner "
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
           f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"

@@ -364,7 +364,9 @@ def restore_shared_(state: TrainState, payload: dict[str, Any]) -> None:
     controllers, step counter."""
     state.online.load_state_dict(payload["online"])
     state.target.load_state_dict(payload["target"])
-    state.optimizer.load_state_dict(payload["optimizer"])
+    state.optimizer.load_state_dict(payload["optimizer"])  # zeroes its flat buffers' gaps
+    if state.flat_target is not None:
+        state.flat_target.zero_gaps_(state.flat_target.data)
     state.controllers.load_(payload["controllers"])
     state.step_count.copy_(payload["step_count"])
 

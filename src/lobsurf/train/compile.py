@@ -16,7 +16,8 @@
   controllers, metrics), the prioritized draw, the learner's inputs (n-step bootstrap,
   windows), the target side of the learner (softmax, E[Q], argmax, C51 projection), every
   loss (forward and, through AOTAutograd, backward), the gradient clip's and Adam's scalar
-  arithmetic, the learner's bookkeeping (priorities, per_beta, alpha, tau, metrics), and f
+  arithmetic (with flat parameters: the clip's norm, and Adam with Polyak, one kernel each,
+  the latter writing its 1-d buffers in place: lobsurf.agent.optim), the learner's bookkeeping (priorities, per_beta, alpha, tau, metrics), and f
   of the noise draws.
   Between them sat several hundred small eager kernels of the graphed step; compiled, each
   is a handful of fused ones. Each is compiled from a copy of its function with a snapshot
@@ -56,8 +57,8 @@ import torch
 COMPILED_METHODS = ("embed", "heads", "q_logits")
 #: the StepKernels fields (lobsurf.agent.step) compiled in place
 COMPILED_KERNELS = ("observe", "act", "sim_step", "collect_updates", "sample", "learner_inputs",
-                    "c51_target", "loss_terms", "clip_coefficient", "adam_scalars",
-                    "learn_updates", "noise")
+                    "c51_target", "loss_terms", "clip_coefficient", "flat_clip_coefficient",
+                    "adam_scalars", "flat_adam", "learn_updates", "noise")
 
 
 @dataclass(frozen=True)

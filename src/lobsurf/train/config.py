@@ -132,9 +132,15 @@ class TrainConfig:
     """On CUDA with learner.sample_before_collect: the learner's losses and backward run
     on a stream of their own beside the collect (parallel branches of the CUDA graph;
     neither writes what the other reads: lobsurf.agent.step.learn_beside_collect)."""
+    flat_parameters: bool = True
+    """The online network's parameters, gradients and Adam moments, and the target
+    network's parameters, as one buffer each (lobsurf.agent.flat), so the gradient clip's
+    norm is one reduction and Adam with the Polyak step one element-wise kernel on every
+    device; false: per-tensor (multi-tensor) ops, with ``fused_adam`` on CUDA."""
     fused_adam: bool = True
-    """On CUDA: Adam's update as one fused multi-tensor kernel (torch._fused_adam_) instead
-    of nine; CPU keeps the multi-tensor reference (lobsurf.agent.optim)."""
+    """Without ``flat_parameters``, on CUDA: Adam's update as one fused multi-tensor kernel
+    (torch._fused_adam_) instead of nine; CPU keeps the multi-tensor reference
+    (lobsurf.agent.optim)."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Network forwards (acting, target, online) in fp32, or under bf16 autocast (CUDA and
     CPU); the SSD decay, softmaxes, the C51 projection and every loss stay fp32 and the

@@ -9,7 +9,8 @@ loop). Codes are in causal order, so when a NaN loss has already spread to the g
 and parameters within the same step, the loss is the one reported.
 
 Inside the graphed step the check is a few kernels: one multi-tensor max |x| over the online
-network's gradients and parameters together, and the arithmetic (compiled by train.compile
+network's gradients and parameters together (two tensors with ``train.flat_parameters``: the
+flat buffers), and the arithmetic (compiled by train.compile
 into one kernel that also writes the guard's two tensors). The target network is checked
 where the guard is read, not per step: it changes only by Polyak averaging of (or a copy
 from) the online parameters, which keeps finite tensors finite, so a first bad step shows
@@ -75,8 +76,13 @@ class DivergenceGuard:
     def check_(self, state: TrainState) -> None:
         """Record the first non-finite quantity of this step, if it is the first (device
         ops; the target network waits for ``read``, module docstring)."""
-        grads = [p.grad for p in state.online.parameters() if p.grad is not None]
-        maxes = _max_abs(grads + [p.detach() for p in state.online.parameters()])
+        flat = state.optimizer.flat
+        if flat is not None:  # the flat buffers hold every gradient and parameter
+            grads, params = [flat.grad], [flat.data]
+        else:
+            grads = [p.grad for p in state.online.parameters() if p.grad is not None]
+            params = [p.detach() for p in state.online.parameters()]
+        maxes = _max_abs(grads + params)
         self.values([getattr(state.metrics, name) for name in LOSS_SUMS], maxes[:len(grads)],
                     maxes[len(grads):], list(state.controllers.as_dict().values()),
                     self.first_bad_step, self.code, state.step_count)

@@ -46,6 +46,7 @@ import torch
 
 import lobsurf
 from lobsurf.agent.controllers import ControllerState, controller_table
+from lobsurf.agent.flat import flatten_parameters_
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
@@ -132,8 +133,12 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     target = copy.deepcopy(online)
     for p in target.parameters():
         p.requires_grad_(False)
+    flat = cfg.train.flat_parameters
     optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps,
-                           fused=cfg.train.fused_adam and torch.device(device).type == "cuda")
+                           fused=cfg.train.fused_adam and torch.device(device).type == "cuda",
+                           flat=flat)
+    # the target's buffer in the online's layout: Polyak inside the flat Adam's pass
+    flat_target = flatten_parameters_(target.parameters(), with_grads=False) if flat else None
     try:
         env = BatchedLobEnv(data.train_book, cfg.train.envs, sim)
     except ValueError as exc:
@@ -152,7 +157,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         labels=compute_labels(data.train_book, cfg.labels),
         branch=side_stream(cfg.train.overlap_target, device),
         learner_branch=side_stream(cfg.train.overlap_collect
-                                   and cfg.learner.sample_before_collect, device))
+                                   and cfg.learner.sample_before_collect, device),
+        flat_target=flat_target)
 
 
 def step_tables(cfg: RunConfig, env: BatchedLobEnv, device: torch.device | str) -> StepTables:
