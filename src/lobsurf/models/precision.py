@@ -12,7 +12,8 @@ log-softmax and reductions in fp32; the SSD decay (log-decay, cumsum, exp) is co
 least fp32 explicitly (``ssd._scan_dtype``), and the gated RMSNorm's statistics too. The
 heads' outputs are taken to fp32 by ``float_outputs`` (inside the step's compiled kernels
 that read them: the act kernel, the C51 target, the losses, where the casts fuse with their
-consumers), so the C51 projection, every loss, the gates and the acting samplers see fp32. Parameters, gradients and Adam stay fp32.
+consumers), so the C51 projection, every loss, the gates and the acting samplers see fp32.
+Parameters, gradients and Adam stay fp32.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@
   windows), the target side of the learner (softmax, E[Q], argmax, C51 projection), every
   loss (forward and, through AOTAutograd, backward), the gradient clip's and Adam's scalar
   arithmetic (with flat parameters: the clip's norm, and Adam with Polyak, one kernel each,
-  the latter writing its 1-d buffers in place: lobsurf.agent.optim), the learner's bookkeeping (priorities, per_beta, alpha, tau, metrics), and f
-  of the noise draws.
+  the latter writing its 1-d buffers in place: lobsurf.agent.optim), the learner's
+  bookkeeping (priorities, per_beta, alpha, tau, metrics), and f of the noise draws.
   Between them sat several hundred small eager kernels of the graphed step; compiled, each
   is a handful of fused ones. Each is compiled from a copy of its function with a snapshot
   of its module's globals, so a later patch of that module (``lobsurf.bench.phases`` wraps
