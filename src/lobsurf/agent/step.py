@@ -589,7 +589,7 @@ class StepKernels:
 class GradientSync(Protocol):
     """The collectives a step needs (lobsurf.train.distributed.Collective; None: one process)."""
 
-    def grads_(self, params: list[torch.Tensor]) -> None: ...
+    def grads_(self, params: list[torch.Tensor], flat: torch.Tensor | None = None) -> None: ...
     def controllers_(self, ctl: ControllerState) -> None: ...
 
 
@@ -636,11 +636,11 @@ def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[
     """The second half: (rank average,) clip, then Adam and Polyak beside the priorities and
     the learner's controllers and metrics."""
     ctl, lc = state.controllers, cfg.learner
+    flat = state.optimizer.flat
     if sync is not None:
-        sync.grads_(params)
+        sync.grads_(params, None if flat is None else flat.grad)
     # max_norm inf: measure the norm without clipping (clip disabled)
     max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
-    flat = state.optimizer.flat
     if flat is not None:
         # the flat update divides by the clip's divisor in its own pass
         grad_norm, _, divisor = state.kernels.flat_clip_coefficient(flat.grad, max_norm)

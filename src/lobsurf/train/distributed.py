@@ -70,9 +70,16 @@ class Collective:
 
     # ---- the step's collectives (no host sync)
     @torch.no_grad()
-    def grads_(self, params: list[torch.Tensor]) -> None:
-        """Average the gradients of ``params`` over the ranks, in place."""
+    def grads_(self, params: list[torch.Tensor], flat: torch.Tensor | None = None) -> None:
+        """Average the gradients of ``params`` over the ranks, in place. ``flat``: the
+        buffer they all live in (``train.flat_parameters``, lobsurf.agent.flat), reduced
+        as it is, without packing the gradients into a buffer of this object's and back
+        (its gaps are zeros on every rank and stay so)."""
         if not self.active:
+            return
+        if flat is not None:
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat.mul_(1.0 / self.world_size)
             return
         grads = [p.grad for p in params]
         numel = sum(g.numel() for g in grads)
