@@ -93,9 +93,7 @@ class FlatParameters:
 
     def gaps(self) -> list[tuple[int, int]]:
         """(start, end) of each stretch between segments and after the last."""
-        ends = [o + p.numel() for p, o in zip(self.params, self.offsets)]
-        starts = [*self.offsets[1:], self.data.numel()]
-        return [(e, s) for e, s in zip(ends, starts) if s > e]
+        return gaps([p.numel() for p in self.params], self.offsets, self.data.numel())
 
     @torch.no_grad()
     def zero_gaps_(self, buffer: torch.Tensor) -> None:
@@ -124,6 +122,13 @@ class FlatParameters:
         torch.cat(pieces, out=self.grad)
 
 
+def gaps(numels: Sequence[int], offsets: Sequence[int], total: int) -> list[tuple[int, int]]:
+    """(start, end) of the stretches that segments of ``numels`` at ``offsets`` leave
+    uncovered in a buffer of ``total`` values."""
+    ends = [o + n for n, o in zip(numels, offsets)]
+    return [(e, s) for e, s in zip(ends, [*offsets[1:], total]) if s > e]
+
+
 def segment_offsets(numels: Iterable[int], element_bytes: int) -> tuple[tuple[int, ...], int]:
     """(start of each segment, total length) with every start a multiple of
     ``SEGMENT_ALIGN_BYTES``; the total is rounded up the same way."""
@@ -148,14 +153,13 @@ def flatten_parameters_(params: Iterable[torch.nn.Parameter], with_grads: bool
         raise ValueError(f"parameters of several dtypes or devices cannot share a buffer: "
                          f"{sorted(str(k) for k in kinds)}")
     first = params[0]
-    offsets, total = segment_offsets((p.numel() for p in params), first.element_size())
+    numels = [p.numel() for p in params]
+    offsets, total = segment_offsets(numels, first.element_size())
     data = torch.zeros(total, dtype=first.dtype, device=first.device)
     grad = torch.zeros_like(data) if with_grads else None
+    longest = max(numels + [b - a for a, b in gaps(numels, offsets, total)]) if with_grads else 0
     flat = FlatParameters(params=params, data=data, grad=grad, offsets=offsets,
-                          zeros=data[:0])
-    if with_grads:
-        longest = max([p.numel() for p in params] + [b - a for a, b in flat.gaps()])
-        flat.zeros = torch.zeros(longest, dtype=first.dtype, device=first.device)
+                          zeros=data.new_zeros(longest))
     for p, view in zip(params, flat.views(data)):
         view.copy_(p)
     flat._point_parameters()

@@ -660,13 +660,12 @@ def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[
                      + [(state.replay.max_priority, upd.max_priority)])
 
     def update() -> None:
-        if flat is not None and state.flat_target is not None:
-            # Adam and Polyak in one pass over the flat buffers
-            state.optimizer.step_flat(state.kernels.flat_adam, divisor,
-                                      polyak=(state.flat_target, lc.polyak_tau))
-            return
         if flat is not None:
-            state.optimizer.step_flat(state.kernels.flat_adam, divisor)
+            # Adam, and Polyak with a flat target, in one pass over the flat buffers
+            polyak = None if state.flat_target is None else (state.flat_target, lc.polyak_tau)
+            state.optimizer.step_flat(state.kernels.flat_adam, divisor, polyak=polyak)
+            if polyak is not None:
+                return
         else:
             state.optimizer.step(state.kernels.adam_scalars, grad_divisor=divisor)
         # ---- Polyak: target <- (1 - tau) target + tau online, in place
