@@ -131,6 +131,30 @@ def test_adam_paths_clip_and_polyak_as_the_multi_tensor_step(tiny_store, path):
     assert max(moved) > 0  # Polyak moved the target
 
 
+def test_the_feature_table_step_equals_the_per_window_step(tiny_store):
+    # train.feature_table (the default) gathers each window's features from a table built
+    # once per book; the step must act, learn and write exactly what it does computing them
+    # per window (learning steps included: n-step bootstraps, clamped windows at the book's
+    # edges are pinned in tests/models/test_feature_table.py)
+    cfg = tiny_config(tiny_store.path, train={"feature_table": False})
+    table_cfg = tiny_config(tiny_store.path)
+    assert table_cfg.train.feature_table
+    plain = load_training_data(cfg, "cpu", tiny_store.path)
+    tabled = load_training_data(table_cfg, "cpu", tiny_store.path)
+    assert plain.train_book.features is None and tabled.train_book.features is not None
+    states = [build_state(cfg, plain, "cpu"), build_state(table_cfg, tabled, "cpu")]
+    scfg = step_config(cfg)
+    for state, data in zip(states, (plain, tabled)):
+        for step in range(8):
+            train_step(state, data.train_book, scfg, learning=step >= 4)
+    assert float(states[1].metrics.learn_steps) == 4
+    for a, b in zip(states[0].online.parameters(), states[1].online.parameters()):
+        assert torch.equal(a, b)
+    for f in fields(states[0].replay.storage):
+        assert torch.equal(getattr(states[0].replay.storage, f.name),
+                           getattr(states[1].replay.storage, f.name)), f.name
+
+
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_learner_half_and_collect_commute(tiny_store, monkeypatch, n_step):
     # learn_beside_collect runs the learner's losses and backward beside collect (two CUDA

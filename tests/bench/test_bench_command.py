@@ -109,6 +109,7 @@ def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.labels import compute_labels
     from lobsurf.data.store import Store
+    from lobsurf.models.feature_table import with_feature_table
     from lobsurf.train.config import RunConfig
 
     cfg = RunConfig()
@@ -118,6 +119,8 @@ def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
                if isinstance(t, torch.Tensor) and t.shape[:1] == (n,)]
     labels = compute_labels(book, cfg.labels)
     per_row += [getattr(labels, f.name) for f in fields(labels)]
+    # the training book's feature table (train.feature_table, on by default)
+    per_row.append(with_feature_table(book, cfg.features).features)
     want_snapshot = sum(t.numel() * t.element_size() for t in per_row) // n
     cap = 16
     from dataclasses import replace
@@ -168,3 +171,17 @@ def test_bench_passes_the_fused_core_grid_to_the_run(tmp_path) -> None:
         assert run.encoder.fused_core_programs == programs
         assert run.encoder.fused_core_no_grad is no_grad
         assert run.encoder.fused_training == "triton"
+
+
+def test_bench_passes_the_feature_table_switch_to_the_run(tmp_path, capsys) -> None:
+    from lobsurf.bench.measure import BenchConfig, run_config
+    from lobsurf.commands.bench import _config, add_arguments
+
+    for on in (True, False):
+        run = run_config(tmp_path, 4, 1, "cpu", BenchConfig(feature_table=on))
+        assert run.train.feature_table is on
+    import argparse
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _config(parser.parse_args([])).feature_table is True
+    assert _config(parser.parse_args(["--no-feature-table"])).feature_table is False

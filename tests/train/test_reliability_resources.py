@@ -23,7 +23,10 @@ def test_estimate_matches_the_tensors_of_a_real_run(tiny_setup, tiny_store):
     assert est.rows == n
     per_row = [t for t in (getattr(data.book, f.name) for f in fields(data.book))
                if hasattr(t, "shape") and t.shape[:1] == (n,)]
-    assert est.book_bytes_per_row == sum(t.numel() * t.element_size() for t in per_row) // n
+    assert est.book_bytes_per_row == sum(t.numel() * t.element_size() for t in per_row
+                                         if t is not data.book.features) // n
+    table = data.train_book.features  # the training book's, computed on the device
+    assert est.feature_bytes_per_row == table.numel() * table.element_size() // table.shape[0]
     labels = [getattr(state.labels, f.name) for f in fields(state.labels)]
     rows = len(data.train_book)
     assert est.label_bytes_per_row == sum(t.numel() * t.element_size() for t in labels) // rows

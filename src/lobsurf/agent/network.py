@@ -32,7 +32,8 @@ from lobsurf.data.labels import LabelConfig
 from lobsurf.models.align import device_multiple, linear_aligned
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.encoder import Encoder
-from lobsurf.models.features import FeatureConfig, FeatureNormalizer, snapshot_features
+from lobsurf.models.feature_table import FeatureRows, window_features
+from lobsurf.models.features import FeatureConfig, FeatureNormalizer
 from lobsurf.models.heads import DirectionHead, FRDHead, HeadConfig, OutcomeHead
 
 #: agent-state inputs next to the embedding: position, time in trade, unrealized PnL
@@ -98,9 +99,10 @@ class AgentNetwork(nn.Module):
         self.direction = DirectionHead(d, labels.num_horizons, heads)
         self.outcome = OutcomeHead(d, heads)
 
-    def embed(self, window: Window) -> torch.Tensor:
-        """[B, K, 10] window -> [B, D] embedding of its last snapshot."""
-        feats = snapshot_features(window, self.feature_cfg)
+    def embed(self, window: Window | FeatureRows) -> torch.Tensor:
+        """[B, K, 10] window (or its rows in a feature table) -> [B, D] embedding of its last
+        snapshot."""
+        feats = window_features(window, self.feature_cfg)
         return self.encoder(self.normalizer(feats.x), feats.log_dt, return_sequence=False).last
 
     def q_logits(self, h: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
@@ -149,7 +151,7 @@ class AgentNetwork(nn.Module):
                            value=value[:, 0], frd_logits=frd, direction_logits=direction,
                            outcome_logits=outcome)
 
-    def forward(self, window: Window, state: torch.Tensor) -> AgentOutput:
+    def forward(self, window: Window | FeatureRows, state: torch.Tensor) -> AgentOutput:
         return self.heads(self.embed(window), state)
 
     def resample_noise_(self, generator: torch.Generator) -> None:

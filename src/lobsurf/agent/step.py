@@ -64,8 +64,9 @@ from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_los
 from lobsurf.agent.replay import (PrioritizedReplay, Sample, Transitions, WritePlan,
                                   n_step_values, priority_values, sample_values, write_plan)
 from lobsurf.agent.reward import mark_shaping, reward_pipeline_values
-from lobsurf.data.dataset import BookTensors, Window, gather_window
+from lobsurf.data.dataset import BookTensors, Window
 from lobsurf.data.labels import Labels
+from lobsurf.models.feature_table import FeatureRows, book_window
 from lobsurf.models.heads import direction_loss, frd_loss, outcome_loss
 from lobsurf.models.precision import float_outputs, forward_precision
 from lobsurf.sim.env import BatchedLobEnv, StepValues, step_values
@@ -201,7 +202,7 @@ class Observation(NamedTuple):
     time_in_trade: torch.Tensor
     unrealized_pnl: torch.Tensor
     z: torch.Tensor
-    window: Window
+    window: Window | FeatureRows
     inputs: torch.Tensor
 
 
@@ -212,7 +213,7 @@ def observe(s: SimState, book: BookTensors, ctl: ControllerState, cfg: StepConfi
     return Observation(row=row, position=position, time_in_trade=time_in_trade,
                        unrealized_pnl=unrealized,
                        z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
-                       window=gather_window(book, row, cfg.window),
+                       window=book_window(book, row, cfg.window),
                        inputs=_state_inputs(ctl, position, time_in_trade, unrealized, cfg))
 
 
@@ -377,17 +378,19 @@ class LearnerInputs(NamedTuple):
     return, terminal flag and discount (a float or [B], ``project_categorical``)."""
 
     z: torch.Tensor
-    target_window: Window
+    target_window: Window | FeatureRows
     target_inputs: torch.Tensor
-    online_window: Window
+    online_window: Window | FeatureRows
     online_inputs: torch.Tensor
     reward: torch.Tensor
     done: torch.Tensor
     gamma: float | torch.Tensor
 
 
-def first_rows(window: Window, n: int) -> Window:
+def first_rows(window: Window | FeatureRows, n: int) -> Window | FeatureRows:
     """The first n windows of ``window`` (views)."""
+    if isinstance(window, FeatureRows):
+        return window.first(n)
     return Window(**{f.name: getattr(window, f.name)[:n] for f in fields(window)})
 
 
@@ -412,7 +415,7 @@ def learner_inputs(t: Transitions, index: torch.Tensor, storage: Transitions,
         reward, done, gamma = t.reward, t.done, lc.gamma
     s_inputs = _state_inputs(ctl, t.position, t.time_in_trade, t.unrealized_pnl, cfg)
     # the target net sees s and s' in one batched call
-    window = gather_window(book, torch.cat((t.row, boot_row)), cfg.window)
+    window = book_window(book, torch.cat((t.row, boot_row)), cfg.window)
     inputs = torch.cat((s_inputs, _state_inputs(ctl, boot_pos, boot_tit, boot_pnl, cfg)))
     return LearnerInputs(z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
                          target_window=window, target_inputs=inputs,

@@ -76,6 +76,9 @@ class BenchConfig:
     CUDA."""
     overlap_collect: bool = True
     """train.overlap_collect: the learner's losses and backward beside the collect."""
+    feature_table: bool = True
+    """train.feature_table: the book's per-snapshot features computed once and gathered by
+    row in each forward (lobsurf.models.feature_table)."""
     max_autotune: bool = False
     """train.compile_max_autotune: Inductor's GEMM autotuning in the compiled step."""
     fused_core_programs: str = "window"
@@ -124,6 +127,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
                   "overlap_collect": cfg.overlap_collect,
+                  "feature_table": cfg.feature_table,
                   "compile_max_autotune": cfg.max_autotune},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 

@@ -57,7 +57,7 @@ _FUNCTIONS = (
     # whether the learner runs after the collect or beside it (learn_beside_collect)
     ("collect_deferred", "collect"), ("draw_sample", "learn"), ("gradients", "learn"),
     ("apply_gradients", "learn"), ("losses", "losses"),
-    ("gather_window", "window gather"), ("choose_actions", "act + gates"),
+    ("book_window", "window rows"), ("choose_actions", "act + gates"),
     ("reward_pipeline_values", "reward pipeline"), ("mark_shaping", "reward shaping"),
     ("action_histogram_values", "controllers"),
     ("project_categorical", "C51 projection"),

@@ -99,6 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.overlap_collect, help="the learner's losses and backward "
                         "on a CUDA stream of their own beside the collect "
                         "(train.overlap_collect)")
+    parser.add_argument("--feature-table", action=argparse.BooleanOptionalAction,
+                        default=d.feature_table, help="the book's per-snapshot features "
+                        "computed once and gathered by row in every forward, instead of "
+                        "computed per window (train.feature_table)")
     parser.add_argument("--max-autotune", action=argparse.BooleanOptionalAction,
                         default=d.max_autotune, help="Inductor's GEMM autotuning in the "
                         "compiled step (train.compile_max_autotune; minutes more compilation)")
@@ -153,6 +157,7 @@ def _config(args: argparse.Namespace):
                            overlap_target=args.overlap_target, fused_adam=args.fused_adam,
                            flat_parameters=args.flat_parameters,
                            overlap_collect=args.overlap_collect,
+                           feature_table=args.feature_table,
                            max_autotune=args.max_autotune,
                            fused_core_programs=args.fused_core_programs,
                            fused_core_no_grad=args.fused_core_no_grad,
@@ -290,7 +295,8 @@ def run(args: argparse.Namespace) -> int:
           f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, target and "
           f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
           f"{_adam_path(cfg, cuda)}, learner "
-          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
+          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect, features "
+          f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
           f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"
           f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}"

@@ -43,6 +43,10 @@ class BookTensors:
         multiplier: currency per price unit per lot.
         price_origin_fixed: fixed-point price (1e-9 units) of tick 0.
         tick_size_fixed: fixed-point tick.
+        features: optional [N, F] float32 per-snapshot features (set by
+            ``lobsurf.models.feature_table.with_feature_table``, which the training step
+            gathers by row instead of computing them per window); None without.
+        feature_config: the ``FeatureConfig`` the table holds (None without one).
     """
 
     ts_ns: torch.Tensor
@@ -59,6 +63,8 @@ class BookTensors:
     multiplier: float
     price_origin_fixed: int
     tick_size_fixed: int
+    features: torch.Tensor | None = None
+    feature_config: object | None = None
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])

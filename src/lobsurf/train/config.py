@@ -132,6 +132,10 @@ class TrainConfig:
     """On CUDA with learner.sample_before_collect: the learner's losses and backward run
     on a stream of their own beside the collect (parallel branches of the CUDA graph;
     neither writes what the other reads: lobsurf.agent.step.learn_beside_collect)."""
+    feature_table: bool = True
+    """The training book's per-snapshot features computed once when it is loaded (4 F bytes
+    per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the
+    step; false: computed from the book fields per window (the same values)."""
     flat_parameters: bool = True
     """The online network's parameters, gradients and Adam moments, and the target
     network's parameters, as one buffer each (lobsurf.agent.flat), so the gradient clip's

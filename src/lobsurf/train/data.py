@@ -23,6 +23,7 @@ import torch
 
 from lobsurf.data.dataset import BookTensors, load_book_tensors
 from lobsurf.data.store import Store
+from lobsurf.models.feature_table import with_feature_table
 from lobsurf.pretrain.split import TimeSplit, time_split
 from lobsurf.train.config import RunConfig
 
@@ -82,6 +83,8 @@ def head_rows(book: BookTensors, stop: int) -> BookTensors:
     sliced = {name: getattr(book, name)[:stop] for name in
               ("ts_ns", "bid_px_ticks", "ask_px_ticks", "bid_sz", "ask_sz", "bid_ct", "ask_ct",
                "segment_of_row")}
+    if book.features is not None:
+        sliced["features"] = book.features[:stop]
     return replace(book, segment_start=seg_start, segment_stop=seg_stop, **sliced)
 
 
@@ -94,5 +97,8 @@ def load_training_data(cfg: RunConfig, device: torch.device | str, store_path: P
     split = time_split(book, cfg.sim.window, min(horizons), max(horizons),
                        cfg.data.train_fraction, cfg.data.split_at_segment)
     train_stop = split.cut_row - cfg.labels.max_horizon
+    train_book = head_rows(book, train_stop)
+    if cfg.train.feature_table:
+        train_book = with_feature_table(train_book, cfg.features)
     return TrainingData(store_path=store_path, book=book, split=split, train_stop=train_stop,
-                        train_book=head_rows(book, train_stop))
+                        train_book=train_book)

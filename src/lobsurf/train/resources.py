@@ -34,6 +34,7 @@ from lobsurf.data.schema import FIXED_PRICE_SCALE, STORE_COLUMNS
 from lobsurf.data.store import Instrument, Store
 from lobsurf.data.store.store import Manifest, Segment
 from lobsurf.errors import UserError
+from lobsurf.models.feature_table import with_feature_table
 from lobsurf.train.config import RunConfig
 
 GIB = 1 << 30
@@ -74,6 +75,7 @@ class MemoryEstimate:
 
     rows: int
     book_bytes_per_row: int
+    feature_bytes_per_row: int
     label_bytes_per_row: int
     replay_capacity: int
     replay_bytes_per_transition: int
@@ -83,7 +85,8 @@ class MemoryEstimate:
 
     @property
     def book_bytes(self) -> int:
-        return self.rows * (self.book_bytes_per_row + self.label_bytes_per_row)
+        return self.rows * (self.book_bytes_per_row + self.feature_bytes_per_row
+                            + self.label_bytes_per_row)
 
     @property
     def replay_bytes(self) -> int:
@@ -111,7 +114,8 @@ class MemoryEstimate:
             return f"{n / GIB:.2f} GiB"
 
         return (f"device {gib(self.device_bytes)} (book {self.rows:,} snapshots x "
-                f"{self.book_bytes_per_row + self.label_bytes_per_row} B, replay "
+                f"{self.book_bytes_per_row + self.feature_bytes_per_row + self.label_bytes_per_row}"
+                f" B, replay "
                 f"{self.replay_capacity:,} x {self.replay_bytes_per_transition} B, networks "
                 f"{gib(self.network_bytes)}), host {gib(self.host_bytes)}")
 
@@ -132,6 +136,9 @@ def memory_estimate(cfg: RunConfig, rows: int, device: torch.device | str = "cpu
     params = [p for p in net.parameters() if p.requires_grad]
     return MemoryEstimate(
         rows=rows, book_bytes_per_row=_per_row(book),
+        # the training book's feature table, computed on the device (never staged)
+        feature_bytes_per_row=(_per_row([with_feature_table(probe, cfg.features).features])
+                               if cfg.train.feature_table else 0),
         label_bytes_per_row=_per_row(label_tensors),
         replay_capacity=cfg.replay.capacity,
         replay_bytes_per_transition=_tensor_bytes(slots) // 2,
