@@ -50,8 +50,7 @@ def memory_plan(device: str, plan: PlanConfig = PlanConfig(),
     total = device_total_bytes(device)
     return {
         **asdict(plan),
-        "bytes_per_snapshot": (est.book_bytes_per_row + est.feature_bytes_per_row
-                               + est.label_bytes_per_row),
+        "bytes_per_snapshot": est.snapshot_bytes,
         "bytes_per_transition": est.replay_bytes_per_transition,
         "dataset_gib": est.book_bytes / GIB,
         "replay_gib": est.replay_bytes / GIB,

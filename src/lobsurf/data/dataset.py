@@ -233,6 +233,13 @@ def window_rows(end_row: torch.Tensor, window: int) -> torch.Tensor:
     return end_row[:, None] + offsets
 
 
+def clamped_window_rows(book: BookTensors, end_row: torch.Tensor, window: int) -> torch.Tensor:
+    """[B] last rows -> [B, K] rows of their K-windows clamped to [0, N): the rows
+    ``gather_window`` reads (callers keep windows inside their segment; the clamp only keeps
+    a stray index from reading out of bounds)."""
+    return window_rows(end_row, window).clamp_(0, len(book) - 1)
+
+
 def gather_window(book: BookTensors, end_row: torch.Tensor, window: int) -> Window:
     """Gather the K snapshots ending at each cursor.
 
@@ -246,7 +253,7 @@ def gather_window(book: BookTensors, end_row: torch.Tensor, window: int) -> Wind
     Returns:
         Window with [B, K, 10] book fields and [B, K] timestamps, oldest snapshot first.
     """
-    rows = window_rows(end_row, window).clamp_(0, len(book) - 1)
+    rows = clamped_window_rows(book, end_row, window)
     return Window(
         ts_ns=book.ts_ns[rows],
         bid_px_ticks=book.bid_px_ticks[rows],

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from lobsurf.data.dataset import BookTensors, Window, gather_window, window_rows
+from lobsurf.data.dataset import BookTensors, Window, clamped_window_rows, gather_window
 from lobsurf.models.features import (FeatureConfig, FeatureOutput, feature_names,
                                      snapshot_features)
 
@@ -87,8 +87,8 @@ def book_window(book: BookTensors, end_row: torch.Tensor, window: int
     it has one, else the gathered book fields (``gather_window``)."""
     if book.features is None:
         return gather_window(book, end_row, window)
-    rows = window_rows(end_row, window).clamp_(0, len(book) - 1)
-    return FeatureRows(book.features, rows, book.feature_config)
+    return FeatureRows(book.features, clamped_window_rows(book, end_row, window),
+                       book.feature_config)
 
 
 def table_features(window: FeatureRows, cfg: FeatureConfig) -> FeatureOutput:

@@ -84,9 +84,13 @@ class MemoryEstimate:
     device_is_host: bool
 
     @property
+    def snapshot_bytes(self) -> int:
+        """Device bytes per snapshot: book, feature table and labels."""
+        return self.book_bytes_per_row + self.feature_bytes_per_row + self.label_bytes_per_row
+
+    @property
     def book_bytes(self) -> int:
-        return self.rows * (self.book_bytes_per_row + self.feature_bytes_per_row
-                            + self.label_bytes_per_row)
+        return self.rows * self.snapshot_bytes
 
     @property
     def replay_bytes(self) -> int:
@@ -114,8 +118,7 @@ class MemoryEstimate:
             return f"{n / GIB:.2f} GiB"
 
         return (f"device {gib(self.device_bytes)} (book {self.rows:,} snapshots x "
-                f"{self.book_bytes_per_row + self.feature_bytes_per_row + self.label_bytes_per_row}"
-                f" B, replay "
+                f"{self.snapshot_bytes} B, replay "
                 f"{self.replay_capacity:,} x {self.replay_bytes_per_transition} B, networks "
                 f"{gib(self.network_bytes)}), host {gib(self.host_bytes)}")
 
