@@ -3,8 +3,8 @@
 # kernels and device ms per phase with the top kernels (count_step_kernels.py at
 # B=$COUNT_B, $COUNT_PREC; COUNT_B=0 skips), then lobsurf bench --compile per
 # "B:layers:precision[:extra bench flag]" argument under each Inductor option set of $INDUCTOR_SETS
-# (space-separated; each a comma list of KEY=VALUE for torch._inductor.config, "default" =
-# none), each run under $LIMIT s. Every log goes into $OUT/all.tgz (the device returns few
+# (space-separated; each a comma list of KEY=VALUE for torch._inductor.config, passed as
+# --inductor-option so the JSON records them; "default" = none), each run under $LIMIT s. Every log goes into $OUT/all.tgz (the device returns few
 # files); the summaries are printed.
 # Usage (device machine, repo root, .whl and .gpu_src carried):
 #   INDUCTOR_SETS="default combo_kernels=True" bash .gpu_src/benchmarks/gpu_compile_session.sh 16:2:bf16
@@ -32,18 +32,14 @@ for opts in ${INDUCTOR_SETS:-default}; do
   for cfg in "$@"; do
     IFS=: read -r b l p x <<< "$cfg"
     tag="${b}_${l}_${p}_${opts//[^a-zA-Z0-9]/_}${x//[^a-zA-Z0-9]/_}"
-    timeout "${LIMIT:-200}" python3 - "$opts" bench --batch "$b" --layers "$l" --precision "$p" \
-      --compile --steps "${STEPS:-30}" --repeats 2 --snapshots 50000 ${x:-} \
-      --json "$LOGS/bench_$tag.json" > "$LOGS/bench_$tag.log" 2> "$LOGS/bench_$tag.err" <<'EOF'
-import ast, sys
-import torch._inductor.config as inductor
-for item in sys.argv[1].split(","):
-    if item != "default":
-        key, value = item.split("=", 1)
-        setattr(inductor, key, ast.literal_eval(value))
-from lobsurf.cli import main
-sys.exit(main(sys.argv[2:]))
-EOF
+    flags=()
+    IFS=, read -ra items <<< "$opts"
+    for item in "${items[@]}"; do
+      [ "$item" != default ] && flags+=(--inductor-option "$item")
+    done
+    timeout "${LIMIT:-200}" python3 -m lobsurf bench "${flags[@]}" --batch "$b" --layers "$l" \
+      --precision "$p" --compile --steps "${STEPS:-30}" --repeats 2 --snapshots 50000 ${x:-} \
+      --json "$LOGS/bench_$tag.json" > "$LOGS/bench_$tag.log" 2> "$LOGS/bench_$tag.err"
     echo "bench B=$b L=$l $p ${x:-} inductor=$opts rc=$?"
     grep -v '^{' "$LOGS/bench_$tag.err" | grep -iv warn | tail -2 | cut -c1-300
     grep -E "compiled encoders|^ +[0-9]+ +[0-9]+ (fp32|bf16)" "$LOGS/bench_$tag.log" | cut -c1-220

@@ -23,16 +23,18 @@ bench_row() {
 # side_by_side REPEAT ROWS...: for each "B:layers" row the step with the source tree in $OLD
 # (a copy of an earlier commit, carried; skipped when OLD is unset) and with the working
 # tree, one after the other on this machine, the whole list REPEAT times (tags B_L_old_N,
-# B_L_new_N)
+# B_L_new_N). Each tree has an Inductor cache of its own: a cached graph of one tree, reused
+# by the other, keeps the first tree's custom-op output shapes (its size asserts then fail).
 side_by_side() {
   local repeat=$1 rep row b l; shift
   for rep in $(seq "$repeat"); do
     for row in "$@"; do
       IFS=: read -r b l <<< "$row"
       if [ -n "${OLD:-}" ]; then
-        PYTHONPATH=/tmp/site:$(pwd)/$OLD/src:$(pwd) bench_row "${b}_${l}_old_$rep" "$b" "$l"
+        PYTHONPATH=/tmp/site:$(pwd)/$OLD/src:$(pwd) TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_old \
+          bench_row "${b}_${l}_old_$rep" "$b" "$l"
       fi
-      bench_row "${b}_${l}_new_$rep" "$b" "$l"
+      TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_new bench_row "${b}_${l}_new_$rep" "$b" "$l"
     done
   done
 }

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lobsurf.cli import main
 
 ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
             "fused_core_programs", "fused_core_no_grad", "ssd_backend", "conv_backend",
-            "fused_in_proj", "scan_gate",
+            "fused_in_proj", "scan_gate", "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
@@ -185,3 +187,32 @@ def test_bench_passes_the_feature_table_switch_to_the_run(tmp_path, capsys) -> N
     add_arguments(parser)
     assert _config(parser.parse_args([])).feature_table is True
     assert _config(parser.parse_args(["--no-feature-table"])).feature_table is False
+
+
+def test_bench_passes_inductor_options_to_the_run(tmp_path) -> None:
+    # --inductor-option reaches train.compile_inductor_options, the CUDA compile's options
+    # and the row's record; a setting Inductor lacks is refused before anything runs
+    import argparse
+
+    from lobsurf.bench.measure import BenchConfig, run_config
+    from lobsurf.commands.bench import _config, _inductor_note, add_arguments
+    from lobsurf.errors import UserError
+    from lobsurf.train.compile import compile_config
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _config(parser.parse_args([])).inductor_options == ()
+    cfg = _config(parser.parse_args(["--inductor-option", "triton.enable_pdl=True",
+                                     "--inductor-option", "combo_kernels=False"]))
+    assert cfg.inductor_options == ("triton.enable_pdl=True", "combo_kernels=False")
+    run = run_config(tmp_path, 4, 1, "cpu", cfg)
+    assert run.train.compile_inductor_options == cfg.inductor_options
+    assert dict(compile_config(run.train, "cuda").options) == {"combo_kernels": False,
+                                                               "triton.enable_pdl": True}
+    assert _inductor_note(cfg.inductor_options) == (", Inductor triton.enable_pdl=True "
+                                                    "combo_kernels=False")
+    assert _inductor_note(()) == ""
+    with pytest.raises(UserError, match="no setting 'triton.no_such_thing'"):
+        _config(parser.parse_args(["--inductor-option", "triton.no_such_thing=1"]))
+    with pytest.raises(UserError, match="takes a bool"):
+        _config(parser.parse_args(["--inductor-option", "triton.enable_pdl=1"]))

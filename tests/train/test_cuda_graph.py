@@ -141,6 +141,17 @@ def test_compile_auto_means_cuda_in_one_process() -> None:
     assert dict(compile_config(tuned, "cuda").options) == {"combo_kernels": True,
                                                            "max_autotune_gemm": True}
     assert compile_config(tuned, "cpu").options == ()
+    # further Inductor settings come last, so they can override the two switches; CPU none
+    more = TrainConfig(compile_inductor_options=("triton.enable_pdl=True",
+                                                 "combo_kernels=False"))
+    assert dict(compile_config(more, "cuda").options) == {"combo_kernels": False,
+                                                          "triton.enable_pdl": True}
+    assert compile_config(more, "cpu").options == ()
+    for bad, why in (("enable_pdl", "expected name=value"), ("no_such=1", "no setting"),
+                     ("triton.enable_pdl=yes", "not a Python literal"),
+                     ("triton.enable_pdl=2", "takes a bool")):
+        with pytest.raises(ValueError, match=why):
+            TrainConfig(compile_inductor_options=(bad,))
     with pytest.raises(ValueError, match="compile must be"):
         TrainConfig(compile="yes")
 

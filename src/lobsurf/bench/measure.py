@@ -38,7 +38,8 @@ from lobsurf.bench.phases import timed_phases
 from lobsurf.bench.roofline import DevicePeaks, roofline, step_traffic
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.models.config import EncoderConfig
-from lobsurf.train.compile import CompileConfig, compile_config, compile_networks_
+from lobsurf.train.compile import (CompileConfig, compile_config, compile_networks_,
+                                   parse_inductor_option)
 from lobsurf.train.config import RunConfig, run_config_from_dict
 from lobsurf.train.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import load_training_data
@@ -81,6 +82,9 @@ class BenchConfig:
     row in each forward (lobsurf.models.feature_table)."""
     max_autotune: bool = False
     """train.compile_max_autotune: Inductor's GEMM autotuning in the compiled step."""
+    inductor_options: tuple[str, ...] = ()
+    """train.compile_inductor_options: further Inductor settings ("name=value") of the
+    compiled step."""
     fused_core_programs: str = "window"
     """encoder.fused_core_programs: the fused core's grid where fused_training runs it (one
     program per window, or per (window, head))."""
@@ -102,6 +106,8 @@ class BenchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.prefill_steps < 1:
             raise ValueError(f"prefill_steps must be >= 1, got {self.prefill_steps}")
+        for text in self.inductor_options:
+            parse_inductor_option(text)
 
 
 def make_store(root: Path, cfg: BenchConfig) -> Path:
@@ -128,7 +134,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                   "flat_parameters": cfg.flat_parameters,
                   "overlap_collect": cfg.overlap_collect,
                   "feature_table": cfg.feature_table,
-                  "compile_max_autotune": cfg.max_autotune},
+                  "compile_max_autotune": cfg.max_autotune,
+                  "compile_inductor_options": list(cfg.inductor_options)},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
 
@@ -245,6 +252,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "conv_backend": cfg.conv_backend,
                            "fused_in_proj": cfg.fused_in_proj,
                            "scan_gate": cfg.scan_gate,
+                           "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)

@@ -106,6 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-autotune", action=argparse.BooleanOptionalAction,
                         default=d.max_autotune, help="Inductor's GEMM autotuning in the "
                         "compiled step (train.compile_max_autotune; minutes more compilation)")
+    parser.add_argument("--inductor-option", action="append", default=[],
+                        metavar="NAME=VALUE", dest="inductor_options",
+                        help="an Inductor setting of the compiled step, e.g. "
+                        "triton.enable_pdl=True (train.compile_inductor_options; repeat for "
+                        "several)")
     parser.add_argument("--fused-core-programs", choices=["window", "head"],
                         default=d.fused_core_programs, help="the fused core's grid where "
                         "--fused-training runs it: a program per window, or per (window, head) "
@@ -148,6 +153,11 @@ def _adam_path(cfg, cuda: bool) -> str:
     return "fused" if cfg.fused_adam and cuda else "multi-tensor"
 
 
+def _inductor_note(options: tuple[str, ...]) -> str:
+    """The header's note of the Inductor settings asked for (none: nothing)."""
+    return f", Inductor {' '.join(options)}" if options else ""
+
+
 def _config(args: argparse.Namespace):
     from lobsurf.bench.measure import BenchConfig
 
@@ -159,6 +169,7 @@ def _config(args: argparse.Namespace):
                            overlap_collect=args.overlap_collect,
                            feature_table=args.feature_table,
                            max_autotune=args.max_autotune,
+                           inductor_options=tuple(args.inductor_options),
                            fused_core_programs=args.fused_core_programs,
                            fused_core_no_grad=args.fused_core_no_grad,
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
@@ -298,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect, features "
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
+          f"{_inductor_note(cfg.inductor_options) if cuda and compile_ else ''}"
           f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"
           f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}"
           f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"

@@ -26,7 +26,8 @@
   to recompile.
 
 ``lobsurf train`` compiles where ``compile_wanted`` says (``train.compile``: auto = one
-CUDA process) with ``compile_config`` (Inductor's combo kernels on CUDA); a failed compile
+CUDA process) with ``compile_config`` (Inductor's combo kernels on CUDA, and any Inductor
+setting ``train.compile_inductor_options`` names); a failed compile
 stops the run with ``compile_failure``'s message. Static shapes; ``fullgraph`` by default,
 so a graph break is an error at the first call instead of a silent eager island inside the
 CUDA graph. Each piece compiles once per
@@ -47,6 +48,7 @@ sums, simulator state and ring counters, and the step copies them in place outsi
 from __future__ import annotations
 
 import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -88,12 +90,44 @@ class CompileConfig:
 def compile_config(train: Any, device: torch.device | str) -> CompileConfig:
     """The CompileConfig of a run's ``train`` section (TrainConfig) on ``device``: combo
     kernels and GEMM autotuning on CUDA where ``train.compile_combo_kernels`` and
-    ``train.compile_max_autotune`` ask (Inductor's CPU backend has no combo kernels)."""
-    cuda = torch.device(device).type == "cuda"
+    ``train.compile_max_autotune`` ask (Inductor's CPU backend has no combo kernels), then
+    ``train.compile_inductor_options`` (which can override those two)."""
+    if torch.device(device).type != "cuda":
+        return CompileConfig()
     asked = {"combo_kernels": train.compile_combo_kernels,
              "max_autotune_gemm": train.compile_max_autotune}
-    return CompileConfig(options=tuple((name, True) for name, on in asked.items()
-                                       if cuda and on))
+    options = {name: True for name, on in asked.items() if on}
+    options.update(parse_inductor_option(text) for text in train.compile_inductor_options)
+    return CompileConfig(options=tuple(options.items()))
+
+
+def parse_inductor_option(text: str) -> tuple[str, Any]:
+    """``"name=value"`` -> (name, value): ``name`` a torch._inductor.config setting (dotted
+    for its sub-sections: ``triton.enable_pdl``), ``value`` a Python literal of the
+    setting's type (``True``, ``4``, ``"TRITON"``). ValueError names what is wrong."""
+    import ast
+
+    import torch._inductor.config as inductor
+
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise ValueError(f"Inductor option {text!r}: expected name=value")
+    known = inductor.get_config_copy()
+    if name not in known:
+        raise ValueError(f"Inductor option {text!r}: torch._inductor.config has no "
+                         f"setting {name!r}")
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError) as exc:
+        raise ValueError(f"Inductor option {text!r}: the value is not a Python literal "
+                         f"(True, 4, 0.5, \"text\")") from exc
+    kind = inductor.get_type(name)
+    # torch.compile's own check (it skips generic types such as Optional[int])
+    if typing.get_origin(kind) is None and not isinstance(value, kind):
+        raise ValueError(f"Inductor option {text!r}: {name} takes a "
+                         f"{type(known[name]).__name__}, got {value!r}")
+    return name, value
 
 
 def compile_wanted(train: Any, device: torch.device | str, processes: int) -> bool:

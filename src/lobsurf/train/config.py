@@ -124,6 +124,12 @@ class TrainConfig:
     """With train.compile on CUDA: Inductor's GEMM autotuning (``max_autotune_gemm``: each
     matrix product of the compiled pieces timed against Triton templates, which can fuse
     the neighbouring element-wise ops into it). Adds minutes of compilation at start-up."""
+    compile_inductor_options: tuple[str, ...] = ()
+    """With train.compile on CUDA: further Inductor settings for the compiled pieces, each
+    ``"name=value"`` (a torch._inductor.config name, dotted for its sub-sections; a Python
+    literal of its type), e.g. ``["triton.enable_pdl=True"]``; applied after the two above,
+    so they can override them. For measuring Inductor's own options (``lobsurf bench
+    --inductor-option``); the H200 figures of those tried are in benchmarks/RESULTS.md."""
     overlap_target: bool = True
     """On CUDA: the target net's forward and the C51 target run on a second stream beside
     the online net's forward (parallel branches of the CUDA graph; the same kernels, so
@@ -168,6 +174,10 @@ class TrainConfig:
             raise ValueError(f"compile must be auto, true or false, got {self.compile!r}")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
+        from lobsurf.train.compile import parse_inductor_option
+
+        for text in self.compile_inductor_options:
+            parse_inductor_option(text)
 
 
 @dataclass(frozen=True)
