@@ -71,6 +71,19 @@ def micro_args(doc: str, batch: str = "1024,2048") -> argparse.Namespace:
     return ap.parse_args()
 
 
+def run_batches(doc: str, rows_of, title: str, file_name: str) -> None:
+    """A kernel micro-benchmark's main: ``rows_of(batch, reps)`` for each --batch, each row
+    printed as JSON as it comes, then ``report_rows`` (the folder --out made first)."""
+    args = micro_args(doc)
+    rows = []
+    for batch in (int(b) for b in args.batch.split(",")):
+        rows.append(rows_of(batch, args.reps))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    report_rows(rows, title, args.out, file_name)
+
+
 def report_rows(rows: list[dict], title: str, out: str | None, file_name: str) -> None:
     """Print each row's figures on one line under ``title``; write them all as JSON to
     ``out``/``file_name`` when ``out`` is given (the kernel micro-benchmarks' report)."""

@@ -17,16 +17,13 @@ graph and replayed (GPU time), every row and the last row only (the encoder's la
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
 from lobsurf.models import ssd_window_triton
 from lobsurf.models.mamba2 import normalise_gated
 
 # benchmarks/ is on sys.path when this runs as a script
-from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
+from bench_fused_block import graphed_ms, run_batches  # noqa: E402
 
 #: warps per program of the gated launches tried (4: the config's ssd_window_warps_fwd)
 WARPS = (4, 8)
@@ -81,15 +78,8 @@ def rows_of(batch: int, reps: int) -> dict:
 
 
 def main() -> None:
-    args = micro_args(__doc__)
-    rows = []
-    for batch in (int(b) for b in args.batch.split(",")):
-        rows.append(rows_of(batch, args.reps))
-        print(json.dumps(rows[-1]), flush=True)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-    report_rows(rows, "\nms per call (CUDA graph replay), bf16, no autograd; rel_diff: the "
-                "normalised rows against scan_norm's", args.out, "scan_gate.json")
+    run_batches(__doc__, rows_of, "\nms per call (CUDA graph replay), bf16, no autograd; "
+                "rel_diff: the normalised rows against scan_norm's", "scan_gate.json")
 
 
 if __name__ == "__main__":

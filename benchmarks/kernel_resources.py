@@ -9,7 +9,7 @@ device time is spent. The figures are this Triton's and ptxas's; the device's Tr
 allocate differently, so the GPU timing stays the judge.
 
     python benchmarks/kernel_resources.py [--warps 4,8] [--precision bf16,tf32]
-        [--window 64] [--maxnreg R] [--json F]
+        [--window 64] [--maxnreg R] [--per-window] [--json F]
 
 Runs on the CPU (TRITON_INTERPRET must be unset). Shape: the default block (D 128, P 64,
 N 64, H 4, K 64, conv width 4); ``--window`` sets the tile length K (32: what a program of
@@ -34,7 +34,8 @@ from pathlib import Path
 SHAPE = {"PW": 644, "H": 4, "P": 64, "N": 64, "WIDTH": 4, "KL": 64}
 #: arguments that carry the activations' dtype (the rest of the pointers are fp32)
 ACTIVATIONS = ("h_ptr", "z_ptr", "proj_ptr", "g_ptr", "o_ptr", "do_ptr", "dg_ptr", "dproj_ptr",
-               "xbc_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr")
+               "xbc_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr", "pre_ptr", "raw_dt_ptr",
+               "taps_ptr", "tap_bias_ptr")
 #: Hopper, compute capability 9.0
 ARCH = 90
 
@@ -44,6 +45,7 @@ def kernels() -> dict:
     from lobsurf.models import mamba2_fused_core as core
     from lobsurf.models import mamba2_fused_heads as heads
     from lobsurf.models import ssd_last_row_triton as last
+    from lobsurf.models import ssd_window_conv_triton as scan_conv
     from lobsurf.models import ssd_window_triton as scan
 
     return {"window fwd": core._core_fwd_kernel, "window bwd": core._core_bwd_kernel,
@@ -51,7 +53,8 @@ def kernels() -> dict:
             "scores bwd": heads._scores_bwd_kernel, "scan fwd": scan._ssd_window_fwd,
             "scan head bwd": scan._ssd_window_bwd_head, "scan scores bwd": scan._ssd_window_bwd_scores,
             "scan last bwd": last._ssd_window_bwd_last,
-            "in_proj conv": in_proj._in_proj_conv_kernel}
+            "in_proj conv": in_proj._in_proj_conv_kernel,
+            "scan conv fwd": scan_conv._ssd_window_conv_fwd}
 
 
 def ptxas_path() -> str:
@@ -66,20 +69,29 @@ def ptxas_path() -> str:
     raise SystemExit(f"no ptxas in {folder}")
 
 
-def signature(fn, activation: str, consts: dict) -> tuple[dict, dict]:
-    sig, cx = {}, {}
-    for name in inspect.signature(fn.fn).parameters:
+def signature(fn, activation: str, consts: dict) -> tuple[dict, dict, dict]:
+    """The kernel's argument types, its constexprs, and the attributes Triton gives a launch
+    on torch tensors: every pointer 16-byte aligned (torch's allocations, and the column
+    offsets the kernels are called at, are), so its loads can be vectors. Without them each
+    element of a tile is loaded alone, with a 64-bit address of its own: ptxas then reports
+    far more registers than a launch uses (the gated scan with the conv inside, one program
+    per (window, head) at 4 warps: 255 registers and 752 bytes of spill stores without
+    them, 255 and 12 with them)."""
+    sig, cx, attrs = {}, {}, {}
+    for i, name in enumerate(inspect.signature(fn.fn).parameters):
         if name in consts:
             sig[name], cx[name] = "constexpr", consts[name]
         elif name.endswith("_ptr"):
             sig[name] = activation if name in ACTIVATIONS else "*fp32"
+            attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             sig[name] = "fp32" if name == "eps" else "i32"
-    return sig, cx
+    return sig, cx, attrs
 
 
 def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
-              maxnreg: int | None = None, rows: int = 128, block_n: int = 64) -> dict:
+              maxnreg: int | None = None, rows: int = 128, block_n: int = 64,
+              per_head: int = 1) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -94,11 +106,14 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               "D": 128, "C": SHAPE["H"] * SHAPE["P"] + 2 * SHAPE["N"], "ROWS_": rows,
               "BN": block_n, "HT": 16, "LAST_ONLY": 0,
               # the scan forward without its gate (ssd_window_gated)
-              "GATED": 0, "ZALIGN": 1}
+              "GATED": 0, "ZALIGN": 1,
+              # the gated scan with the conv inside (ssd_window_conv_triton.py)
+              "W": SHAPE["WIDTH"], "XALIGN": 8, "THRESHOLD": 20.0,
+              "PER_HEAD": per_head, "HEAD_STAGES": 1}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
-    sig, cx = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
+    sig, cx, attrs = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()
-    compiled = triton.compile(ASTSource(fn, sig, cx), target=GPUTarget("cuda", ARCH, 32),
+    compiled = triton.compile(ASTSource(fn, sig, cx, attrs), target=GPUTarget("cuda", ARCH, 32),
                               options=options)
     seconds = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,6 +142,8 @@ def main() -> None:
     ap.add_argument("--maxnreg", type=int, default=None, help="registers per thread, at most")
     ap.add_argument("--rows", type=int, default=128, help="in_proj conv: rows per program")
     ap.add_argument("--block-n", type=int, default=64, help="in_proj conv: columns per product")
+    ap.add_argument("--per-window", action="store_true",
+                    help="scan conv fwd: one program per window (PER_HEAD off)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -141,7 +158,7 @@ def main() -> None:
                 row = {"kernel": name, "precision": precision, "warps": warps,
                        "window": args.window, "maxnreg": args.maxnreg,
                        **resources(table[name], precision, warps, args.window, args.maxnreg,
-                                  args.rows, args.block_n)}
+                                  args.rows, args.block_n, int(not args.per_window))}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     import triton

@@ -10,7 +10,7 @@ from lobsurf.cli import main
 
 ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
             "fused_core_programs", "fused_core_no_grad", "ssd_backend", "conv_backend",
-            "fused_in_proj", "scan_gate", "inductor_options",
+            "fused_in_proj", "scan_gate", "scan_conv", "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",

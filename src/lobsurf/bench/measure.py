@@ -98,6 +98,8 @@ class BenchConfig:
     """encoder.fused_in_proj: the no-grad forwards' pre-norm + in-projection + conv kernel."""
     scan_gate: str = EncoderConfig.scan_gate
     """encoder.scan_gate: the no-grad forwards' gated-norm gate inside the scan kernel."""
+    scan_conv: str = EncoderConfig.scan_conv
+    """encoder.scan_conv: the no-grad forwards' conv and dt softplus inside the gated scan."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -128,7 +130,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "fused_core_programs": cfg.fused_core_programs,
                     "fused_core_no_grad": cfg.fused_core_no_grad,
                     "ssd_backend": cfg.ssd_backend, "conv_backend": cfg.conv_backend,
-                    "fused_in_proj": cfg.fused_in_proj, "scan_gate": cfg.scan_gate},
+                    "fused_in_proj": cfg.fused_in_proj, "scan_gate": cfg.scan_gate,
+                    "scan_conv": cfg.scan_conv},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
@@ -252,6 +255,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "conv_backend": cfg.conv_backend,
                            "fused_in_proj": cfg.fused_in_proj,
                            "scan_gate": cfg.scan_gate,
+                           "scan_conv": cfg.scan_conv,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}

@@ -131,6 +131,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-gate", choices=["auto", "torch", "triton"],
                         default=d.scan_gate, help="the no-grad forwards' gated-norm gate "
                         "inside the one-chunk scan kernel (encoder.scan_gate)")
+    parser.add_argument("--scan-conv", choices=["auto", "torch", "triton"],
+                        default=d.scan_conv, help="the no-grad forwards' conv + SiLU and dt "
+                        "softplus inside the gated scan's kernel (encoder.scan_conv)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -173,7 +176,8 @@ def _config(args: argparse.Namespace):
                            fused_core_programs=args.fused_core_programs,
                            fused_core_no_grad=args.fused_core_no_grad,
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
-                           fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate)
+                           fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate,
+                           scan_conv=args.scan_conv)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -315,7 +319,8 @@ def run(args: argparse.Namespace) -> int:
           f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
           f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
           f"{f', in-projection {cfg.fused_in_proj}' if cfg.fused_in_proj != 'torch' else ''}"
-          f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}")
+          f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
+          f"{f', conv in the scan {cfg.scan_conv}' if cfg.scan_conv != 'torch' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -125,6 +125,18 @@ class EncoderConfig:
     kernel with the gate took 0.069 ms at B = 1024 against 0.060 without it and 0.100 with
     Inductor's norm after it; the B = 1024 / 4-layer step 206.5 -> 211.0 steps/s side by side
     (2 layers 393.2 -> 394.8; benchmarks/RESULTS.md, nineteenth session)."""
+    scan_conv: Literal["auto", "torch", "triton"] = "torch"
+    """The causal conv + SiLU and the dt softplus of the forwards where the gated scan runs
+    (``scan_gate``: without autograd and state, on the block's own in-projection): "torch"
+    (the default) = the conv (``conv_backend``) and PyTorch's softplus before the gated
+    scan; "auto" = on CUDA inside the gated scan's kernel, which reads the in-projection's
+    columns itself (``ssd_window_conv_triton.py``), so the convolved [B, L, E + 2N] tensor
+    is neither written nor read back and the conv and softplus kernels are gone; "triton" =
+    insist wherever the gated scan runs (on CPU only under Triton's interpreter). Off by
+    default: its first version (one program per (window, head), 4 warps) took the
+    B = 1024 / 2-layer step from 462.8 to 386.6 steps/s on the H200; in the bench's
+    profiled pass its kernel took 0.93 ms per step, the conv and scan calls it replaces
+    about 0.43 (benchmarks/RESULTS.md, twenty-fifth session)."""
     fused_core_no_grad: bool = False
     """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
     in the forwards without autograd too (acting on B windows, the target net on 2B), where
@@ -203,7 +215,8 @@ class EncoderConfig:
         if self.conv_backend not in CONV_BACKENDS:
             raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}, got "
                              f"{self.conv_backend!r}")
-        for name in ("fused_inference", "fused_training", "fused_in_proj", "scan_gate"):
+        for name in ("fused_inference", "fused_training", "fused_in_proj", "scan_gate",
+                     "scan_conv"):
             if getattr(self, name) not in ("auto", "torch", "triton"):
                 raise ValueError(f"{name} must be auto, torch or triton, got "
                                  f"{getattr(self, name)!r}")

@@ -27,8 +27,10 @@ runs a block's pre-norm, in-projection, conv and dt of the forwards without auto
 kernel (``in_proj_conv_triton.py``, ``Mamba2Mixer.forward_from_block_input``).
 ``scan_gate`` (on by default on CUDA) has the one-chunk scan kernel of the forwards without
 autograd apply the gated norm's gate and weight and write each row's sums of squares, the
-norm's 1 / rms applied after the out-projection (``Mamba2Mixer._gated_scan_out``). The PyTorch
-code here stays the CPU path and the reference.
+norm's 1 / rms applied after the out-projection (``Mamba2Mixer._gated_scan_out``);
+``scan_conv`` (opt-in) has that kernel compute the conv + SiLU and dt softplus too, from the
+in-projection's columns (``ssd_window_conv_triton.py``). The PyTorch code here stays the CPU
+path and the reference.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from lobsurf.models import (
     mamba2_fused_core,
     mamba2_fused_heads,
     ssd_triton,
+    ssd_window_conv_triton,
     ssd_window_triton,
 )
 from lobsurf.models.align import device_multiple, linear_padded_out
@@ -283,6 +286,8 @@ class Mamba2Mixer(nn.Module):
                 xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
             else:
                 z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
+            if state is None and self._scan_conv(xbc):
+                return self._gated_scan_out(xbc, dt, z, last_only, conv_inside=True)
             xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
             dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
         if state is None and self._scan_gate(xbc):
@@ -326,14 +331,29 @@ class Mamba2Mixer(nn.Module):
             not torch.is_grad_enabled() and self._use_window_kernel(xbc, None), True,
             "the one-chunk scan kernel", "", choice_name="triton")
 
+    def _scan_conv(self, pre: torch.Tensor) -> bool:
+        # scan_conv: where the gated scan runs, its kernel takes the conv and dt softplus too
+        return mamba2_fused.use_fused(
+            self.cfg.scan_conv, "scan_conv", pre, self._scan_gate(pre), True,
+            "the gated scan (scan_gate)", "", choice_name="triton")
+
     def _gated_scan_out(self, xbc: torch.Tensor, dt: torch.Tensor, z: torch.Tensor,
-                        last_only: bool) -> torch.Tensor:
+                        last_only: bool, conv_inside: bool = False) -> torch.Tensor:
         # out_proj(RMSNorm(y SiLU(z)) w) as rstd * out_proj(g w): the scan kernel writes g w
-        # and each row's per-head sum of g^2; the per-row 1 / rms commutes with the product
+        # and each row's per-head sum of g^2; the per-row 1 / rms commutes with the product.
+        # conv_inside: xbc and dt are the in-projection's columns before the conv and the
+        # softplus, which the kernel computes (``scan_conv``)
         cfg = self.cfg
-        g, ss = ssd_window_triton.ssd_window_gated(
-            xbc, dt, -torch.exp(self.A_log.float()), self.D, z, self.norm_weight, cfg.headdim,
-            cfg.d_state, cfg.ssd_window_warps_fwd, last_only)
+        A = -torch.exp(self.A_log.float())
+        if conv_inside:
+            g, ss = ssd_window_conv_triton.ssd_window_gated_conv(
+                xbc, dt, self.conv_weight.to(xbc.dtype), self.conv_bias.to(xbc.dtype),
+                self.dt_bias, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
+                cfg.ssd_window_warps_fwd, last_only)
+        else:
+            g, ss = ssd_window_triton.ssd_window_gated(
+                xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
+                cfg.ssd_window_warps_fwd, last_only)
         out = self.out_proj(g)
         rstd = torch.rsqrt(ss.sum(-1, keepdim=True) / cfg.d_inner + cfg.norm_eps)
         return (out.float() * rstd).to(out.dtype)

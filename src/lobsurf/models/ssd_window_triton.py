@@ -111,15 +111,22 @@ if triton is not None:
 
     @triton.jit
     def _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q: tl.constexpr):
-        # dt [Q] of head h (0 past the window), cum [Q] = cumsum(dt A) and the masked
-        # decay [Q, Q] = exp(cum_i - cum_j) for j <= i, else 0 (masked before the exp).
+        # dt [Q] of head h (0 past the window) with its cum and decay (``decay_of``)
         i = tl.arange(0, Q)
         valid = i < L
         dt = tl.load(dt_ptr + b * s_dtb + i * s_dtl + h, mask=valid, other=0.0).to(tl.float32)
+        cum, decay = decay_of(dt, A, Q)
+        return dt, cum, decay
+
+    @triton.jit
+    def decay_of(dt, A, Q: tl.constexpr):
+        # cum [Q] = cumsum(dt A) and the masked decay [Q, Q] = exp(cum_i - cum_j) for j <= i,
+        # else 0 (masked before the exp)
+        i = tl.arange(0, Q)
         cum = tl.cumsum(dt * A, 0)
         causal = i[:, None] >= i[None, :]
         seg = tl.where(causal, cum[:, None] - cum[None, :], float("-inf"))
-        return dt, cum, tl.exp(seg)
+        return cum, tl.exp(seg)
 
     @triton.jit
     def _ssd_window_fwd(xbc_ptr, dt_ptr, a_ptr, d_ptr, y_ptr, z_ptr, w_ptr, ss_ptr, L, H, s_b,
@@ -148,6 +155,19 @@ if triton is not None:
         Dh = tl.load(d_ptr + h).to(tl.float32)
         dt, _cum, decay = _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q)
         scores = _mma(Cm, tl.trans(Bm), BF16, PREC)  # [Q, Q] fp32
+        _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, b, h, L, s_yb,
+                  s_yl, s_zb, s_zl, s_ssb, s_ssl, P, Q, LAST_ONLY, GATED, ZALIGN, BF16, PREC)
+
+    @triton.jit
+    def _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, b, h, L, s_yb,
+                  s_yl, s_zb, s_zl, s_ssb, s_ssl, P: tl.constexpr, Q: tl.constexpr,
+                  LAST_ONLY: tl.constexpr, GATED: tl.constexpr, ZALIGN: tl.constexpr,
+                  BF16: tl.constexpr, PREC: tl.constexpr):
+        # y = (scores o decay) (dt x) + D x of window b, head h from its [Q, P] x tile (zero
+        # past the window), the window's scores C B^T and D_h, stored as ``_ssd_window_fwd``
+        # says
+        i = tl.arange(0, Q)
+        p = tl.arange(0, P)
         xf = x.to(tl.float32)
         y = _mma(scores * decay, xf * dt[:, None], BF16, PREC) + Dh * xf
         kept = ((i == L - 1) if LAST_ONLY else i < L)[:, None]
@@ -309,28 +329,48 @@ def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     _check(xbc, dt, heads, headdim, d_state)
+    g, ss, align = gate_buffers(xbc, z, weight, heads, headdim, last_only)
+    _ssd_window_fwd[(batch * heads,)](
+        xbc, dt, A.float().contiguous(), D.float().contiguous(), g, z,
+        weight.float().contiguous(), ss, length, heads, xbc.stride(0), xbc.stride(1),
+        dt.stride(0), dt.stride(1), *gate_strides(g, z, ss, align, last_only),
+        E=heads * headdim, N=d_state, P=headdim, LAST_ONLY=last_only, GATED=True,
+        ZALIGN=align, **_flags(xbc), num_warps=warps)
+    return g, ss
+
+
+def gate_buffers(xbc: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, heads: int,
+                 headdim: int, last_only: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The gated scan's outputs g w and ss (empty) after checking z and the norm weight, and
+    z's row alignment (``conv_triton.row_alignment``: its strides go in units of it)."""
+    batch, length, _ = xbc.shape
     E = heads * headdim
     rows = (batch, E) if last_only else (batch, length, E)
     if z.shape != rows or z.stride(-1) != 1 or weight.shape != (E,):
         raise ValueError(f"ssd_window_gated: z {tuple(z.shape)} stride {z.stride()} and "
                          f"weight {tuple(weight.shape)} for {rows} rows of {E} channels")
-    align = conv_triton.row_alignment(z, 1 if last_only else 2)
-    g = xbc.new_empty(rows)
     ss = torch.empty(rows[:-1] + (heads,), device=xbc.device, dtype=torch.float32)
-    _ssd_window_fwd[(batch * heads,)](
-        xbc, dt, A.float().contiguous(), D.float().contiguous(), g, z,
-        weight.float().contiguous(), ss, length, heads, xbc.stride(0), xbc.stride(1),
-        dt.stride(0), dt.stride(1), g.stride(0), 0 if last_only else g.stride(1),
-        z.stride(0) // align, 0 if last_only else z.stride(1) // align, ss.stride(0),
-        0 if last_only else ss.stride(1), E=E, N=d_state, P=headdim, LAST_ONLY=last_only,
-        GATED=True, ZALIGN=align, **_flags(xbc), num_warps=warps)
-    return g, ss
+    return xbc.new_empty(rows), ss, conv_triton.row_alignment(z, 1 if last_only else 2)
+
+
+def gate_strides(g: torch.Tensor, z: torch.Tensor, ss: torch.Tensor, align: int,
+                 last_only: bool) -> tuple[int, ...]:
+    """The gated scan kernel's s_yb, s_yl, s_zb, s_zl (z's in units of ``align``), s_ssb,
+    s_ssl: the row strides 0 for the last row only."""
+    if last_only:
+        return g.stride(0), 0, z.stride(0) // align, 0, ss.stride(0), 0
+    return (g.stride(0), g.stride(1), z.stride(0) // align, z.stride(1) // align,
+            ss.stride(0), ss.stride(1))
 
 
 @_ssd_window_gated_op.register_fake
 def _(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only):
+    return gated_like(xbc, A.shape[0], headdim, last_only)
+
+
+def gated_like(xbc: torch.Tensor, heads: int, headdim: int, last_only: bool):
+    """Empty (g w, ss) as the gated scan returns them (the ops' fake implementations)."""
     batch, length, _ = xbc.shape
-    heads = A.shape[0]
     rows = (batch, heads * headdim) if last_only else (batch, length, heads * headdim)
     return (xbc.new_empty(rows),
             xbc.new_empty(rows[:-1] + (heads,), dtype=torch.float32))
