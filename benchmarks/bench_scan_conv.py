@@ -9,7 +9,7 @@ encoder's last layer):
 - ``apart``: the conv kernel (``conv_triton.conv_silu``), PyTorch's softplus, then
   ``ssd_window_gated`` (``scan_conv = "torch"``: what the kernel replaces);
 - ``fused_{head|window}_w{warps}``: ``ssd_window_gated_conv`` with one program per
-  (window, head) or per window (``PER_HEAD``), at each number of warps; rel_diff: its
+  (window, head) or per window (``per_head``), at each number of warps; rel_diff: its
   g w against ``apart``'s.
 
     python benchmarks/bench_scan_conv.py --batch 1024,2048 --out OUT
@@ -62,12 +62,11 @@ def rows_of(batch: int, reps: int) -> dict:
             want = apart()[0].float()
             for per_head, warps in LAUNCHES:
                 name = f"{tag}_fused_{'head' if per_head else 'window'}_w{warps}"
-                ssd_window_conv_triton.PER_HEAD = per_head
 
-                def fused(warps=warps, last=last, zz=zz):
+                def fused(warps=warps, last=last, zz=zz, per_head=per_head):
                     return ssd_window_conv_triton.ssd_window_gated_conv(
                         pre, raw, conv_w, conv_b, dt_bias, A, D, zz, w, HEADDIM, D_STATE,
-                        warps, last)
+                        warps, last, per_head)
 
                 row[f"{name}_ms"] = graphed_ms(fused, reps)
                 got = fused()[0].float()

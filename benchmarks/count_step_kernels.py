@@ -252,13 +252,17 @@ def main(argv: list[str] | None = None) -> int:
                    default=COUNT.scan_gate, help="encoder.scan_gate of the counted step")
     p.add_argument("--scan-conv", choices=["auto", "torch", "triton"],
                    default=COUNT.scan_conv, help="encoder.scan_conv of the counted step")
+    p.add_argument("--scan-conv-programs", choices=["head", "window"],
+                   default=COUNT.scan_conv_programs,
+                   help="encoder.scan_conv_programs of the counted step")
     args = p.parse_args(argv)
     for item in args.inductor:
         key, _, value = item.partition("=")
         setattr(torch._inductor.config, key, ast.literal_eval(value))
     cfg = dataclasses.replace(COUNT, profile_steps=args.steps, conv_backend=args.conv_backend,
                               fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate,
-                              scan_conv=args.scan_conv)
+                              scan_conv=args.scan_conv,
+                              scan_conv_programs=args.scan_conv_programs)
     device = args.device
     if not device.startswith("cuda"):
         # Inductor's C++ kernels show in the CPU profile only with its kernel profile on

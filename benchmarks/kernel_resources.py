@@ -96,6 +96,8 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from lobsurf.models import ssd_window_conv_triton as scan_conv
+
     consts = {**SHAPE, "KL": window, "BF16": int(precision == "bf16"),
               "TF32": int(precision == "tf32"), "PART": 1,
               # the one-chunk scan's (ssd_window_triton.py) names for E, the tile and TF32
@@ -109,7 +111,7 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               "GATED": 0, "ZALIGN": 1,
               # the gated scan with the conv inside (ssd_window_conv_triton.py)
               "W": SHAPE["WIDTH"], "XALIGN": 8, "THRESHOLD": 20.0,
-              "PER_HEAD": per_head, "HEAD_STAGES": 1}
+              "PER_HEAD": per_head, "HEAD_STAGES": scan_conv.HEAD_STAGES}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx, attrs = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()
@@ -143,7 +145,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=128, help="in_proj conv: rows per program")
     ap.add_argument("--block-n", type=int, default=64, help="in_proj conv: columns per product")
     ap.add_argument("--per-window", action="store_true",
-                    help="scan conv fwd: one program per window (PER_HEAD off)")
+                    help="scan conv fwd: one program per window (per_head off)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":

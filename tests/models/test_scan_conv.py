@@ -102,20 +102,19 @@ def test_scan_with_the_conv_matches_float64_inside_its_tensors(batch, length, he
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
 def test_one_program_per_window_matches_float64_too(batch, length, heads, headdim, d_state,
-                                                    dtype, last_only, monkeypatch):
-    # the other grid (PER_HEAD off): B, C and their scores once per window, a loop over heads
+                                                    dtype, last_only):
+    # the other grid (per_head off): B, C and their scores once per window, a loop over heads
     from tests.models.triton_bounds import bounds_checked
 
     if torch.cuda.is_available():
         pytest.skip("interpreter test (CPU); the GPU tests run the compiled kernel")
-    monkeypatch.setattr(ssd_window_conv_triton, "PER_HEAD", False)
     pre, dt_raw, conv_w, conv_b, dt_bias, A, D, z, weight = _inputs(
         batch, length, heads, headdim, d_state, dtype, last_only, length + 1, ROW_PADS[-1],
         WIDTHS[0])
     with bounds_checked():
         gw, ss = ssd_window_conv_triton.ssd_window_gated_conv(
             pre, dt_raw, conv_w, conv_b, dt_bias, A, D, z, weight, headdim, d_state,
-            last_only=last_only)
+            last_only=last_only, per_head=False)
     xbc, dt = _float64_conv_dt(pre, dt_raw, conv_w, conv_b, dt_bias)
     want_gw, want_ss, _ = _float64_gate(xbc, dt, A, D, z, weight, heads, headdim, d_state,
                                         last_only)
@@ -163,22 +162,31 @@ def _blocks(length, device, **options):
     return fast.to(device), ref
 
 
+@pytest.mark.parametrize("programs", ["head", "window"])
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("length", [37, 64])
 def test_block_with_the_conv_in_the_scan_matches_the_float64_pytorch_block(length, last_only,
+                                                                           programs,
                                                                            monkeypatch):
+    # each grid of scan_conv_programs, reached from the block's config
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
-    fused = count_calls(monkeypatch, ssd_window_conv_triton, "ssd_window_gated_conv")
+    real, fused = ssd_window_conv_triton.ssd_window_gated_conv, []
+
+    def recorded(*args):  # the mixer's call, positional: per_head last
+        fused.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(ssd_window_conv_triton, "ssd_window_gated_conv", recorded)
     gated = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
     conv = count_calls(monkeypatch, conv_triton, "conv_silu")
-    fast, ref = _blocks(length, device, scan_conv="triton")
+    fast, ref = _blocks(length, device, scan_conv="triton", scan_conv_programs=programs)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
     with torch.no_grad():
         got = fast(h.to(device), last_only=last_only).cpu()
         want = ref(h.double(), last_only=last_only)
-    assert (len(fused), len(gated), len(conv)) == (1, 0, 0)
+    assert (fused, len(gated), len(conv)) == ([programs == "head"], 0, 0)
     err = _rel(got, want)
     assert err < TOL[torch.float32], f"relative error {err:.2e}"
 
@@ -206,9 +214,13 @@ def test_the_conv_stays_outside_the_scan_under_autograd_with_torch_and_on_cpu(mo
     assert not fused and len(gated) == 1
 
 
-def test_scan_conv_takes_only_its_three_choices():
+def test_scan_conv_takes_only_its_choices():
     with pytest.raises(ValueError, match="scan_conv"):
         EncoderConfig(scan_conv="kernel")
+    with pytest.raises(ValueError, match="scan_conv_programs"):
+        EncoderConfig(scan_conv_programs="row")
+    with pytest.raises(ValueError, match="scan_conv_warps"):
+        EncoderConfig(scan_conv_warps=0)
 
 
 @pytest.mark.gpu

@@ -100,10 +100,14 @@ class BenchConfig:
     """encoder.scan_gate: the no-grad forwards' gated-norm gate inside the scan kernel."""
     scan_conv: str = EncoderConfig.scan_conv
     """encoder.scan_conv: the no-grad forwards' conv and dt softplus inside the gated scan."""
+    scan_conv_programs: str = EncoderConfig.scan_conv_programs
+    """encoder.scan_conv_programs: that kernel's grid (per (window, head) or per window)."""
+    scan_conv_warps: int = EncoderConfig.scan_conv_warps
+    """encoder.scan_conv_warps: Triton warps per program of that kernel."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
-                     "top_ops"):
+                     "top_ops", "scan_conv_warps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.prefill_steps < 1:
@@ -131,7 +135,9 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "fused_core_no_grad": cfg.fused_core_no_grad,
                     "ssd_backend": cfg.ssd_backend, "conv_backend": cfg.conv_backend,
                     "fused_in_proj": cfg.fused_in_proj, "scan_gate": cfg.scan_gate,
-                    "scan_conv": cfg.scan_conv},
+                    "scan_conv": cfg.scan_conv,
+                    "scan_conv_programs": cfg.scan_conv_programs,
+                    "scan_conv_warps": cfg.scan_conv_warps},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
@@ -256,6 +262,8 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "fused_in_proj": cfg.fused_in_proj,
                            "scan_gate": cfg.scan_gate,
                            "scan_conv": cfg.scan_conv,
+                           "scan_conv_programs": cfg.scan_conv_programs,
+                           "scan_conv_warps": cfg.scan_conv_warps,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}

@@ -134,6 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-conv", choices=["auto", "torch", "triton"],
                         default=d.scan_conv, help="the no-grad forwards' conv + SiLU and dt "
                         "softplus inside the gated scan's kernel (encoder.scan_conv)")
+    parser.add_argument("--scan-conv-programs", choices=["head", "window"],
+                        default=d.scan_conv_programs, help="that kernel's grid: a program "
+                        "per (window, head) or per window (encoder.scan_conv_programs)")
+    parser.add_argument("--scan-conv-warps", type=int, default=d.scan_conv_warps,
+                        help="Triton warps per program of that kernel (encoder.scan_conv_warps)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -154,6 +159,14 @@ def _adam_path(cfg, cuda: bool) -> str:
     if cfg.flat_parameters:
         return "flat (one kernel with Polyak)"
     return "fused" if cfg.fused_adam and cuda else "multi-tensor"
+
+
+def _scan_conv_note(cfg) -> str:
+    """The header's note of encoder.scan_conv and its launch (none when "torch")."""
+    if cfg.scan_conv == "torch":
+        return ""
+    return (f", conv in the scan {cfg.scan_conv} (programs per {cfg.scan_conv_programs}, "
+            f"{cfg.scan_conv_warps} warps)")
 
 
 def _inductor_note(options: tuple[str, ...]) -> str:
@@ -177,7 +190,9 @@ def _config(args: argparse.Namespace):
                            fused_core_no_grad=args.fused_core_no_grad,
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
                            fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate,
-                           scan_conv=args.scan_conv)
+                           scan_conv=args.scan_conv,
+                           scan_conv_programs=args.scan_conv_programs,
+                           scan_conv_warps=args.scan_conv_warps)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -320,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
           f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
           f"{f', in-projection {cfg.fused_in_proj}' if cfg.fused_in_proj != 'torch' else ''}"
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
-          f"{f', conv in the scan {cfg.scan_conv}' if cfg.scan_conv != 'torch' else ''}")
+          f"{_scan_conv_note(cfg)}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -137,6 +137,13 @@ class EncoderConfig:
     B = 1024 / 2-layer step from 462.8 to 386.6 steps/s on the H200; in the bench's
     profiled pass its kernel took 0.93 ms per step, the conv and scan calls it replaces
     about 0.43 (benchmarks/RESULTS.md, twenty-fifth session)."""
+    scan_conv_programs: Literal["head", "window"] = "head"
+    """Grid of ``scan_conv``'s kernel: "head" = one program per (window, head), each
+    convolving the window's B and C and computing their scores itself (what was measured);
+    "window" = one per window, B, C and the scores once and the heads in a loop (half the
+    conv's arithmetic, more registers per program; not yet measured on a GPU)."""
+    scan_conv_warps: int = 4
+    """Triton warps per program of ``scan_conv``'s kernel."""
     fused_core_no_grad: bool = False
     """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
     in the forwards without autograd too (acting on B windows, the target net on 2B), where
@@ -201,7 +208,7 @@ class EncoderConfig:
                     "chunk_size", "in_proj_pad_multiple", "cuda_gemm_align_bytes",
                     "ssd_triton_warps_fwd", "ssd_triton_warps_bwd", "ssd_window_warps_fwd",
                     "ssd_window_warps_bwd", "ssd_window_warps_bwd_last", "fused_warps",
-                    "fused_head_warps",
+                    "fused_head_warps", "scan_conv_warps",
                     "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:
             if getattr(self, name) < 1:
@@ -220,9 +227,10 @@ class EncoderConfig:
             if getattr(self, name) not in ("auto", "torch", "triton"):
                 raise ValueError(f"{name} must be auto, torch or triton, got "
                                  f"{getattr(self, name)!r}")
-        if self.fused_core_programs not in ("window", "head"):
-            raise ValueError(f"fused_core_programs must be window or head, got "
-                             f"{self.fused_core_programs!r}")
+        for name in ("fused_core_programs", "scan_conv_programs"):
+            if getattr(self, name) not in ("window", "head"):
+                raise ValueError(f"{name} must be window or head, got "
+                                 f"{getattr(self, name)!r}")
         if not 0 < self.dt_min <= self.dt_max:
             raise ValueError("need 0 < dt_min <= dt_max")
         if not 0 < self.a_init_min <= self.a_init_max:

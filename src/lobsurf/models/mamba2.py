@@ -349,7 +349,7 @@ class Mamba2Mixer(nn.Module):
             g, ss = ssd_window_conv_triton.ssd_window_gated_conv(
                 xbc, dt, self.conv_weight.to(xbc.dtype), self.conv_bias.to(xbc.dtype),
                 self.dt_bias, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
-                cfg.ssd_window_warps_fwd, last_only)
+                cfg.scan_conv_warps, last_only, cfg.scan_conv_programs == "head")
         else:
             g, ss = ssd_window_triton.ssd_window_gated(
                 xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,

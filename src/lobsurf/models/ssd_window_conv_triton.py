@@ -13,20 +13,22 @@ in-projection's columns themselves and compute
 
 in registers (each tap a load of the same rows shifted, from cache), then run the gated
 scan (``ssd_window_triton._scan_out``). The convolved tensor is never written, nor read.
-Two grids (``PER_HEAD``): one program per (window, head), each convolving the window's B
-and C itself (H times the conv's arithmetic on those 2N columns, and H times their scores
-C B^T), or one per window, B, C and the scores once and the heads in a loop (more
-registers per program). The conv's sums are fp32 and its outputs are rounded to the input
-dtype before the products, as the conv kernel's store rounds them.
+Two grids (``per_head``, ``EncoderConfig.scan_conv_programs``): one program per (window,
+head), each convolving the window's B and C itself (H times the conv's arithmetic on those
+2N columns, and H times their scores C B^T), or one per window, B, C and the scores once
+and the heads in a loop (more registers per program). The conv's sums are fp32 and its
+outputs are rounded to the input dtype before the products, as the conv kernel's store
+rounds them.
 
 Opt-in (``EncoderConfig.scan_conv``, ``Mamba2Mixer._gated_scan_out``): the first version
 (per (window, head), 4 warps, fp32 tiles) was slower than the conv and scan kernels it
-replaces on the H200 (benchmarks/RESULTS.md, twenty-fifth session); the grids and warps are
-compared by ``benchmarks/bench_scan_conv.py``. The PyTorch conv, softplus, scan and gated
-norm stay the CPU path and the reference (tests compare the two, and the kernel against
-float64 step by step). Registered as ``torch.ops.lobsurf.ssd_window_gated_conv`` so
-torch.compile treats it as one opaque call and CUDA graphs capture it. Runs on CUDA, and on
-CPU tensors under Triton's interpreter (TRITON_INTERPRET=1), which the tests use.
+replaces on the H200 (benchmarks/RESULTS.md, twenty-fifth session); the grids and warps
+are compared by ``benchmarks/bench_scan_conv.py`` and ``benchmarks/gpu_scan_conv.sh``.
+The PyTorch conv, softplus, scan and gated norm stay the CPU path and the reference (tests
+compare the two, and the kernel against float64 step by step). Registered as
+``torch.ops.lobsurf.ssd_window_gated_conv`` so torch.compile treats it as one opaque call
+and CUDA graphs capture it. Runs on CUDA, and on CPU tensors under Triton's interpreter
+(TRITON_INTERPRET=1), which the tests use.
 """
 
 from __future__ import annotations
@@ -43,9 +45,6 @@ except ImportError:  # CPU-only installs: the PyTorch conv and scan are used ins
     triton = None
 
 
-PER_HEAD = True
-"""One program per (window, head), each convolving B and C itself; False: one per window,
-B, C and their scores once, the heads in a loop."""
 HEAD_STAGES = 1
 """Software-pipelining stages of the head loop (one program per window)."""
 
@@ -128,8 +127,8 @@ if triton is not None:
 def ssd_window_gated_conv(pre: torch.Tensor, dt_raw: torch.Tensor, conv_weight: torch.Tensor,
                           conv_bias: torch.Tensor, dt_bias: torch.Tensor, A: torch.Tensor,
                           D: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, headdim: int,
-                          d_state: int, warps: int = 4, last_only: bool = False
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
+                          d_state: int, warps: int = 4, last_only: bool = False,
+                          per_head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """``ssd_window_triton.ssd_window_gated`` of xbc = SiLU(causal conv(pre)) and
     dt = softplus(dt_raw + dt_bias), both computed in the kernel: (g w, ss), no backward.
 
@@ -137,10 +136,11 @@ def ssd_window_gated_conv(pre: torch.Tensor, dt_raw: torch.Tensor, conv_weight: 
     axis contiguous; a strided view of the in-projection is fine); dt_raw: [B, L, H] before
     the bias and softplus (any strides); conv_weight [W, H*P + 2N] (tap k multiplies the
     input at t - (W-1) + k) and conv_bias [H*P + 2N], in pre's dtype as the conv takes them;
-    dt_bias [H]; A, D, z, weight as ``ssd_window_gated`` takes them.
+    dt_bias [H]; A, D, z, weight as ``ssd_window_gated`` takes them. ``per_head``: one
+    program per (window, head), else one per window looping over the heads.
     """
     return _ssd_window_gated_conv_op(pre, dt_raw, conv_weight, conv_bias, dt_bias, A, D, z,
-                                     weight, headdim, d_state, warps, last_only)
+                                     weight, headdim, d_state, warps, last_only, per_head)
 
 
 @torch.library.custom_op("lobsurf::ssd_window_gated_conv", mutates_args=())
@@ -148,7 +148,7 @@ def _ssd_window_gated_conv_op(pre: torch.Tensor, dt_raw: torch.Tensor,
                               conv_weight: torch.Tensor, conv_bias: torch.Tensor,
                               dt_bias: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                               z: torch.Tensor, weight: torch.Tensor, headdim: int,
-                              d_state: int, warps: int, last_only: bool
+                              d_state: int, warps: int, last_only: bool, per_head: bool
                               ) -> tuple[torch.Tensor, torch.Tensor]:
     batch, length, channels = pre.shape
     heads = A.shape[0]
@@ -161,19 +161,19 @@ def _ssd_window_gated_conv_op(pre: torch.Tensor, dt_raw: torch.Tensor,
                          f"for {channels} channels and {heads} heads")
     g, ss, z_align = ssd_window_triton.gate_buffers(pre, z, weight, heads, headdim, last_only)
     pre_align = conv_triton.row_alignment(pre)
-    _ssd_window_conv_fwd[(batch * heads if PER_HEAD else batch,)](
+    _ssd_window_conv_fwd[(batch * heads if per_head else batch,)](
         pre, dt_raw, conv_weight.contiguous(), conv_bias.contiguous(), dt_bias.contiguous(),
         A.float().contiguous(), D.float().contiguous(), g, z, weight.float().contiguous(), ss,
         length, heads, pre.stride(0) // pre_align, pre.stride(1) // pre_align,
         dt_raw.stride(0), dt_raw.stride(1),
         *ssd_window_triton.gate_strides(g, z, ss, z_align, last_only), E=heads * headdim,
         N=d_state, P=headdim, W=width, LAST_ONLY=last_only, XALIGN=pre_align, ZALIGN=z_align,
-        THRESHOLD=SOFTPLUS_THRESHOLD, PER_HEAD=PER_HEAD, HEAD_STAGES=HEAD_STAGES,
+        THRESHOLD=SOFTPLUS_THRESHOLD, PER_HEAD=per_head, HEAD_STAGES=HEAD_STAGES,
         **ssd_window_triton._flags(pre), num_warps=warps)
     return g, ss
 
 
 @_ssd_window_gated_conv_op.register_fake
 def _(pre, dt_raw, conv_weight, conv_bias, dt_bias, A, D, z, weight, headdim, d_state, warps,
-      last_only):
+      last_only, per_head):
     return ssd_window_triton.gated_like(pre, A.shape[0], headdim, last_only)
