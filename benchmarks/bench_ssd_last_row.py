@@ -1,6 +1,7 @@
-"""The one-chunk SSD's backward when only the last row has a gradient (the encoder's last
-layer), on CUDA: the last-row kernel (``ssd_last_row_triton``) against the general backward
-on the zero-padded gradient (what ran before it).
+"""The one-chunk SSD when only the last row is wanted (the encoder's last layer), on CUDA:
+the last-row backward (``ssd_last_row_triton``) against the general backward on the
+zero-padded gradient (what ran before it), and the last-row forward as vectors
+(``scan_last_row = "vector"``) against the tile kernel, with and without the gate.
 
 For each batch of windows (K = 64, the default block: P 64, N 64, H 4; xbc as conv_dt
 writes it, [B, K, 384] contiguous), bf16, every call captured in a CUDA graph and replayed
@@ -11,7 +12,11 @@ writes it, [B, K, 384] contiguous), bf16, every call captured in a CUDA graph an
 - ``last_w{warps}``: ``ssd_window_bwd_last`` at each number of warps (its rel_diff: d xbc,
   d dt, d A and d D against ``padded``'s);
 - ``fwd_bwd``: the op's forward with ``last_only`` and the backward through autograd
-  (the last-row kernel, at ``ssd_window``'s default 4 warps) for scale.
+  (the last-row kernel, at ``ssd_window``'s default 4 warps) for scale;
+- ``fwd_tile`` / ``gated_tile``: the forward's tile kernel (``_ssd_window_fwd``, 4 warps)
+  with ``last_only``, without and with the gate (z [B, H P]);
+- ``fwd_vector_w{warps}`` / ``gated_vector_w{warps}``: the vector forward at each number of
+  warps (rel_diff: against the tile kernel's).
 
     python benchmarks/bench_ssd_last_row.py --batch 1024,2048 --out OUT
 """
@@ -26,7 +31,7 @@ from lobsurf.models import ssd_last_row_triton, ssd_window_triton
 from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
 
 #: warps per program of the last-row launches tried (2: the config's
-#: ssd_window_warps_bwd_last)
+#: ssd_window_warps_bwd_last and ssd_window_warps_fwd_last)
 WARPS = (2, 4, 8)
 HEADS, HEADDIM, D_STATE, WINDOW = 4, 64, 64, 64
 
@@ -73,7 +78,34 @@ def rows_of(batch: int, reps: int) -> dict:
         return torch.autograd.grad(y, leaves, dy)
 
     row["fwd_bwd_ms"] = graphed_ms(fwd_bwd, reps)
+    forward_rows(row, xbc, dt, A, D, reps)
     return row
+
+
+def forward_rows(row: dict, xbc, dt, A, D, reps: int) -> None:
+    """The last row's forwards, tile against vector, without and with the gate."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    z = torch.randn(xbc.shape[0], HEADS * HEADDIM, device="cuda", generator=g).bfloat16()
+    w = 1 + 0.1 * torch.randn(HEADS * HEADDIM, device="cuda", generator=g)
+
+    def plain(warps, vector):
+        return ssd_window_triton.ssd_window(xbc, dt, A, D, HEADDIM, D_STATE, warps, 2, True,
+                                            vector)
+
+    def gated(warps, vector):
+        return ssd_window_triton.ssd_window_gated(xbc, dt, A, D, z, w, HEADDIM, D_STATE, warps,
+                                                  True, vector)[0]
+
+    with torch.no_grad():
+        for name, fn in (("fwd", plain), ("gated", gated)):
+            want = fn(4, False).float()
+            row[f"{name}_tile_ms"] = graphed_ms(lambda fn=fn: fn(4, False), reps)
+            for warps in WARPS:
+                got = fn(warps, True).float()
+                row[f"{name}_vector_w{warps}_ms"] = graphed_ms(
+                    lambda fn=fn, warps=warps: fn(warps, True), reps)
+                row[f"{name}_vector_w{warps}_rel_diff"] = (
+                    (got - want).norm() / want.norm()).item()
 
 
 def main() -> None:

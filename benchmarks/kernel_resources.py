@@ -53,6 +53,7 @@ def kernels() -> dict:
             "scores bwd": heads._scores_bwd_kernel, "scan fwd": scan._ssd_window_fwd,
             "scan head bwd": scan._ssd_window_bwd_head, "scan scores bwd": scan._ssd_window_bwd_scores,
             "scan last bwd": last._ssd_window_bwd_last,
+            "scan last fwd": last._ssd_window_fwd_last,
             "in_proj conv": in_proj._in_proj_conv_kernel,
             "scan conv fwd": scan_conv._ssd_window_conv_fwd}
 

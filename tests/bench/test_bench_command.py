@@ -11,7 +11,7 @@ from lobsurf.cli import main
 ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
             "fused_core_programs", "fused_core_no_grad", "ssd_backend", "conv_backend",
             "fused_in_proj", "scan_gate", "scan_conv", "scan_conv_programs",
-            "scan_conv_warps", "inductor_options",
+            "scan_conv_warps", "scan_last_row", "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
@@ -241,3 +241,16 @@ def test_bench_passes_the_scan_conv_launch_to_the_run(tmp_path) -> None:
     assert _scan_conv_note(cfg) == ", conv in the scan auto (programs per window, 8 warps)"
     with pytest.raises(UserError, match="scan_conv_warps"):
         _config(parser.parse_args(["--scan-conv-warps", "0"]))
+
+
+def test_bench_passes_the_last_row_forward_to_the_run(tmp_path) -> None:
+    import argparse
+
+    from lobsurf.bench.measure import run_config
+    from lobsurf.commands.bench import _config, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _config(parser.parse_args([])).scan_last_row == "tile"
+    cfg = _config(parser.parse_args(["--scan-last-row", "vector"]))
+    assert run_config(tmp_path, 4, 1, "cpu", cfg).encoder.scan_last_row == "vector"

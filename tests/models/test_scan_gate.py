@@ -71,12 +71,15 @@ def _rel(got, want):
 
 
 @pytest.mark.parametrize("z_pad", Z_PADS)
-@pytest.mark.parametrize("last_only", [False, True])
+@pytest.mark.parametrize("last_only,vector_last", [(False, False), (True, False),
+                                                   (True, True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
 def test_gated_scan_matches_the_float64_recurrence_inside_its_tensors(batch, length, heads,
                                                                       headdim, d_state, dtype,
-                                                                      last_only, z_pad):
+                                                                      last_only, vector_last,
+                                                                      z_pad):
+    # vector_last: the last row as vectors over the rows (scan_last_row "vector")
     from tests.models.triton_bounds import bounds_checked
 
     if torch.cuda.is_available():
@@ -85,8 +88,9 @@ def test_gated_scan_matches_the_float64_recurrence_inside_its_tensors(batch, len
                                        last_only, seed=length, z_pad=z_pad)
     with bounds_checked() as launches:
         gw, ss = ssd_window_triton.ssd_window_gated(xbc, dt, A, D, z, weight, headdim, d_state,
-                                                    last_only=last_only)
-    assert launches == ["_ssd_window_fwd"]
+                                                    last_only=last_only,
+                                                    vector_last=vector_last)
+    assert launches == ["_ssd_window_fwd_last" if vector_last else "_ssd_window_fwd"]
     assert gw.dtype == dtype and ss.dtype == torch.float32
     want_gw, want_ss, want_normed = _float64_gate(xbc, dt, A, D, z, weight, heads, headdim,
                                                   d_state, last_only)
@@ -112,25 +116,30 @@ def _blocks(length, device, **options):
     return fast.to(device), ref
 
 
-@pytest.mark.parametrize("options", [{}, {"fused_in_proj": "triton"}],
-                         ids=["in-projection", "fused-in-projection"])
+@pytest.mark.parametrize("options", [{}, {"fused_in_proj": "triton"},
+                                     {"scan_last_row": "vector"}],
+                         ids=["in-projection", "fused-in-projection", "vector-last-row"])
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("length", [37, 64])
 def test_block_with_the_gate_in_the_scan_matches_the_float64_pytorch_block(length, last_only,
                                                                            options,
                                                                            monkeypatch):
     # both no-grad routes into the mixer's scan: the block's own in-projection and the
-    # fused pre-norm + in-projection kernel
+    # fused pre-norm + in-projection kernel; and the last row's forward as vectors
+    from lobsurf.models import ssd_last_row_triton
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
     calls = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
+    vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
     fast, ref = _blocks(length, device, scan_gate="triton", **options)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
     with torch.no_grad():
         got = fast(h.to(device), last_only=last_only).cpu()
         want = ref(h.double(), last_only=last_only)
     assert len(calls) == 1
+    assert len(vector_calls) == (last_only and "scan_last_row" in options)
     err = _rel(got, want)
     assert err < TOL[torch.float32], f"relative error {err:.2e}"
 
@@ -160,19 +169,21 @@ def test_scan_gate_takes_only_its_three_choices():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("last_only", [False, True])
+@pytest.mark.parametrize("last_only,vector_last", [(False, False), (True, False),
+                                                   (True, True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
 def test_compiled_gated_scan_matches_the_float64_recurrence_on_the_gpu(batch, length, heads,
                                                                        headdim, d_state,
                                                                        dtype, last_only,
+                                                                       vector_last,
                                                                        monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
     cpu = _inputs(batch, length, heads, headdim, d_state, dtype, last_only, seed=length)
     gw, ss = ssd_window_triton.ssd_window_gated(*(t.cuda() for t in cpu), headdim, d_state,
-                                                last_only=last_only)
+                                                last_only=last_only, vector_last=vector_last)
     want_gw, want_ss, _ = _float64_gate(*cpu, heads, headdim, d_state, last_only)
     for name, got, want in (("g w", gw, want_gw), ("ss", ss, want_ss)):
         err = _rel(got.cpu(), want)

@@ -21,7 +21,7 @@ from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 from lobsurf.models.ssd_reference import ssd_recurrent  # noqa: E402
 from lobsurf.models.ssd_window_triton import ssd_window  # noqa: E402
-from tests.models.conftest import perturbed_block  # noqa: E402
+from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
 
 #: (batch, length, heads, headdim, d_state): the default model's window, a ragged window
 #: (L = 37 inside a 64-row tile), one shorter than the smallest tile (L = 10 < 16)
@@ -48,10 +48,11 @@ def _inputs(batch, length, heads, headdim, d_state, dtype, device, seed):
     return [xbc.to(dtype), dt, A, D], [t.to(device) for t in (xbc.to(dtype), dt, A, D)]
 
 
-def _op_errors(batch, length, heads, headdim, d_state, dtype, device, last_only=False):
+def _op_errors(batch, length, heads, headdim, d_state, dtype, device, last_only=False,
+               vector_last=False):
     cpu, leaves = _inputs(batch, length, heads, headdim, d_state, dtype, device, seed=length)
     leaves = [t.clone().requires_grad_() for t in leaves]
-    y = ssd_window(*leaves, headdim, d_state, last_only=last_only)
+    y = ssd_window(*leaves, headdim, d_state, last_only=last_only, vector_last=vector_last)
     dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
     grads = torch.autograd.grad((y.float() * dy.to(device)).sum(), leaves)
     assert y.dtype == dtype and grads[0].dtype == dtype
@@ -75,29 +76,35 @@ def _check(errors, tol):
 
 
 LAUNCHES = ["_ssd_window_fwd", "_ssd_window_bwd_head", "_ssd_window_bwd_scores"]
-#: the last row only: the backward as vectors over the rows (ssd_last_row_triton.py)
+#: the last row only: the backward as vectors over the rows (ssd_last_row_triton.py), and
+#: with ``vector_last`` (scan_last_row "vector") the forward too
 LAUNCHES_LAST = ["_ssd_window_fwd", "_ssd_window_bwd_last"]
+LAUNCHES_VECTOR = ["_ssd_window_fwd_last", "_ssd_window_bwd_last"]
 
 
-@pytest.mark.parametrize("last_only", [False, True])
+@pytest.mark.parametrize("last_only,vector_last", [(False, False), (True, False),
+                                                   (True, True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
 def test_kernels_match_the_float64_recurrence_inside_their_tensors(batch, length, heads,
                                                                     headdim, d_state, dtype,
-                                                                    last_only):
+                                                                    last_only, vector_last):
     # last_only: the last row [B, H P] (the encoder's last layer), its gradient from that row
     from tests.models.triton_bounds import bounds_checked
 
     if torch.cuda.is_available():
         pytest.skip("interpreter test (CPU); the GPU test below runs the compiled kernels")
     with bounds_checked() as launches:
-        errors = _op_errors(batch, length, heads, headdim, d_state, dtype, "cpu", last_only)
-    assert launches == (LAUNCHES_LAST if last_only else LAUNCHES)
+        errors = _op_errors(batch, length, heads, headdim, d_state, dtype, "cpu", last_only,
+                            vector_last)
+    assert launches == (LAUNCHES_VECTOR if vector_last else
+                        LAUNCHES_LAST if last_only else LAUNCHES)
     _check(errors, TOL[dtype])
 
 
-def _blocks(length, backend, device):
-    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend=backend)
+def _blocks(length, backend, device, last_row="tile"):
+    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend=backend,
+                        scan_last_row=last_row)
     fast = perturbed_block(cfg, seed=length)
     ref = Mamba2Block(dataclasses.replace(cfg, ssd_backend="torch")).double()
     ref.load_state_dict(fast.state_dict())
@@ -114,17 +121,23 @@ def _block_grads(block, h, last_only=False):
     return {k: v.cpu().double() for k, v in grads.items()}
 
 
-@pytest.mark.parametrize("last_only", [False, True])
+@pytest.mark.parametrize("last_only,last_row", [(False, "tile"), (True, "tile"),
+                                                (True, "vector")])
 @pytest.mark.parametrize("length", [37, 64])
-def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_only, monkeypatch):
+def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_only, last_row,
+                                                                monkeypatch):
     # every parameter's gradient goes through the kernels' d xbc, d dt, d A and d D
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
-    fast, ref = _blocks(length, "triton_window", device)
+    from lobsurf.models import ssd_last_row_triton
+
+    vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
+    fast, ref = _blocks(length, "triton_window", device, last_row)
     fp32_torch, _ = _blocks(length, "torch", device)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
     got = _block_grads(fast, h.to(device), last_only)
+    assert len(vector_calls) == (last_row == "vector")
     conditioning = _block_grads(fp32_torch, h.to(device), last_only)
     want = _block_grads(ref, h.double(), last_only)
     for name, exact in want.items():
@@ -150,25 +163,36 @@ def test_auto_falls_back_to_pytorch_where_the_kernels_cannot_run():
         insist(long_window)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["ieee", "tf32", "bf16"])
-@pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
-def test_compiled_kernels_match_the_float64_recurrence_on_the_gpu(batch, length, heads,
-                                                                   headdim, d_state,
-                                                                   precision):
+def _gpu_check(precision, shape, label, **kwargs):
+    # the op on CUDA at one precision (fp32 products IEEE or TF32, or bf16) against float64
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     saved = torch.backends.cuda.matmul.fp32_precision
     torch.backends.cuda.matmul.fp32_precision = "tf32" if precision == "tf32" else "ieee"
     try:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        errors = _op_errors(batch, length, heads, headdim, d_state, dtype, "cuda")
+        errors = _op_errors(*shape, dtype, "cuda", **kwargs)
     finally:
         torch.backends.cuda.matmul.fp32_precision = saved
-    print(f"{precision} {batch}x{length} H{heads} P{headdim} N{d_state}: "
+    print(f"{label}{precision} {'x'.join(map(str, shape))}: "
           + ", ".join(f"{k} {v:.1e}" for k, v in errors.items()))
     _check(errors, {"ieee": TOL[torch.float32], "tf32": 5e-3, "bf16": TOL[torch.bfloat16]}
            [precision])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "bf16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_compiled_kernels_match_the_float64_recurrence_on_the_gpu(shape, precision):
+    _gpu_check(precision, shape, "")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "bf16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_last_row_forward_matches_the_float64_recurrence_on_the_gpu(shape, precision):
+    # scan_last_row "vector": the last row's forward and backward as vectors over the rows
+    _gpu_check(precision, shape, "vector last row, ", last_only=True, vector_last=True)
 
 
 @pytest.mark.gpu

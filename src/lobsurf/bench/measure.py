@@ -104,6 +104,8 @@ class BenchConfig:
     """encoder.scan_conv_programs: that kernel's grid (per (window, head) or per window)."""
     scan_conv_warps: int = EncoderConfig.scan_conv_warps
     """encoder.scan_conv_warps: Triton warps per program of that kernel."""
+    scan_last_row: str = EncoderConfig.scan_last_row
+    """encoder.scan_last_row: the last layer's scan forward (tile kernel or vectors)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -137,7 +139,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "fused_in_proj": cfg.fused_in_proj, "scan_gate": cfg.scan_gate,
                     "scan_conv": cfg.scan_conv,
                     "scan_conv_programs": cfg.scan_conv_programs,
-                    "scan_conv_warps": cfg.scan_conv_warps},
+                    "scan_conv_warps": cfg.scan_conv_warps,
+                    "scan_last_row": cfg.scan_last_row},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
@@ -264,6 +267,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "scan_conv": cfg.scan_conv,
                            "scan_conv_programs": cfg.scan_conv_programs,
                            "scan_conv_warps": cfg.scan_conv_warps,
+                           "scan_last_row": cfg.scan_last_row,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}

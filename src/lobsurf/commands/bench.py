@@ -139,6 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "per (window, head) or per window (encoder.scan_conv_programs)")
     parser.add_argument("--scan-conv-warps", type=int, default=d.scan_conv_warps,
                         help="Triton warps per program of that kernel (encoder.scan_conv_warps)")
+    parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,
+                        help="the last layer's one-chunk scan forward: the [Q, Q] tile kernel or "
+                        "the last row as vectors (encoder.scan_last_row)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -192,7 +195,8 @@ def _config(args: argparse.Namespace):
                            fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate,
                            scan_conv=args.scan_conv,
                            scan_conv_programs=args.scan_conv_programs,
-                           scan_conv_warps=args.scan_conv_warps)
+                           scan_conv_warps=args.scan_conv_warps,
+                           scan_last_row=args.scan_last_row)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -335,7 +339,8 @@ def run(args: argparse.Namespace) -> int:
           f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
           f"{f', in-projection {cfg.fused_in_proj}' if cfg.fused_in_proj != 'torch' else ''}"
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
-          f"{_scan_conv_note(cfg)}")
+          f"{_scan_conv_note(cfg)}"
+          f"{', last row as vectors' if cfg.scan_last_row == 'vector' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -144,6 +144,13 @@ class EncoderConfig:
     conv's arithmetic, more registers per program; not yet measured on a GPU)."""
     scan_conv_warps: int = 4
     """Triton warps per program of ``scan_conv``'s kernel."""
+    scan_last_row: Literal["tile", "vector"] = "tile"
+    """The one-chunk scan's forward where only the last row is kept (the last layer, where
+    ``ssd_backend`` runs the one-chunk kernels, with or without autograd and ``scan_gate``):
+    "tile" (the default) = the [Q, Q] tile kernel, which computes every row and stores the
+    last; "vector" = that row alone as vectors over the rows, one program per window
+    (``ssd_last_row_triton.py``): no [Q, Q] scores, decay or products. Not yet measured on
+    a GPU (twenty-fifth session)."""
     fused_core_no_grad: bool = False
     """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
     in the forwards without autograd too (acting on B windows, the target net on 2B), where
@@ -166,6 +173,8 @@ class EncoderConfig:
     (``ssd_backend`` "triton_window" / "auto"; 4 ran faster than 8 on the H200)."""
     ssd_window_warps_bwd: int = 4
     """Triton warps per program of the one-chunk scan's backward (4 ran faster than 8)."""
+    ssd_window_warps_fwd_last: int = 2
+    """Triton warps per window of the last-row forward (``scan_last_row = "vector"``)."""
     ssd_window_warps_bwd_last: int = 2
     """Triton warps per window of the scan's backward when only the last row has a gradient
     (the last layer, ``ssd_last_row_triton.py``): 2 ran 0.044 ms at B = 1024 on the H200,
@@ -208,7 +217,7 @@ class EncoderConfig:
                     "chunk_size", "in_proj_pad_multiple", "cuda_gemm_align_bytes",
                     "ssd_triton_warps_fwd", "ssd_triton_warps_bwd", "ssd_window_warps_fwd",
                     "ssd_window_warps_bwd", "ssd_window_warps_bwd_last", "fused_warps",
-                    "fused_head_warps", "scan_conv_warps",
+                    "fused_head_warps", "scan_conv_warps", "ssd_window_warps_fwd_last",
                     "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:
             if getattr(self, name) < 1:
@@ -227,6 +236,9 @@ class EncoderConfig:
             if getattr(self, name) not in ("auto", "torch", "triton"):
                 raise ValueError(f"{name} must be auto, torch or triton, got "
                                  f"{getattr(self, name)!r}")
+        if self.scan_last_row not in ("tile", "vector"):
+            raise ValueError(f"scan_last_row must be tile or vector, got "
+                             f"{self.scan_last_row!r}")
         for name in ("fused_core_programs", "scan_conv_programs"):
             if getattr(self, name) not in ("window", "head"):
                 raise ValueError(f"{name} must be window or head, got "

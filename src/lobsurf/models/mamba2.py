@@ -331,6 +331,10 @@ class Mamba2Mixer(nn.Module):
             not torch.is_grad_enabled() and self._use_window_kernel(xbc, None), True,
             "the one-chunk scan kernel", "", choice_name="triton")
 
+    def _vector_last(self, last_only: bool) -> bool:
+        # scan_last_row: the one-chunk scan's last-row forward as vectors over the rows
+        return last_only and self.cfg.scan_last_row == "vector"
+
     def _scan_conv(self, pre: torch.Tensor) -> bool:
         # scan_conv: where the gated scan runs, its kernel takes the conv and dt softplus too
         return mamba2_fused.use_fused(
@@ -351,9 +355,11 @@ class Mamba2Mixer(nn.Module):
                 self.dt_bias, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
                 cfg.scan_conv_warps, last_only, cfg.scan_conv_programs == "head")
         else:
+            vector = self._vector_last(last_only)
             g, ss = ssd_window_triton.ssd_window_gated(
                 xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
-                cfg.ssd_window_warps_fwd, last_only)
+                cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd,
+                last_only, vector)
         out = self.out_proj(g)
         rstd = torch.rsqrt(ss.sum(-1, keepdim=True) / cfg.d_inner + cfg.norm_eps)
         return (out.float() * rstd).to(out.dtype)
@@ -380,8 +386,10 @@ class Mamba2Mixer(nn.Module):
         elif self._use_window_kernel(xbc, state):
             # [x | B | C] read in place; the kernel adds D x itself
             warps_bwd = cfg.ssd_window_warps_bwd_last if last_only else cfg.ssd_window_warps_bwd
-            y = ssd_window_triton.ssd_window(xbc, dt, A, self.D, P, cfg.d_state,
-                                             cfg.ssd_window_warps_fwd, warps_bwd, last_only)
+            vector = self._vector_last(last_only)
+            warps_fwd = cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd
+            y = ssd_window_triton.ssd_window(xbc, dt, A, self.D, P, cfg.d_state, warps_fwd,
+                                             warps_bwd, last_only, vector)
         elif last_only:
             final = ssd_final_state(xh, dt, A, B, cfg.chunk_size, init)  # [B, H, P, N]
             y = (final.to(C.dtype) @ C[:, -1, None, :, None]).squeeze(-1)  # [B, H, P]

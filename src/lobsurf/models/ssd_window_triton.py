@@ -268,7 +268,7 @@ def _check(xbc: torch.Tensor, dt: torch.Tensor, heads: int, headdim: int, d_stat
 
 def ssd_window(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                headdim: int, d_state: int, warps_fwd: int = 4, warps_bwd: int = 4,
-               last_only: bool = False) -> torch.Tensor:
+               last_only: bool = False, vector_last: bool = False) -> torch.Tensor:
     """y [B, L, H*P] = SSD(x, dt, A, B, C) + D x over windows of one chunk, differentiable
     in xbc, dt, A and D; its last row only, [B, H*P], when ``last_only`` (the encoder's
     last layer).
@@ -276,19 +276,25 @@ def ssd_window(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Te
     xbc: [B, L, H*P + 2N] = [x | B | C] (last axis contiguous); dt: [B, L, H] after
     softplus; A: [H] negative; D: [H]. ``warps_*``: Triton warps per program (with
     ``last_only``, ``warps_bwd`` is the last-row backward's, ``ssd_last_row_triton``).
+    ``vector_last``: with ``last_only``, the forward as vectors over the rows
+    (``ssd_last_row_triton``, at ``warps_fwd``) instead of the [Q, Q] tile kernel.
     """
-    return _ssd_window_op(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only)
+    return _ssd_window_op(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only,
+                          vector_last)
 
 
 @torch.library.custom_op("lobsurf::ssd_window", mutates_args=())
 def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                    headdim: int, d_state: int, warps_fwd: int, warps_bwd: int,
-                   last_only: bool) -> torch.Tensor:
+                   last_only: bool, vector_last: bool) -> torch.Tensor:
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     _check(xbc, dt, heads, headdim, d_state)
     E = heads * headdim
     y = xbc.new_empty((batch, E) if last_only else (batch, length, E))
+    if last_only and vector_last:
+        _last_row().fwd_last(xbc, dt, A, D, y, headdim, d_state, warps_fwd)
+        return y
     # the gate's pointers stand unused (GATED off): y in their place, never read
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), y, y, y, y, length, heads,
@@ -299,7 +305,7 @@ def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torc
 
 
 @_ssd_window_op.register_fake
-def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only):
+def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only, vector_last):
     batch, length, _ = xbc.shape
     E = A.shape[0] * headdim
     return xbc.new_empty((batch, E) if last_only else (batch, length, E))
@@ -307,7 +313,7 @@ def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only):
 
 def ssd_window_gated(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                      z: torch.Tensor, weight: torch.Tensor, headdim: int, d_state: int,
-                     warps: int = 4, last_only: bool = False
+                     warps: int = 4, last_only: bool = False, vector_last: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The scan with the gated norm's gate, for forwards without autograd (no backward):
     g w [B, L, H*P] in xbc's dtype, g = (SSD(x, dt, A, B, C) + D x) SiLU(z), w the norm
@@ -317,19 +323,25 @@ def ssd_window_gated(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: to
     the out-projection, so the normalised [B, L, H*P] tensor is never written.
 
     z: [B, L, H*P] (last axis contiguous; a strided view of the in-projection is fine), or
-    [B, H*P] (the last row's) when ``last_only``; the other inputs as ``ssd_window``'s.
+    [B, H*P] (the last row's) when ``last_only``; the other inputs, and ``vector_last``, as
+    ``ssd_window``'s.
     """
-    return _ssd_window_gated_op(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only)
+    return _ssd_window_gated_op(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only,
+                                vector_last)
 
 
 @torch.library.custom_op("lobsurf::ssd_window_gated", mutates_args=())
 def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                          z: torch.Tensor, weight: torch.Tensor, headdim: int, d_state: int,
-                         warps: int, last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                         warps: int, last_only: bool, vector_last: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     _check(xbc, dt, heads, headdim, d_state)
     g, ss, align = gate_buffers(xbc, z, weight, heads, headdim, last_only)
+    if last_only and vector_last:
+        _last_row().fwd_last(xbc, dt, A, D, g, headdim, d_state, warps, (z, weight, ss, align))
+        return g, ss
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), g, z,
         weight.float().contiguous(), ss, length, heads, xbc.stride(0), xbc.stride(1),
@@ -364,7 +376,7 @@ def gate_strides(g: torch.Tensor, z: torch.Tensor, ss: torch.Tensor, align: int,
 
 
 @_ssd_window_gated_op.register_fake
-def _(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only):
+def _(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only, vector_last):
     return gated_like(xbc, A.shape[0], headdim, last_only)
 
 
@@ -428,8 +440,15 @@ def partial_grads_like(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor):
             torch.empty(xbc.shape[0], A.shape[0], **partial))
 
 
+def _last_row():
+    # imported when called: that module builds on this one's helpers
+    from lobsurf.models import ssd_last_row_triton
+
+    return ssd_last_row_triton
+
+
 def _setup_context(ctx, inputs, output):
-    xbc, dt, A, D, headdim, d_state, _warps_fwd, warps_bwd, last_only = inputs
+    xbc, dt, A, D, headdim, d_state, _warps_fwd, warps_bwd, last_only, _vector = inputs
     ctx.save_for_backward(xbc, dt, A, D)
     ctx.sizes = (headdim, d_state, warps_bwd)
     ctx.last_only = last_only
@@ -438,10 +457,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dy):
     xbc, dt, A, D = ctx.saved_tensors
     if ctx.last_only:  # the last row's gradient only: the backward as vectors over the rows
-        # imported here: that module builds on this one's helpers
-        from lobsurf.models.ssd_last_row_triton import ssd_window_bwd_last
-
-        ddt, dxbc, dA, dD = ssd_window_bwd_last(dy, xbc, dt, A, D, *ctx.sizes)
+        ddt, dxbc, dA, dD = _last_row().ssd_window_bwd_last(dy, xbc, dt, A, D, *ctx.sizes)
     else:
         ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes)
     # the per-window partial sums of d A and d D reduced in a fixed order (deterministic, no
@@ -449,7 +465,7 @@ def _backward(ctx, dy):
     # and casts with their neighbours (inside an op each was a PyTorch reduction launch of
     # its own on the backward's serial path)
     return (dxbc, ddt.to(dt.dtype), dA.sum(0).to(A.dtype), dD.sum(0).to(D.dtype), None, None,
-            None, None, None)
+            None, None, None, None)
 
 
 _ssd_window_op.register_autograd(_backward, setup_context=_setup_context)
