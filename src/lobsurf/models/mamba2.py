@@ -29,8 +29,9 @@ kernel (``in_proj_conv_triton.py``, ``Mamba2Mixer.forward_from_block_input``).
 autograd apply the gated norm's gate and weight and write each row's sums of squares, the
 norm's 1 / rms applied after the out-projection (``Mamba2Mixer._gated_scan_out``);
 ``scan_conv`` (opt-in) has that kernel compute the conv + SiLU and dt softplus too, from the
-in-projection's columns (``ssd_window_conv_triton.py``). The PyTorch code here stays the CPU
-path and the reference.
+in-projection's columns (``ssd_window_conv_triton.py``); ``scan_last_row = "vector"``
+(opt-in) computes the last layer's last row alone as vectors over the rows
+(``ssd_last_row_triton.py``). The PyTorch code here stays the CPU path and the reference.
 """
 
 from __future__ import annotations
