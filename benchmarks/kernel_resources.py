@@ -111,7 +111,7 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               # the scan forward without its gate (ssd_window_gated)
               "GATED": 0, "ZALIGN": 1,
               # the gated scan with the conv inside (ssd_window_conv_triton.py)
-              "W": SHAPE["WIDTH"], "XALIGN": 8, "THRESHOLD": 20.0,
+              "W": SHAPE["WIDTH"], "XALIGN": 8,
               "PER_HEAD": per_head, "HEAD_STAGES": scan_conv.HEAD_STAGES}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx, attrs = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)

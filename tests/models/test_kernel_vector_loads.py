@@ -73,7 +73,7 @@ SCRIPT = textwrap.dedent("""
                     s_zb=proj.stride(0) // align, s_zl=proj.stride(1) // align, s_ssb=256,
                     s_ssl=4)
         consts = dict(E=256, N=64, P=64, Q=64, W=4, LAST_ONLY=0, XALIGN=align, ZALIGN=align,
-                      BF16=1, PREC="ieee", THRESHOLD=20.0, PER_HEAD=int(which == "gated_conv"),
+                      BF16=1, PREC="ieee", PER_HEAD=int(which == "gated_conv"),
                       HEAD_STAGES=swc.HEAD_STAGES)
         fn, warps = swc._ssd_window_conv_fwd, 4
         extra_fp32 = ("dtb_ptr", "a_ptr", "d_ptr", "w_ptr", "ss_ptr")

@@ -55,6 +55,7 @@ MAX_WINDOW = 128
 _DT_TILE = 16  # the smallest tile side tl.dot accepts: the H dt columns padded to it
 
 if triton is not None:
+    from lobsurf.models.conv_dt_triton import softplus
     from lobsurf.models.mamba2_fused import _dot, _round_bf16
 
     @triton.jit
@@ -147,13 +148,7 @@ if triton is not None:
         hm = hh < H
         raw = _project(u, w_ptr, E + C, E + C + H, D, HT, BF16, TF32) \
             + tl.load(dt_bias_ptr + hh, mask=hm, other=0.0).to(tl.float32)[None, :]
-        # log1p(e) as log(1 + e) * e / ((1 + e) - 1): exact to rounding where 1 + e loses
-        # e's low bits (Goldberg's trick; Triton has no portable log1p)
-        e = tl.exp(tl.minimum(raw, 20.0))
-        one_e = 1.0 + e
-        exact = one_e == 1.0
-        log1p = tl.where(exact, e, tl.log(one_e) * e / tl.where(exact, 1.0, one_e - 1.0))
-        dt = tl.where(raw > 20.0, raw, log1p)
+        dt = softplus(raw)
         tl.store(dt_ptr + row[:, None] * H + hh[None, :], dt,
                  mask=valid[:, None] & hm[None, :])
 

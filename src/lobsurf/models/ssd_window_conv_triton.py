@@ -36,7 +36,6 @@ from __future__ import annotations
 import torch
 
 from lobsurf.models import conv_triton, ssd_window_triton
-from lobsurf.models.conv_dt_triton import SOFTPLUS_THRESHOLD
 
 try:
     import triton
@@ -49,6 +48,7 @@ HEAD_STAGES = 1
 """Software-pipelining stages of the head loop (one program per window)."""
 
 if triton is not None:
+    from lobsurf.models.conv_dt_triton import softplus
     from lobsurf.models.conv_triton import _pre_rows
     from lobsurf.models.mamba2_fused import _round_bf16
     from lobsurf.models.ssd_window_triton import _mma, _scan_out, decay_of
@@ -70,23 +70,13 @@ if triton is not None:
         return out
 
     @triton.jit
-    def _softplus(v, THRESHOLD: tl.constexpr):
-        # PyTorch's softplus (identity above the threshold) as max(v, 0) + log1p(exp(-|v|)),
-        # log1p by Goldberg's correction: log(1 + e) loses e's low bits when e is small
-        e = tl.exp(-tl.abs(v))
-        u = 1.0 + e
-        log1p = tl.where(u == 1.0, e, tl.log(u) * (e / tl.where(u == 1.0, 1.0, u - 1.0)))
-        return tl.where(v > THRESHOLD, v, tl.maximum(v, 0.0) + log1p)
-
-    @triton.jit
     def _ssd_window_conv_fwd(pre_ptr, raw_dt_ptr, taps_ptr, tap_bias_ptr, dtb_ptr, a_ptr, d_ptr,
                              y_ptr, z_ptr, w_ptr, ss_ptr, L, H, s_b, s_l, s_dtb, s_dtl, s_yb,
                              s_yl, s_zb, s_zl, s_ssb, s_ssl, E: tl.constexpr, N: tl.constexpr,
                              P: tl.constexpr, Q: tl.constexpr, W: tl.constexpr,
                              LAST_ONLY: tl.constexpr, XALIGN: tl.constexpr,
                              ZALIGN: tl.constexpr, BF16: tl.constexpr, PREC: tl.constexpr,
-                             THRESHOLD: tl.constexpr, PER_HEAD: tl.constexpr,
-                             HEAD_STAGES: tl.constexpr):
+                             PER_HEAD: tl.constexpr, HEAD_STAGES: tl.constexpr):
         # window b and its head h (PER_HEAD) or all its heads: the conv of B and C, and of
         # each head's x columns, dt, then the gated scan. pre's strides (like z's) come in
         # units of XALIGN elements: Triton specializes an integer only when it is a multiple
@@ -117,8 +107,7 @@ if triton is not None:
             Dh = tl.load(d_ptr + h).to(tl.float32)
             raw = tl.load(raw_dt_ptr + b * s_dtb + i * s_dtl + h, mask=valid,
                           other=0.0).to(tl.float32)
-            dt = tl.where(valid, _softplus(raw + tl.load(dtb_ptr + h).to(tl.float32),
-                                           THRESHOLD), 0.0)
+            dt = tl.where(valid, softplus(raw + tl.load(dtb_ptr + h).to(tl.float32)), 0.0)
             _cum, decay = decay_of(dt, A, Q)
             _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, b, h, L, s_yb,
                       s_yl, s_zb, s_zl, s_ssb, s_ssl, P, Q, LAST_ONLY, True, ZALIGN, BF16, PREC)
@@ -168,7 +157,7 @@ def _ssd_window_gated_conv_op(pre: torch.Tensor, dt_raw: torch.Tensor,
         dt_raw.stride(0), dt_raw.stride(1),
         *ssd_window_triton.gate_strides(g, z, ss, z_align, last_only), E=heads * headdim,
         N=d_state, P=headdim, W=width, LAST_ONLY=last_only, XALIGN=pre_align, ZALIGN=z_align,
-        THRESHOLD=SOFTPLUS_THRESHOLD, PER_HEAD=per_head, HEAD_STAGES=HEAD_STAGES,
+        PER_HEAD=per_head, HEAD_STAGES=HEAD_STAGES,
         **ssd_window_triton._flags(pre), num_warps=warps)
     return g, ss
 
