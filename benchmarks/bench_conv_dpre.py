@@ -25,10 +25,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lobsurf.models import conv_triton
+from lobsurf.models.kernels import conv_triton
 
 # benchmarks/ is on sys.path
-from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
+from micro import graphed_ms, micro_args, report_rows  # noqa: E402
 
 #: (channels per program, warps) of the d pre kernel's row loop tried. Fourteenth session,
 #: B = 1024: the row loop 128 x 2 87.5 us, 128 x 1 88.0, 256 x 2 and more up to 97.0; the

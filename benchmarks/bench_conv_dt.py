@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models import conv_dt_triton as cdt
-from lobsurf.models import conv_triton
+from lobsurf.models.kernels import conv_dt_triton as cdt
+from lobsurf.models.kernels import conv_triton
 
 # benchmarks/ is on sys.path
-from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
+from micro import graphed_ms, micro_args, report_rows  # noqa: E402
 
 #: (rows per step, channels per program, warps, stages) tried
 TILES = [(1, 128, 1, 3), (4, 128, 1, 3), (4, 128, 1, 1), (4, 128, 1, 2), (4, 64, 1, 3),

@@ -30,7 +30,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train_step import make_store, sync
 
-from lobsurf.agent.step import collect, train_step
+from lobsurf.agent.collect import collect
+from lobsurf.agent.step import train_step
 from lobsurf.train.config import run_config_from_dict
 from lobsurf.train.data import load_training_data
 from lobsurf.train.distributed import (NVLS_OFF_ENV, init_collective, launched_by_torchrun,

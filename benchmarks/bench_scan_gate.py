@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models import ssd_window_triton
+from lobsurf.models.kernels import ssd_window_triton
 from lobsurf.models.mamba2 import normalise_gated
 
 # benchmarks/ is on sys.path when this runs as a script
-from bench_fused_block import graphed_ms, run_batches  # noqa: E402
+from micro import graphed_ms, run_batches  # noqa: E402
 
 #: warps per program of the gated launches tried (4: the config's ssd_window_warps_fwd)
 WARPS = (4, 8)

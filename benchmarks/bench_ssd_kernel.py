@@ -26,7 +26,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from lobsurf.models.ssd import ssd_chunked  # noqa: E402
-from lobsurf.models.ssd_triton import ssd_scan  # noqa: E402
+from lobsurf.models.kernels.ssd_triton import ssd_scan  # noqa: E402
 
 HBM_BYTES_PER_S = 4.3e12
 SHAPES = ((1024, 64, 4), (1024, 128, 8))  # (batch, length, heads); P = N = 64

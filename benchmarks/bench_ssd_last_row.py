@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models import ssd_last_row_triton, ssd_window_triton
+from lobsurf.models.kernels import ssd_last_row_triton, ssd_window_triton
 
 # benchmarks/ is on sys.path when this runs as a script
-from bench_fused_block import graphed_ms, micro_args, report_rows  # noqa: E402
+from micro import graphed_ms, micro_args, report_rows  # noqa: E402
 
 #: warps per program of the last-row launches tried (2: the config's
 #: ssd_window_warps_bwd_last and ssd_window_warps_fwd_last)

@@ -26,9 +26,9 @@ import torch
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.mamba2 import Mamba2Block
 from lobsurf.models.ssd import ssd_chunked
-from lobsurf.models.ssd_window_triton import ssd_window
+from lobsurf.models.kernels.ssd_window_triton import ssd_window
 
-from bench_fused_block import graphed_ms  # noqa: E402  (benchmarks/ is on sys.path)
+from micro import graphed_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
 #: (forward warps, backward warps) tried; 4 x 4 is the config's default (a backward of one
 #: program per window looping over the heads, measured beside these in the twelfth session,

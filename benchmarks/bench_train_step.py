@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from lobsurf.agent.step import collect, learn
+from lobsurf.agent.collect import collect
+from lobsurf.agent.learn import learn
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.train.config import run_config_from_dict
 from lobsurf.train.data import load_training_data

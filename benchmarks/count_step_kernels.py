@@ -246,23 +246,16 @@ def main(argv: list[str] | None = None) -> int:
                         "e.g. combo_kernels=True")
     p.add_argument("--conv-backend", choices=CONV_BACKENDS, default=COUNT.conv_backend,
                    help="encoder.conv_backend of the counted step")
-    p.add_argument("--fused-in-proj", choices=["auto", "torch", "triton"],
-                   default=COUNT.fused_in_proj, help="encoder.fused_in_proj of the counted step")
     p.add_argument("--scan-gate", choices=["auto", "torch", "triton"],
                    default=COUNT.scan_gate, help="encoder.scan_gate of the counted step")
-    p.add_argument("--scan-conv", choices=["auto", "torch", "triton"],
-                   default=COUNT.scan_conv, help="encoder.scan_conv of the counted step")
-    p.add_argument("--scan-conv-programs", choices=["head", "window"],
-                   default=COUNT.scan_conv_programs,
-                   help="encoder.scan_conv_programs of the counted step")
+    p.add_argument("--scan-last-row", choices=["tile", "vector"], default=COUNT.scan_last_row,
+                   help="encoder.scan_last_row of the counted step")
     args = p.parse_args(argv)
     for item in args.inductor:
         key, _, value = item.partition("=")
         setattr(torch._inductor.config, key, ast.literal_eval(value))
     cfg = dataclasses.replace(COUNT, profile_steps=args.steps, conv_backend=args.conv_backend,
-                              fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate,
-                              scan_conv=args.scan_conv,
-                              scan_conv_programs=args.scan_conv_programs)
+                              scan_gate=args.scan_gate, scan_last_row=args.scan_last_row)
     device = args.device
     if not device.startswith("cuda"):
         # Inductor's C++ kernels show in the CPU profile only with its kernel profile on

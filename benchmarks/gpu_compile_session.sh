@@ -17,10 +17,6 @@ if [ -n "${TEST_ARGS:-}" ]; then
     $TEST_ARGS > "$LOGS/gpu_tests.log" 2>&1
   echo "gpu tests rc=$?"; grep -E "passed|failed|Error|assert" "$LOGS/gpu_tests.log" | tail -12 | cut -c1-240
 fi
-if [ -n "${PROBE:-}" ]; then
-  timeout "${PROBE_LIMIT:-200}" python3 benchmarks/probe_fused_block_fault.py > "$LOGS/probe.log" 2>&1
-  echo "probe rc=$?"; cat "$LOGS/probe.log" | tail -12
-fi
 if [ "${COUNT_B:-0}" != 0 ]; then
   timeout "${COUNT_LIMIT:-150}" python3 benchmarks/count_step_kernels.py --device cuda \
     --batch "$COUNT_B" --precision "${COUNT_PREC:-bf16}" --top "${TOP:-30}" \

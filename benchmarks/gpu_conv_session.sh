@@ -16,7 +16,7 @@ sed -i "s/^CONV_AUTO_ON_CUDA: ConvBackend = \".*\"/$AUTO_LINE/" src/lobsurf/mode
 grep -n "^CONV_AUTO_ON_CUDA" src/lobsurf/models/config.py
 if [ "${TESTS:-1}" = 1 ]; then
   timeout "${TEST_LIMIT:-150}" python3 -m pytest -q -s -p no:cacheprovider -m "gpu or not gpu" \
-    tests/models/test_conv_dt.py tests/models/test_ssd_triton.py -k "conv or backend" \
+    tests/models/kernels/test_conv_dt.py tests/models/kernels/test_ssd_triton.py -k "conv or backend" \
     > "$OUT/conv_tests.log" 2>&1
   echo "conv tests rc=$?"; grep -E "passed|failed|Error" "$OUT/conv_tests.log" | tail -3
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" \
@@ -37,7 +37,7 @@ fi
 for row in ${ROWS:-1024:2}; do
   IFS=: read -r b l <<< "$row"
   for walk in ${WALKS:-4}; do
-    sed -i "s/^FWD_WALK_ROWS = [0-9]*/FWD_WALK_ROWS = $walk/" src/lobsurf/models/conv_triton.py
+    sed -i "s/^FWD_WALK_ROWS = [0-9]*/FWD_WALK_ROWS = $walk/" src/lobsurf/models/kernels/conv_triton.py
     for conv in ${CONVS:-auto triton_dpre}; do
       echo "conv forward walk $walk"
       bench_row "${b}_${l}_${conv}_walk$walk" "$b" "$l" --conv-backend "$conv"

@@ -18,5 +18,5 @@ for row in ${ROWS:-1024:2}; do
   done
 done
 # shellcheck disable=SC2086  # GATE_TESTS: a list of files
-[ "${TESTS:-1}" = 1 ] && gpu_tests gate_tests ${GATE_TESTS:-tests/models/test_scan_gate.py}
+[ "${TESTS:-1}" = 1 ] && gpu_tests gate_tests ${GATE_TESTS:-tests/models/kernels/test_scan_gate.py}
 cd "$OUT" && tar czf "$FINAL/logs.tgz" ./*.log ./*.err ./*.json 2>/dev/null; ls "$FINAL"

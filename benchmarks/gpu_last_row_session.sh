@@ -13,5 +13,5 @@ SCRATCH=/tmp/last_row_out; source "$(dirname "$0")/gpu_in_place.sh"
 # shellcheck disable=SC2086  # ROWS: a list of rows
 side_by_side 1 ${ROWS:-1024:2}
 # shellcheck disable=SC2086  # LAST_TESTS: a list of files
-[ "${TESTS:-1}" = 1 ] && gpu_tests last_tests ${LAST_TESTS:-tests/models/test_ssd_window_triton.py}
+[ "${TESTS:-1}" = 1 ] && gpu_tests last_tests ${LAST_TESTS:-tests/models/kernels/test_ssd_window_triton.py}
 cd "$OUT" && tar czf "$FINAL/logs.tgz" ./*.log ./*.err ./*.json 2>/dev/null; ls "$FINAL"

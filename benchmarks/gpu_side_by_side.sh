@@ -6,7 +6,7 @@
 # working tree; last, unless TESTS is empty, those GPU test files and the eager = graphed /
 # sync-guard tests.
 # Usage (device machine, repo root, .whl and OLD carried):
-#   OLD=.gpu_old ROWS="1024:2" REPEAT=2 TESTS="tests/models/test_conv_dt.py" \
+#   OLD=.gpu_old ROWS="1024:2" REPEAT=2 TESTS="tests/models/kernels/test_conv_dt.py" \
 #     bash benchmarks/gpu_side_by_side.sh
 set -u
 SCRATCH=/tmp/side_out; source "$(dirname "$0")/gpu_in_place.sh"

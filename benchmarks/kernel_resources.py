@@ -1,18 +1,18 @@
-"""Registers, spills and shared memory of the fused Mamba2 kernels on a Hopper GPU, found
+"""Registers, spills and shared memory of the Mamba2 scan kernels on a Hopper GPU, found
 without one: each kernel compiled ahead of time for sm_90 by Triton, its PTX assembled by the
 ptxas that comes with Triton (``ptxas -v``).
 
-Register pressure is what the H200 timings blamed for the fused kernels' speed
+Register pressure is what the H200 timings blamed for the slow fused kernels tried before
 (benchmarks/RESULTS.md: one window per program keeps many [K, K] fp32 tiles live); here it
 is read on any machine with Triton, so a kernel change can be judged for spills before any
 device time is spent. The figures are this Triton's and ptxas's; the device's Triton may
 allocate differently, so the GPU timing stays the judge.
 
     python benchmarks/kernel_resources.py [--warps 4,8] [--precision bf16,tf32]
-        [--window 64] [--maxnreg R] [--per-window] [--json F]
+        [--window 64] [--maxnreg R] [--json F]
 
 Runs on the CPU (TRITON_INTERPRET must be unset). Shape: the default block (D 128, P 64,
-N 64, H 4, K 64, conv width 4); ``--window`` sets the tile length K (32: what a program of
+N 64, H 4, K 64); ``--window`` sets the tile length K (32: what a program of
 a 32-row chunk would hold), ``--maxnreg`` caps the registers per thread (128 at 8 warps:
 two programs per SM) to read the spills that the cap costs.
 """
@@ -29,33 +29,22 @@ import tempfile
 import time
 from pathlib import Path
 
-#: the default encoder's block: in_proj width 2E + 2N + H, heads, headdim, d_state, conv
-#: width, the window's tile length
-SHAPE = {"PW": 644, "H": 4, "P": 64, "N": 64, "WIDTH": 4, "KL": 64}
+#: the default encoder's block: heads, headdim, d_state, the window's tile length
+SHAPE = {"H": 4, "P": 64, "N": 64, "KL": 64}
 #: arguments that carry the activations' dtype (the rest of the pointers are fp32)
-ACTIVATIONS = ("h_ptr", "z_ptr", "proj_ptr", "g_ptr", "o_ptr", "do_ptr", "dg_ptr", "dproj_ptr",
-               "xbc_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr", "pre_ptr", "raw_dt_ptr",
-               "taps_ptr", "tap_bias_ptr")
+ACTIVATIONS = ("xbc_ptr", "z_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr")
 #: Hopper, compute capability 9.0
 ARCH = 90
 
 
 def kernels() -> dict:
-    from lobsurf.models import in_proj_conv_triton as in_proj
-    from lobsurf.models import mamba2_fused_core as core
-    from lobsurf.models import mamba2_fused_heads as heads
-    from lobsurf.models import ssd_last_row_triton as last
-    from lobsurf.models import ssd_window_conv_triton as scan_conv
-    from lobsurf.models import ssd_window_triton as scan
+    from lobsurf.models.kernels import ssd_last_row_triton as last
+    from lobsurf.models.kernels import ssd_window_triton as scan
 
-    return {"window fwd": core._core_fwd_kernel, "window bwd": core._core_bwd_kernel,
-            "head fwd": heads._heads_fwd_kernel, "head bwd": heads._heads_bwd_kernel,
-            "scores bwd": heads._scores_bwd_kernel, "scan fwd": scan._ssd_window_fwd,
-            "scan head bwd": scan._ssd_window_bwd_head, "scan scores bwd": scan._ssd_window_bwd_scores,
+    return {"scan fwd": scan._ssd_window_fwd, "scan head bwd": scan._ssd_window_bwd_head,
+            "scan scores bwd": scan._ssd_window_bwd_scores,
             "scan last bwd": last._ssd_window_bwd_last,
-            "scan last fwd": last._ssd_window_fwd_last,
-            "in_proj conv": in_proj._in_proj_conv_kernel,
-            "scan conv fwd": scan_conv._ssd_window_conv_fwd}
+            "scan last fwd": last._ssd_window_fwd_last}
 
 
 def ptxas_path() -> str:
@@ -75,9 +64,9 @@ def signature(fn, activation: str, consts: dict) -> tuple[dict, dict, dict]:
     on torch tensors: every pointer 16-byte aligned (torch's allocations, and the column
     offsets the kernels are called at, are), so its loads can be vectors. Without them each
     element of a tile is loaded alone, with a 64-bit address of its own: ptxas then reports
-    far more registers than a launch uses (the gated scan with the conv inside, one program
-    per (window, head) at 4 warps: 255 registers and 752 bytes of spill stores without
-    them, 255 and 12 with them)."""
+    far more registers than a launch uses (a scan kernel with the conv inside, tried in the
+    twenty-fifth session: 255 registers and 752 bytes of spill stores without them, 255 and
+    12 with them)."""
     sig, cx, attrs = {}, {}, {}
     for i, name in enumerate(inspect.signature(fn.fn).parameters):
         if name in consts:
@@ -91,28 +80,17 @@ def signature(fn, activation: str, consts: dict) -> tuple[dict, dict, dict]:
 
 
 def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
-              maxnreg: int | None = None, rows: int = 128, block_n: int = 64,
-              per_head: int = 1) -> dict:
+              maxnreg: int | None = None) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from lobsurf.models import ssd_window_conv_triton as scan_conv
-
-    consts = {**SHAPE, "KL": window, "BF16": int(precision == "bf16"),
-              "TF32": int(precision == "tf32"), "PART": 1,
-              # the one-chunk scan's (ssd_window_triton.py) names for E, the tile and TF32
+    consts = {**SHAPE, "BF16": int(precision == "bf16"),
+              # E, the tile and TF32 in the one-chunk scan's (ssd_window_triton.py) names
               "E": SHAPE["H"] * SHAPE["P"], "Q": window,
-              "PREC": "tf32" if precision == "tf32" else "ieee",
-              # the no-grad in-projection + conv kernel's (in_proj_conv_triton.py): d_model,
-              # conv channels, its tile rows and columns, the dt tile
-              "D": 128, "C": SHAPE["H"] * SHAPE["P"] + 2 * SHAPE["N"], "ROWS_": rows,
-              "BN": block_n, "HT": 16, "LAST_ONLY": 0,
+              "PREC": "tf32" if precision == "tf32" else "ieee", "LAST_ONLY": 0,
               # the scan forward without its gate (ssd_window_gated)
-              "GATED": 0, "ZALIGN": 1,
-              # the gated scan with the conv inside (ssd_window_conv_triton.py)
-              "W": SHAPE["WIDTH"], "XALIGN": 8,
-              "PER_HEAD": per_head, "HEAD_STAGES": scan_conv.HEAD_STAGES}
+              "GATED": 0, "ZALIGN": 1}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx, attrs = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()
@@ -143,10 +121,6 @@ def main() -> None:
     ap.add_argument("--kernels", default=",".join(kernels()))
     ap.add_argument("--window", type=int, default=SHAPE["KL"], help="tile length K")
     ap.add_argument("--maxnreg", type=int, default=None, help="registers per thread, at most")
-    ap.add_argument("--rows", type=int, default=128, help="in_proj conv: rows per program")
-    ap.add_argument("--block-n", type=int, default=64, help="in_proj conv: columns per product")
-    ap.add_argument("--per-window", action="store_true",
-                    help="scan conv fwd: one program per window (per_head off)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -160,8 +134,7 @@ def main() -> None:
             for name in args.kernels.split(","):
                 row = {"kernel": name, "precision": precision, "warps": warps,
                        "window": args.window, "maxnreg": args.maxnreg,
-                       **resources(table[name], precision, warps, args.window, args.maxnreg,
-                                  args.rows, args.block_n, int(not args.per_window))}
+                       **resources(table[name], precision, warps, args.window, args.maxnreg)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     import triton

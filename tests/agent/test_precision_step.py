@@ -8,8 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-import lobsurf.agent.step as step_module
-from lobsurf.agent.step import collect, losses, train_step
+import lobsurf.agent.collect as collect_module
+import lobsurf.agent.learn as learn_module
+from lobsurf.agent.collect import collect
+from lobsurf.agent.learn import losses
+from lobsurf.agent.step import train_step
 
 
 def _record_dtypes(state) -> list[tuple[str, torch.dtype]]:
@@ -29,23 +32,24 @@ def test_every_forward_runs_in_the_chosen_precision(tiny_setup, monkeypatch, pre
     _cfg, data, state, scfg = tiny_setup
     past_heads: list[tuple[str, torch.dtype]] = []  # what acting and the losses receive
 
-    def spy(name, fn, pick):
+    def spy(module, name, pick):
+        fn = getattr(module, name)
+
         def wrapped(*args, **kwargs):
             past_heads.append((name, pick(*args).dtype))
             return fn(*args, **kwargs)
-        monkeypatch.setattr(step_module, name, wrapped)
+        monkeypatch.setattr(module, name, wrapped)
 
     # acting takes the heads' outputs to fp32 inside its kernel: its sampler's
     # probabilities and uniforms and the gates' FRD logits must be fp32
     # the sampler's probabilities and uniforms: whichever is not fp32, if one is not
-    spy("thompson_from_uniforms", step_module.thompson_from_uniforms,
+    spy(collect_module, "thompson_from_uniforms",
         lambda p, z, u: p if p.dtype != torch.float32 else u)
-    spy("gate", step_module.gate, lambda out, *rest: out.frd_logits)
-    spy("categorical_cross_entropy", step_module.categorical_cross_entropy,
-        lambda logits, target: logits)
-    spy("project_categorical", step_module.project_categorical, lambda p, *rest: p)
-    spy("pi_loss", step_module.pi_loss, lambda logits, *rest: logits)
-    spy("frd_loss", step_module.frd_loss, lambda logits, *rest: logits)
+    spy(collect_module, "gate", lambda out, *rest: out.frd_logits)
+    spy(learn_module, "categorical_cross_entropy", lambda logits, target: logits)
+    spy(learn_module, "project_categorical", lambda p, *rest: p)
+    spy(learn_module, "pi_loss", lambda logits, *rest: logits)
+    spy(learn_module, "frd_loss", lambda logits, *rest: logits)
     scfg = dataclasses.replace(scfg, precision=precision)
     for _ in range(6):
         train_step(state, data.train_book, scfg, learning=False)

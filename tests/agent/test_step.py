@@ -9,9 +9,10 @@ from dataclasses import fields
 import pytest
 import torch
 
+from lobsurf.agent.learn import losses
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
-from lobsurf.agent.step import losses, train_step
+from lobsurf.agent.step import train_step
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state, step_config
 from tests.agent.conftest import tiny_config

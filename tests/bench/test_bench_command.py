@@ -8,10 +8,8 @@ import pytest
 
 from lobsurf.cli import main
 
-ROW_KEYS = {"batch", "layers", "precision", "fused_inference", "fused_training",
-            "fused_core_programs", "fused_core_no_grad", "ssd_backend", "conv_backend",
-            "fused_in_proj", "scan_gate", "scan_conv", "scan_conv_programs",
-            "scan_conv_warps", "scan_last_row", "inductor_options",
+ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
+            "scan_last_row", "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
@@ -165,17 +163,6 @@ def test_roofline_line_says_when_the_per_op_count_exceeds_hbm() -> None:
     assert "fused kernels move less than the per-op count" in roofline_line(row)
 
 
-def test_bench_passes_the_fused_core_grid_to_the_run(tmp_path) -> None:
-    from lobsurf.bench.measure import BenchConfig, run_config
-
-    for programs, no_grad in (("window", False), ("head", True)):
-        cfg = BenchConfig(fused_core_programs=programs, fused_core_no_grad=no_grad)
-        run = run_config(tmp_path, 4, 1, "cpu", cfg, fused_training="triton")
-        assert run.encoder.fused_core_programs == programs
-        assert run.encoder.fused_core_no_grad is no_grad
-        assert run.encoder.fused_training == "triton"
-
-
 def test_bench_passes_the_feature_table_switch_to_the_run(tmp_path, capsys) -> None:
     from lobsurf.bench.measure import BenchConfig, run_config
     from lobsurf.commands.bench import _config, add_arguments
@@ -217,30 +204,6 @@ def test_bench_passes_inductor_options_to_the_run(tmp_path) -> None:
         _config(parser.parse_args(["--inductor-option", "triton.no_such_thing=1"]))
     with pytest.raises(UserError, match="takes a bool"):
         _config(parser.parse_args(["--inductor-option", "triton.enable_pdl=1"]))
-
-
-def test_bench_passes_the_scan_conv_launch_to_the_run(tmp_path) -> None:
-    # --scan-conv, --scan-conv-programs and --scan-conv-warps reach the encoder's config and
-    # the header; warps below 1 are refused before anything runs
-    import argparse
-
-    from lobsurf.bench.measure import run_config
-    from lobsurf.commands.bench import _config, _scan_conv_note, add_arguments
-    from lobsurf.errors import UserError
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    default = _config(parser.parse_args([]))
-    assert (default.scan_conv, default.scan_conv_programs) == ("torch", "head")
-    assert _scan_conv_note(default) == ""
-    cfg = _config(parser.parse_args(["--scan-conv", "auto", "--scan-conv-programs", "window",
-                                     "--scan-conv-warps", "8"]))
-    run = run_config(tmp_path, 4, 1, "cpu", cfg)
-    assert (run.encoder.scan_conv, run.encoder.scan_conv_programs,
-            run.encoder.scan_conv_warps) == ("auto", "window", 8)
-    assert _scan_conv_note(cfg) == ", conv in the scan auto (programs per window, 8 warps)"
-    with pytest.raises(UserError, match="scan_conv_warps"):
-        _config(parser.parse_args(["--scan-conv-warps", "0"]))
 
 
 def test_bench_passes_the_last_row_forward_to_the_run(tmp_path) -> None:

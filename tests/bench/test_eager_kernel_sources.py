@@ -38,7 +38,7 @@ def _kernel(name: str, ext: int, dur: float, cat: str = "kernel") -> dict:
 
 def test_trace_sources_join_kernels_to_ops_and_the_calls_around_them():
     trace = {"traceEvents": [
-        _call("src/lobsurf/agent/step.py(440): losses", 0.0, 100.0),
+        _call("src/lobsurf/agent/learn.py(122): losses", 0.0, 100.0),
         _call("torch/nn/functional.py(10): linear", 10.0, 20.0),
         _call("src/lobsurf/agent/optim.py(7): step", 50.0, 10.0),
         _call("src/lobsurf/agent/replay.py(3): write", 0.0, 100.0, tid=2),
@@ -56,7 +56,7 @@ def test_trace_sources_join_kernels_to_ops_and_the_calls_around_them():
         _kernel("void at::native::orphan", 99, 7.0),
     ]}
     found = eks.trace_sources(trace)
-    step, linear = "src/lobsurf/agent/step.py(440): losses", "torch/nn/functional.py(10): linear"
+    step, linear = "src/lobsurf/agent/learn.py(122): losses", "torch/nn/functional.py(10): linear"
     assert found[("aten::copy_", "[[4, 3]]", step, linear, "void at::native::direct_copy")] \
         == (2, 5.0)
     optim = "src/lobsurf/agent/optim.py(7): step"

@@ -107,7 +107,7 @@ def test_conv_auto_keeps_pytorch_on_the_cpu_and_the_conv_kernels_match_it(monkey
     # "triton_dx" insist (here in Triton's interpreter) and give PyTorch's outputs and
     # gradients, with and without autograd
     pytest.importorskip("triton", reason="the conv kernels need Triton")
-    from lobsurf.models import conv_dt_triton, conv_triton
+    from lobsurf.models.kernels import conv_dt_triton, conv_triton
     from lobsurf.models.mamba2 import Mamba2Block
 
     small = dict(d_model=16, d_state=16, headdim=16, chunk_size=16, ssd_backend="torch")
@@ -155,7 +155,7 @@ def test_conv_triton_dpre_refuses_a_conv_wider_than_its_kernel_holds() -> None:
     # the d pre kernel keeps the last W-1 inputs in named registers (W <= DPRE_MAX_WIDTH):
     # a wider conv is an error with "triton_dpre", never a silently wrong gradient
     pytest.importorskip("triton", reason="the d pre kernel needs Triton")
-    from lobsurf.models import conv_triton
+    from lobsurf.models.kernels import conv_triton
     from lobsurf.models.mamba2 import Mamba2Block
 
     wide = conv_triton.DPRE_MAX_WIDTH + 1

@@ -108,6 +108,12 @@ def test_config_dict_round_trip() -> None:
     assert back == cfg
     with pytest.raises(ValueError):
         config_from_dict({**config_to_dict(cfg), "surprise": 1})
+    # a checkpoint saved with a since-retired kernel choice (models.config.RETIRED_FIELDS)
+    saved = config_to_dict(cfg)
+    saved["encoder"] = {**saved["encoder"], "fused_training": "auto", "fused_warps": 4}
+    assert config_from_dict(saved) == cfg
+    with pytest.raises(TypeError):
+        config_from_dict({**saved, "encoder": {**saved["encoder"], "surprise": 1}})
 
 
 def test_cli_json(tiny_store, tmp_path: Path, capsys) -> None:

@@ -68,3 +68,23 @@ def test_override_values_parse_as_toml():
     assert parse_override("a.b=true") == (["a", "b"], True)
     assert parse_override("a.b=cuda") == (["a", "b"], "cuda")
     assert run_config_from_dict({}) == RunConfig()
+
+
+def test_a_saved_run_with_retired_kernel_choices_reads_back_without_them(tmp_path):
+    """A run saved before the experimental kernel choices were removed
+    (models.config.RETIRED_FIELDS) still loads for eval and resume; a config file or --set
+    that gives one is told why it is gone."""
+    from lobsurf.models.config import RETIRED_FIELDS
+    from lobsurf.train.config import load_toml
+
+    path = tmp_path / "config.toml"
+    old = run_config_to_toml(RunConfig()).replace(
+        "[encoder]\n", "[encoder]\nfused_inference = \"auto\"\nscan_conv_warps = 8\n")
+    path.write_text(old)
+    assert "fused_inference" in load_toml(str(path))["encoder"]
+    assert resolve_run_config(None, [], base=load_toml(str(path))) == RunConfig()
+    for name in RETIRED_FIELDS:
+        with pytest.raises(UserError, match=f"encoder.{name} no longer exists"):
+            resolve_run_config(None, [f"encoder.{name}=1"])
+    with pytest.raises(UserError, match="encoder.fused_inference no longer exists"):
+        resolve_run_config(str(path), [])

@@ -23,8 +23,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from lobsurf.agent.learn import learn_from
 from lobsurf.agent.replay import Sample
-from lobsurf.agent.step import learn_from, train_step
+from lobsurf.agent.step import train_step
 from lobsurf.errors import UserError
 from lobsurf.train.checkpoint import checkpoint_path, load_payload, rank_shard_path
 from lobsurf.train.data import load_training_data

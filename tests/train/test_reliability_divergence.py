@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-import lobsurf.agent.step as agent_step
+import lobsurf.agent.learn as agent_learn
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.step import train_step
 from lobsurf.train import loop
@@ -57,7 +57,7 @@ def inject_after_step(monkeypatch, at_call: int, spoil, times: int = 1):
 
 def inject_nan_loss(monkeypatch, at_call: int):
     calls = {"n": 0}
-    real = agent_step.losses
+    real = agent_learn.losses
 
     def losses(*args, **kwargs):
         ls = real(*args, **kwargs)
@@ -65,7 +65,7 @@ def inject_nan_loss(monkeypatch, at_call: int):
         if calls["n"] == at_call:
             ls.total, ls.q = ls.total * NAN, ls.q * NAN
         return ls
-    monkeypatch.setattr(agent_step, "losses", losses)
+    monkeypatch.setattr(agent_learn, "losses", losses)
 
 
 def inject_inf_gradient(monkeypatch, at_call: int):

@@ -12,7 +12,7 @@
 The original system wrote these three kernels, then shipped with the entry point never
 called (raw PnL of $100-1000 went into a +-0.5 support: binary Q), and later with the clamp
 and span updates wired into one step path but not the other (change log). Here one pure
-function does all three and ``lobsurf.agent.step.collect`` is the only caller, used by every
+function does all three and ``lobsurf.agent.collect.collect`` is the only caller, used by every
 path that trains (prefill included).
 
 Each controller update is a pure function returning the new values (``*_values``: what the

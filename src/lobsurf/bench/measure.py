@@ -33,7 +33,9 @@ from typing import Any
 
 import torch
 
-from lobsurf.agent.step import collect, fresh_noise_, learn, train_step
+from lobsurf.agent.collect import collect
+from lobsurf.agent.learn import learn
+from lobsurf.agent.step import fresh_noise_, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.bench.roofline import DevicePeaks, roofline, step_traffic
 from lobsurf.data.synth import SynthConfig, write_synth_store
@@ -85,31 +87,18 @@ class BenchConfig:
     inductor_options: tuple[str, ...] = ()
     """train.compile_inductor_options: further Inductor settings ("name=value") of the
     compiled step."""
-    fused_core_programs: str = "window"
-    """encoder.fused_core_programs: the fused core's grid where fused_training runs it (one
-    program per window, or per (window, head))."""
-    fused_core_no_grad: bool = False
-    """encoder.fused_core_no_grad: the fused core in the no-grad forwards (acting, target)."""
     ssd_backend: str = EncoderConfig.ssd_backend
     """encoder.ssd_backend: the SSD scan's implementation (torch, triton, triton_window, auto)."""
     conv_backend: str = EncoderConfig.conv_backend
     """encoder.conv_backend: the causal conv + SiLU's (one of models.config.CONV_BACKENDS)."""
-    fused_in_proj: str = EncoderConfig.fused_in_proj
-    """encoder.fused_in_proj: the no-grad forwards' pre-norm + in-projection + conv kernel."""
     scan_gate: str = EncoderConfig.scan_gate
     """encoder.scan_gate: the no-grad forwards' gated-norm gate inside the scan kernel."""
-    scan_conv: str = EncoderConfig.scan_conv
-    """encoder.scan_conv: the no-grad forwards' conv and dt softplus inside the gated scan."""
-    scan_conv_programs: str = EncoderConfig.scan_conv_programs
-    """encoder.scan_conv_programs: that kernel's grid (per (window, head) or per window)."""
-    scan_conv_warps: int = EncoderConfig.scan_conv_warps
-    """encoder.scan_conv_warps: Triton warps per program of that kernel."""
     scan_last_row: str = EncoderConfig.scan_last_row
     """encoder.scan_last_row: the last layer's scan forward (tile kernel or vectors)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
-                     "top_ops", "scan_conv_warps"):
+                     "top_ops"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.prefill_steps < 1:
@@ -127,19 +116,11 @@ def make_store(root: Path, cfg: BenchConfig) -> Path:
 
 
 def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConfig,
-               precision: str = "fp32", fused_inference: str = "torch",
-               fused_training: str = "torch") -> RunConfig:
+               precision: str = "fp32") -> RunConfig:
     return run_config_from_dict({
         "data": {"store": str(store)},
-        "encoder": {"n_layers": layers, "fused_inference": fused_inference,
-                    "fused_training": fused_training,
-                    "fused_core_programs": cfg.fused_core_programs,
-                    "fused_core_no_grad": cfg.fused_core_no_grad,
-                    "ssd_backend": cfg.ssd_backend, "conv_backend": cfg.conv_backend,
-                    "fused_in_proj": cfg.fused_in_proj, "scan_gate": cfg.scan_gate,
-                    "scan_conv": cfg.scan_conv,
-                    "scan_conv_programs": cfg.scan_conv_programs,
-                    "scan_conv_warps": cfg.scan_conv_warps,
+        "encoder": {"n_layers": layers, "ssd_backend": cfg.ssd_backend,
+                    "conv_backend": cfg.conv_backend, "scan_gate": cfg.scan_gate,
                     "scan_last_row": cfg.scan_last_row},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
@@ -238,13 +219,11 @@ def graphed_phases(state, book, scfg, device: str, cfg: BenchConfig) -> dict[str
 
 def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
             compile_: bool = False, precision: str = "fp32",
-            fused_inference: str = "torch", fused_training: str = "torch",
             peaks: DevicePeaks | None = None) -> dict[str, Any]:
-    """Every figure of one (B, layers, precision, fused kernels) configuration (module
-    docstring); ``fused_*`` are ``encoder.fused_inference`` / ``encoder.fused_training``;
+    """Every figure of one (B, layers, precision) configuration (module docstring);
     ``peaks``: the device's rooflines (lobsurf.bench.roofline), None = no fractions."""
     run_cfg = run_config(store, batch, layers, "cuda" if device.startswith("cuda") else "cpu",
-                         cfg, precision, fused_inference, fused_training)
+                         cfg, precision)
     data = load_training_data(run_cfg, device, store)
     state = build_state(run_cfg, data, device)
     scfg, book = step_config(run_cfg), data.train_book
@@ -256,17 +235,9 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     row: dict[str, Any] = {"batch": batch, "layers": layers, "precision": precision,
-                           "fused_inference": fused_inference,
-                           "fused_training": fused_training,
-                           "fused_core_programs": cfg.fused_core_programs,
-                           "fused_core_no_grad": cfg.fused_core_no_grad,
                            "ssd_backend": cfg.ssd_backend,
                            "conv_backend": cfg.conv_backend,
-                           "fused_in_proj": cfg.fused_in_proj,
                            "scan_gate": cfg.scan_gate,
-                           "scan_conv": cfg.scan_conv,
-                           "scan_conv_programs": cfg.scan_conv_programs,
-                           "scan_conv_warps": cfg.scan_conv_warps,
                            "scan_last_row": cfg.scan_last_row,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,

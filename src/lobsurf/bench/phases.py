@@ -1,10 +1,10 @@
 """Where an eager training step spends its time: named sub-phases, timed from outside.
 
 ``timed_phases(state)`` wraps, for the duration of a ``with`` block only, the functions and
-methods the real step (lobsurf.agent.step) calls: the step's own code is not copied or
-edited, so the figures are of the code ``lobsurf train`` runs. Each wrapped call is
-bracketed by device synchronizes and timed on the host, under the path of the phases it
-runs inside (``learn/losses/target forward``); a parent's time minus its children's is its
+methods the real step (lobsurf.agent.step, .collect, .learn) calls: the step's own code is
+not copied or edited, so the figures are of the code ``lobsurf train`` runs. Each wrapped
+call is bracketed by device synchronizes and timed on the host, under the path of the phases
+it runs inside (``learn/losses/target forward``); a parent's time minus its children's is its
 ``(rest)``. The synchronizes add some microseconds per range on CUDA, so the sum of the
 phases is a little above an unprofiled step.
 
@@ -25,12 +25,17 @@ from typing import Any
 
 import torch
 
+import lobsurf.agent.collect as collect_module
+import lobsurf.agent.learn as learn_module
 import lobsurf.agent.step as step_module
 
 #: prefix of the profiler ranges of labelled phases
 PHASE_MARK = "phase:"
 
-#: (owner attribute path from the state, attribute, phase name); None owner = step module
+#: the step's modules: each global function of theirs named in _FUNCTIONS is timed where it
+#: is looked up (a function imported into two modules is wrapped in both)
+_STEP_MODULES = (step_module, collect_module, learn_module)
+#: (owner attribute path from the state, attribute, phase name)
 _METHODS = (
     ("env", "step", "simulator step"), ("replay", "write_", "replay write"),
     ("replay", "sample", "replay sample"), ("online", "forward", "online forward"),
@@ -115,7 +120,7 @@ class PhaseTimer:
 @contextlib.contextmanager
 def timed_phases(state: Any, device: torch.device | str, label: bool = False
                  ) -> Iterator[PhaseTimer]:
-    """Install the phase wrappers on ``state`` and the step module; removed on exit
+    """Install the phase wrappers on ``state`` and the step's modules; removed on exit
     (``label``: profiler ranges too, module docstring)."""
     timer = PhaseTimer(device, label)
     undo: list[Callable[[], None]] = []
@@ -133,8 +138,9 @@ def timed_phases(state: Any, device: torch.device | str, label: bool = False
         for path, attr, name in _METHODS:
             patch(getattr(state, path), attr, name, instance=True)
         for attr, name in _FUNCTIONS:
-            if hasattr(step_module, attr):
-                patch(step_module, attr, name, instance=False)
+            for module in _STEP_MODULES:
+                if hasattr(module, attr):
+                    patch(module, attr, name, instance=False)
         yield timer
     finally:
         for fn in reversed(undo):

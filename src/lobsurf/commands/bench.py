@@ -48,14 +48,6 @@ def _precisions(text: str) -> list[str]:
     return _choice_list(text, PRECISIONS)
 
 
-def _fused_choices(text: str) -> list[str]:
-    return _choice_list(text, FUSED_CHOICES)
-
-
-#: encoder.fused_inference values the bench can compare side by side
-FUSED_CHOICES = ("auto", "torch", "triton")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lobsurf.bench.measure import BenchConfig
 
@@ -68,14 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", type=_precisions, default=["fp32"],
                         help="network forward precisions (train.precision: fp32, bf16 "
                         "autocast), comma-separated")
-    parser.add_argument("--fused-inference", type=_fused_choices, default=["torch"],
-                        help="encoder.fused_inference per configuration (auto: the one-kernel "
-                        "Mamba2 block in the no-grad forwards on CUDA; torch: PyTorch blocks "
-                        "only), comma-separated")
-    parser.add_argument("--fused-training", type=_fused_choices, default=["torch"],
-                        help="encoder.fused_training per configuration (auto: the fused "
-                        "mixer-core kernels in the learner's forward and backward on CUDA; "
-                        "torch: the PyTorch mixer), comma-separated")
     parser.add_argument("--steps", type=int, default=d.steps, help="timed steps per block")
     parser.add_argument("--repeats", type=int, default=d.repeats, help="timed blocks per mode")
     parser.add_argument("--snapshots", type=int, default=d.snapshots_per_day,
@@ -111,34 +95,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an Inductor setting of the compiled step, e.g. "
                         "triton.enable_pdl=True (train.compile_inductor_options; repeat for "
                         "several)")
-    parser.add_argument("--fused-core-programs", choices=["window", "head"],
-                        default=d.fused_core_programs, help="the fused core's grid where "
-                        "--fused-training runs it: a program per window, or per (window, head) "
-                        "(encoder.fused_core_programs)")
-    parser.add_argument("--fused-core-no-grad", action=argparse.BooleanOptionalAction,
-                        default=d.fused_core_no_grad, help="the fused core (where "
-                        "--fused-training runs it) in the no-grad forwards too: acting and the "
-                        "target net (encoder.fused_core_no_grad)")
     parser.add_argument("--ssd-backend", choices=SSD_BACKENDS,
                         default=d.ssd_backend, help="the SSD scan's implementation "
                         "(encoder.ssd_backend)")
     parser.add_argument("--conv-backend", choices=CONV_BACKENDS,
                         default=d.conv_backend, help="the causal conv + SiLU's implementation "
                         "(encoder.conv_backend)")
-    parser.add_argument("--fused-in-proj", choices=["auto", "torch", "triton"],
-                        default=d.fused_in_proj, help="the no-grad forwards' pre-norm, "
-                        "in-projection, conv and dt as one kernel (encoder.fused_in_proj)")
     parser.add_argument("--scan-gate", choices=["auto", "torch", "triton"],
                         default=d.scan_gate, help="the no-grad forwards' gated-norm gate "
                         "inside the one-chunk scan kernel (encoder.scan_gate)")
-    parser.add_argument("--scan-conv", choices=["auto", "torch", "triton"],
-                        default=d.scan_conv, help="the no-grad forwards' conv + SiLU and dt "
-                        "softplus inside the gated scan's kernel (encoder.scan_conv)")
-    parser.add_argument("--scan-conv-programs", choices=["head", "window"],
-                        default=d.scan_conv_programs, help="that kernel's grid: a program "
-                        "per (window, head) or per window (encoder.scan_conv_programs)")
-    parser.add_argument("--scan-conv-warps", type=int, default=d.scan_conv_warps,
-                        help="Triton warps per program of that kernel (encoder.scan_conv_warps)")
     parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,
                         help="the last layer's one-chunk scan forward: the [Q, Q] tile kernel or "
                         "the last row as vectors (encoder.scan_last_row)")
@@ -164,14 +129,6 @@ def _adam_path(cfg, cuda: bool) -> str:
     return "fused" if cfg.fused_adam and cuda else "multi-tensor"
 
 
-def _scan_conv_note(cfg) -> str:
-    """The header's note of encoder.scan_conv and its launch (none when "torch")."""
-    if cfg.scan_conv == "torch":
-        return ""
-    return (f", conv in the scan {cfg.scan_conv} (programs per {cfg.scan_conv_programs}, "
-            f"{cfg.scan_conv_warps} warps)")
-
-
 def _inductor_note(options: tuple[str, ...]) -> str:
     """The header's note of the Inductor settings asked for (none: nothing)."""
     return f", Inductor {' '.join(options)}" if options else ""
@@ -189,13 +146,8 @@ def _config(args: argparse.Namespace):
                            feature_table=args.feature_table,
                            max_autotune=args.max_autotune,
                            inductor_options=tuple(args.inductor_options),
-                           fused_core_programs=args.fused_core_programs,
-                           fused_core_no_grad=args.fused_core_no_grad,
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
-                           fused_in_proj=args.fused_in_proj, scan_gate=args.scan_gate,
-                           scan_conv=args.scan_conv,
-                           scan_conv_programs=args.scan_conv_programs,
-                           scan_conv_warps=args.scan_conv_warps,
+                           scan_gate=args.scan_gate,
                            scan_last_row=args.scan_last_row)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
@@ -232,13 +184,8 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _fused_label(row: dict) -> str:
-    # inference/training kernels of the row: "torch/torch", "auto/torch", ...
-    return f"{row.get('fused_inference', 'torch')}/{row.get('fused_training', 'torch')}"
-
-
 def table(rows: list[dict]) -> str:
-    lines = [f"{'B':>5} {'L':>2} {'prec':>4} {'fused':>11} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
+    lines = [f"{'B':>5} {'L':>2} {'prec':>4} {'eager/s':>8} {'graph/s':>8} {'x':>5} {'trans/s':>10} "
              f"{'env/s':>10} {'nodes':>6} {'ops/step':>8} {'busy ms':>8} {'collect':>8} "
              f"{'learn':>8} {'TFLOP/s':>8} {'GiB':>6}"]
     for r in rows:
@@ -246,7 +193,7 @@ def table(rows: list[dict]) -> str:
         gp = r["graph_phase_ms"] or {}
         lines.append(
             f"{r['batch']:>5} {r['layers']:>2} {r['precision']:>4} "
-            f"{_fused_label(r):>11} {r['eager']['steps_per_s']:>8.1f} "
+            f"{r['eager']['steps_per_s']:>8.1f} "
             f"{_fmt(r['graphed'] and r['graphed']['steps_per_s'], '8.1f'):>8} "
             f"{_fmt(r.get('speedup'), '5.2f'):>5} {best['transitions_learned_per_s']:>10,.0f} "
             f"{best['env_steps_per_s']:>10,.0f} {_fmt(r['graph_nodes'], 'd'):>6} "
@@ -285,8 +232,7 @@ def roofline_line(row: dict) -> str:
 
 def phase_table(row: dict) -> str:
     lines = [f"phases of one eager step, B={row['batch']} layers={row['layers']} "
-             f"{row['precision']} fused inference/training={_fused_label(row)} "
-             "(ms, a synchronize around each range):"]
+             f"{row['precision']} (ms, a synchronize around each range):"]
     lines += [f"  {path:<48} {ms:>9.3f}" for path, ms in row["phase_ms"].items()]
     return "\n".join(lines)
 
@@ -313,11 +259,9 @@ def run(args: argparse.Namespace) -> int:
            "rows": []}
     with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
         store = make_store(Path(tmp), cfg)
-        grid = itertools.product(args.fused_inference, args.fused_training, args.precision,
-                                 args.layers, args.batch)
-        for fused_inf, fused_train, precision, layers, batch in grid:
-            row = measure(store, device, batch, layers, cfg, compile_, precision,
-                          fused_inf, fused_train, peaks)
+        for precision, layers, batch in itertools.product(args.precision, args.layers,
+                                                          args.batch):
+            row = measure(store, device, batch, layers, cfg, compile_, precision, peaks)
             out["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if device.startswith("cuda"):
@@ -333,13 +277,9 @@ def run(args: argparse.Namespace) -> int:
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
           f"{_inductor_note(cfg.inductor_options) if cuda and compile_ else ''}"
-          f"{', fused core per (window, head)' if cfg.fused_core_programs == 'head' else ''}"
-          f"{', fused core in the no-grad forwards' if cfg.fused_core_no_grad else ''}"
           f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
           f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
-          f"{f', in-projection {cfg.fused_in_proj}' if cfg.fused_in_proj != 'torch' else ''}"
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
-          f"{_scan_conv_note(cfg)}"
           f"{', last row as vectors' if cfg.scan_last_row == 'vector' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
@@ -351,8 +291,7 @@ def run(args: argparse.Namespace) -> int:
     for r in out["rows"]:
         c = r["compiled"]
         if c is not None:
-            print(f"B={r['batch']} layers={r['layers']} {r['precision']} "
-                  f"fused {_fused_label(r)} with compiled "
+            print(f"B={r['batch']} layers={r['layers']} {r['precision']} with compiled "
                   "encoders: " + (
                 c["error"] if "error" in c else
                 f"{c['steps_per_s']:.1f} steps/s ({c['ms_per_step']:.2f} ms), "

@@ -22,6 +22,19 @@ CONV_BACKENDS: tuple[str, ...] = get_args(ConvBackend)
 """The causal conv + SiLU implementations ``EncoderConfig.conv_backend`` takes."""
 CONV_AUTO_ON_CUDA: ConvBackend = "triton_dx"
 """What ``conv_backend = "auto"`` runs on CUDA (benchmarks/RESULTS.md says why)."""
+RETIRED_FIELDS: tuple[str, ...] = (
+    "fused_inference", "fused_training", "fused_core_programs", "fused_core_no_grad",
+    "fused_warps", "fused_head_warps", "fused_in_proj", "scan_conv", "scan_conv_programs",
+    "scan_conv_warps")
+"""Fields older configs may hold that no longer exist: experimental Triton kernel choices,
+removed after the H200 measured each slower than the default path (benchmarks/RESULTS.md,
+twenty-sixth session). Each chose only which kernels computed the same values, so a saved
+config is read without them (``without_retired``)."""
+
+
+def without_retired(values: dict) -> dict:
+    """A saved encoder config's fields (plain values) less ``RETIRED_FIELDS``."""
+    return {k: v for k, v in values.items() if k not in RETIRED_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -75,44 +88,6 @@ class EncoderConfig:
     conv's and dt's columns whole (``conv_dt_triton.py``; the three insist, on CPU only
     under Triton's interpreter), "auto" (the default) = ``CONV_AUTO_ON_CUDA``
     ("triton_dx") on CUDA, else "torch"."""
-    fused_inference: Literal["auto", "torch", "triton"] = "torch"
-    """Block forward when autograd is off (the step's acting and target forwards) over a
-    window with no state: "torch" = the PyTorch block (the default and the reference: on
-    the H200 the compiled PyTorch block is faster, 0.42 against 0.66 ms at B = 1024, see
-    benchmarks/RESULTS.md); "auto" = the one-kernel Triton block (``mamba2_fused.py``) on
-    CUDA where Triton and the shape allow it, else PyTorch; "triton" = insist on the kernel
-    (an error says why it cannot run; on CPU it needs Triton's interpreter, which the
-    tests use). Experimental and **off on CUDA for now** ("auto" = PyTorch there, "triton"
-    an error): correct in the CPU interpreter's tests, but in its GPU test it reads outside
-    its shared memory (``mamba2_fused.CUDA_DISABLED``; benchmarks/RESULTS.md)."""
-    fused_training: Literal["auto", "torch", "triton"] = "torch"
-    """Mixer core (conv -> SSD -> gated norm) when autograd is on (the learner's forward and
-    backward) over a window with no state: "torch" = the PyTorch mixer (the default and the
-    reference: as fast as the kernels on the H200, 3.69 against 3.93 ms forward + backward
-    of a block at B = 1024, benchmarks/RESULTS.md); "auto" = one forward and one backward
-    Triton kernel (``mamba2_fused_core.py``) between the in- and out-projection GEMMs, on
-    CUDA where Triton and the shape allow it; "triton" = insist (on CPU only under Triton's
-    interpreter). Experimental: its GPU tests pass on the H200 (benchmarks/RESULTS.md)."""
-    fused_core_programs: Literal["window", "head"] = "window"
-    """Grid of the fused core's kernels (``fused_training``): "window" = one program per
-    window through every head and the gated norm (``mamba2_fused_core.py``; timed on the
-    H200); "head" = one program per (window, head) for the conv, SSD and gate, with the norm
-    left to PyTorch and the heads' shared d scores summed by a second small backward kernel
-    (``mamba2_fused_heads.py``; ~70x fewer register spills in its backward at sm_90,
-    benchmarks/kernel_resources.py, but **0.64x** the PyTorch mixer on the H200: 2,174 against
-    1,392 us of kernels for a block's forward + backward at B = 1024, bf16, one program per
-    SM at 255 registers; benchmarks/RESULTS.md)."""
-    fused_in_proj: Literal["auto", "torch", "triton"] = "torch"
-    """A block's pre-norm, in-projection, causal conv + SiLU and dt softplus in forwards
-    without autograd and state (acting on B windows, the target net on 2B): "torch" (the
-    default) = the PyTorch ops (the reference, and the CPU path); "auto" = one Triton kernel
-    (``in_proj_conv_triton.py``: the projection never reaches memory) on CUDA where Triton
-    and the shape allow it, else PyTorch; "triton" = insist (on CPU only under Triton's
-    interpreter). Off by default: on the H200 the kernel is slower than the compiled
-    PyTorch ops at B = 1024 (0.138 against 0.107 ms; the step 300.7 against 357.6 steps/s)
-    and faster only where the step is launch-bound (B = 16: 1,969.4 against 1,866.7;
-    benchmarks/RESULTS.md, sixteenth session). Forwards with autograd keep the PyTorch
-    in-projection and ``conv_backend``."""
     scan_gate: Literal["auto", "torch", "triton"] = "auto"
     """The gated norm in forwards without autograd and state where the one-chunk scan
     kernel runs (acting on B windows, the target net on 2B): "auto" (the default) = on CUDA
@@ -125,25 +100,6 @@ class EncoderConfig:
     kernel with the gate took 0.069 ms at B = 1024 against 0.060 without it and 0.100 with
     Inductor's norm after it; the B = 1024 / 4-layer step 206.5 -> 211.0 steps/s side by side
     (2 layers 393.2 -> 394.8; benchmarks/RESULTS.md, nineteenth session)."""
-    scan_conv: Literal["auto", "torch", "triton"] = "torch"
-    """The causal conv + SiLU and the dt softplus of the forwards where the gated scan runs
-    (``scan_gate``: without autograd and state, on the block's own in-projection): "torch"
-    (the default) = the conv (``conv_backend``) and PyTorch's softplus before the gated
-    scan; "auto" = on CUDA inside the gated scan's kernel, which reads the in-projection's
-    columns itself (``ssd_window_conv_triton.py``), so the convolved [B, L, E + 2N] tensor
-    is neither written nor read back and the conv and softplus kernels are gone; "triton" =
-    insist wherever the gated scan runs (on CPU only under Triton's interpreter). Off by
-    default: its first version (one program per (window, head), 4 warps) took the
-    B = 1024 / 2-layer step from 462.8 to 386.6 steps/s on the H200; in the bench's
-    profiled pass its kernel took 0.93 ms per step, the conv and scan calls it replaces
-    about 0.43 (benchmarks/RESULTS.md, twenty-fifth session)."""
-    scan_conv_programs: Literal["head", "window"] = "head"
-    """Grid of ``scan_conv``'s kernel: "head" = one program per (window, head), each
-    convolving the window's B and C and computing their scores itself (what was measured);
-    "window" = one per window, B, C and the scores once and the heads in a loop (half the
-    conv's arithmetic, more registers per program; not yet measured on a GPU)."""
-    scan_conv_warps: int = 4
-    """Triton warps per program of ``scan_conv``'s kernel."""
     scan_last_row: Literal["tile", "vector"] = "tile"
     """The one-chunk scan's forward where only the last row is kept (the last layer, where
     ``ssd_backend`` runs the one-chunk kernels, with or without autograd and ``scan_gate``):
@@ -151,19 +107,6 @@ class EncoderConfig:
     last; "vector" = that row alone as vectors over the rows, one program per window
     (``ssd_last_row_triton.py``): no [Q, Q] scores, decay or products. Not yet measured on
     a GPU (twenty-fifth session)."""
-    fused_core_no_grad: bool = False
-    """Run the fused core (``fused_training``'s kernels, in the ``fused_core_programs`` grid)
-    in the forwards without autograd too (acting on B windows, the target net on 2B), where
-    ``fused_inference`` does not take the whole block; off = the PyTorch mixer there (faster:
-    the window core there too took the B = 1024 step from 227.7 to 128.8 steps/s on the H200,
-    benchmarks/RESULTS.md)."""
-    fused_warps: int = 4
-    """Triton warps per window of the fused kernels (4 measured faster than 8)."""
-    fused_head_warps: int = 8
-    """Triton warps per (window, head) program of the per-head fused core
-    (``fused_core_programs = "head"``): 8 spill the fewest registers at the default shape
-    (benchmarks/kernel_resources.py, sm_90) and ran fastest of 4, 8 and 16 on the H200
-    (2,174 against 2,261 and 3,650 us of kernels per block forward + backward)."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8
@@ -216,8 +159,8 @@ class EncoderConfig:
         positive = ("d_model", "n_layers", "d_state", "headdim", "expand", "d_conv",
                     "chunk_size", "in_proj_pad_multiple", "cuda_gemm_align_bytes",
                     "ssd_triton_warps_fwd", "ssd_triton_warps_bwd", "ssd_window_warps_fwd",
-                    "ssd_window_warps_bwd", "ssd_window_warps_bwd_last", "fused_warps",
-                    "fused_head_warps", "scan_conv_warps", "ssd_window_warps_fwd_last",
+                    "ssd_window_warps_bwd", "ssd_window_warps_bwd_last",
+                    "ssd_window_warps_fwd_last",
                     "cfc_backbone_units", "cfc_backbone_layers")
         for name in positive:
             if getattr(self, name) < 1:
@@ -231,18 +174,11 @@ class EncoderConfig:
         if self.conv_backend not in CONV_BACKENDS:
             raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}, got "
                              f"{self.conv_backend!r}")
-        for name in ("fused_inference", "fused_training", "fused_in_proj", "scan_gate",
-                     "scan_conv"):
-            if getattr(self, name) not in ("auto", "torch", "triton"):
-                raise ValueError(f"{name} must be auto, torch or triton, got "
-                                 f"{getattr(self, name)!r}")
+        if self.scan_gate not in ("auto", "torch", "triton"):
+            raise ValueError(f"scan_gate must be auto, torch or triton, got {self.scan_gate!r}")
         if self.scan_last_row not in ("tile", "vector"):
             raise ValueError(f"scan_last_row must be tile or vector, got "
                              f"{self.scan_last_row!r}")
-        for name in ("fused_core_programs", "scan_conv_programs"):
-            if getattr(self, name) not in ("window", "head"):
-                raise ValueError(f"{name} must be window or head, got "
-                                 f"{getattr(self, name)!r}")
         if not 0 < self.dt_min <= self.dt_max:
             raise ValueError("need 0 < dt_min <= dt_max")
         if not 0 < self.a_init_min <= self.a_init_max:

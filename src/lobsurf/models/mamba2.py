@@ -22,16 +22,12 @@ of the stateless window call for Triton kernels: by default ("auto") on CUDA the
 scan (``ssd_window_triton.py``), the conv's forward kernel (``conv_triton.py``) and, in
 forwards that record gradients, z projected apart and the conv + dt softplus with one
 backward kernel that writes their in-projection gradient (``conv_dt_triton.py``); "triton"
-selects older opt-in kernels. ``fused_in_proj`` (opt-in)
-runs a block's pre-norm, in-projection, conv and dt of the forwards without autograd as one
-kernel (``in_proj_conv_triton.py``, ``Mamba2Mixer.forward_from_block_input``).
-``scan_gate`` (on by default on CUDA) has the one-chunk scan kernel of the forwards without
-autograd apply the gated norm's gate and weight and write each row's sums of squares, the
-norm's 1 / rms applied after the out-projection (``Mamba2Mixer._gated_scan_out``);
-``scan_conv`` (opt-in) has that kernel compute the conv + SiLU and dt softplus too, from the
-in-projection's columns (``ssd_window_conv_triton.py``); ``scan_last_row = "vector"``
-(opt-in) computes the last layer's last row alone as vectors over the rows
-(``ssd_last_row_triton.py``). The PyTorch code here stays the CPU path and the reference.
+selects older opt-in kernels. ``scan_gate`` (on by default on CUDA) has the one-chunk scan
+kernel of the forwards without autograd apply the gated norm's gate and weight and write
+each row's sums of squares, the norm's 1 / rms applied after the out-projection
+(``Mamba2Mixer._gated_scan_out``); ``scan_last_row = "vector"`` (opt-in) computes the last
+layer's last row alone as vectors over the rows (``ssd_last_row_triton.py``). The PyTorch
+code here stays the CPU path and the reference.
 """
 
 from __future__ import annotations
@@ -43,19 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lobsurf.models import (
-    conv_dt_triton,
-    conv_triton,
-    in_proj_conv_triton,
-    mamba2_fused,
-    mamba2_fused_core,
-    mamba2_fused_heads,
-    ssd_triton,
-    ssd_window_conv_triton,
-    ssd_window_triton,
-)
 from lobsurf.models.align import device_multiple, linear_padded_out
 from lobsurf.models.config import CONV_AUTO_ON_CUDA, EncoderConfig
+from lobsurf.models.kernels import conv_dt_triton, conv_triton, ssd_triton, ssd_window_triton
+from lobsurf.models.kernels.triton_support import use_kernel
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
 
@@ -80,7 +67,7 @@ def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
 
 def normalise_gated(gated: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm(gated) * weight over the last axis, statistics in >= fp32: the gated norm after
-    its gate (the per-(window, head) fused core computes the gate, this the norm)."""
+    its gate."""
     g = gated.to(torch.promote_types(gated.dtype, torch.float32))
     normed = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
     return normed.to(gated.dtype) * weight
@@ -176,7 +163,7 @@ class Mamba2Mixer(nn.Module):
 
     def _conv_choice(self) -> tuple[str, str, str]:
         # conv_backend as set, the kernel pair it names ("auto": CONV_AUTO_ON_CUDA), and how
-        # mamba2_fused.use_fused takes it ("auto" falls back off CUDA, "triton" insists)
+        # use_kernel takes it ("auto" falls back off CUDA, "triton" insists)
         choice = self.cfg.conv_backend
         if choice == "auto":
             return choice, CONV_AUTO_ON_CUDA, "auto"
@@ -191,7 +178,7 @@ class Mamba2Mixer(nn.Module):
             return None
         # "triton_dx" reaches here without autograd (or with a conv wider than its kernel)
         kernel_forward = resolved != "triton_dpre"
-        use = mamba2_fused.use_fused(
+        use = use_kernel(
             insist, "conv_backend", xbc,
             kernel_forward or choice != "auto" or torch.is_grad_enabled(),
             self.cfg.d_conv <= conv_triton.DPRE_MAX_WIDTH,
@@ -207,7 +194,7 @@ class Mamba2Mixer(nn.Module):
         choice, resolved, insist = self._conv_choice()
         if resolved != "triton_dx":
             return False
-        return mamba2_fused.use_fused(
+        return use_kernel(
             insist, "conv_backend", u,
             torch.is_grad_enabled(), conv_dt_triton.supports(self.cfg.d_conv),
             f"d_conv <= {conv_dt_triton.MAX_WIDTH}", f"d_conv {self.cfg.d_conv}",
@@ -232,7 +219,7 @@ class Mamba2Mixer(nn.Module):
         if cfg.ssd_backend not in ("triton_window", "auto") or state is not None:
             return False
         choice = "triton" if cfg.ssd_backend == "triton_window" else "auto"
-        return mamba2_fused.use_fused(
+        return use_kernel(
             choice, "ssd_backend", xbc, True,
             ssd_window_triton.supports(cfg.headdim, cfg.d_state, xbc.shape[1], cfg.chunk_size),
             "power-of-two headdim and d_state >= 16 and a window of at most chunk_size",
@@ -268,8 +255,6 @@ class Mamba2Mixer(nn.Module):
         """
         cfg = self.cfg
         E = cfg.d_inner
-        if state is None and self._fused_core(u):
-            return self._fused_core_forward(u, last_only)
         align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
         conv_dt = state is None and self._conv_dt(u)
         if last_only or conv_dt:
@@ -287,8 +272,6 @@ class Mamba2Mixer(nn.Module):
                 xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
             else:
                 z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
-            if state is None and self._scan_conv(xbc):
-                return self._gated_scan_out(xbc, dt, z, last_only, conv_inside=True)
             xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
             dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
         if state is None and self._scan_gate(xbc):
@@ -299,35 +282,11 @@ class Mamba2Mixer(nn.Module):
             state.ssm_state.copy_(final)
         return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
 
-    def forward_from_block_input(self, h: torch.Tensor, norm: nn.RMSNorm,
-                                 last_only: bool = False) -> torch.Tensor:
-        """The mixer of ``rms_norm(norm, h)`` without autograd or state, with the pre-norm,
-        in-projection, conv + SiLU and dt softplus as one kernel (``fused_in_proj``,
-        ``in_proj_conv_triton.py``); the same value as ``forward(rms_norm(norm, h))``."""
-        cfg = self.cfg
-        z, xbc, dt = in_proj_conv_triton.in_proj_conv(
-            h, norm.weight, norm.eps, self.in_proj.weight, self.conv_weight, self.conv_bias,
-            self.dt_bias, cfg.d_inner, last_only)
-        if self._scan_gate(xbc):
-            return self._gated_scan_out(xbc, dt, z, last_only)
-        y, _ = self._scan(xbc, dt, None, last_only)
-        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
-
-    def fused_in_proj(self, h: torch.Tensor) -> bool:
-        """Whether a stateless forward of block inputs h takes ``forward_from_block_input``:
-        autograd off, ``fused_in_proj`` choosing the kernel (see ``EncoderConfig``)."""
-        cfg = self.cfg
-        return mamba2_fused.use_fused(
-            cfg.fused_in_proj, "fused_in_proj", h, not torch.is_grad_enabled(),
-            in_proj_conv_triton.supports(cfg.d_model, h.shape[1]),
-            "a power-of-two d_model >= 16 and a window of at most "
-            f"{in_proj_conv_triton.MAX_WINDOW}", f"d_model {cfg.d_model}, window {h.shape[1]}")
-
     def _scan_gate(self, xbc: torch.Tensor) -> bool:
         # scan_gate: a stateless forward without autograd where the one-chunk scan kernel
         # runs takes the gate in the kernel (``_gated_scan_out``)
         cfg = self.cfg
-        return mamba2_fused.use_fused(
+        return use_kernel(
             cfg.scan_gate, "scan_gate", xbc,
             not torch.is_grad_enabled() and self._use_window_kernel(xbc, None), True,
             "the one-chunk scan kernel", "", choice_name="triton")
@@ -336,31 +295,17 @@ class Mamba2Mixer(nn.Module):
         # scan_last_row: the one-chunk scan's last-row forward as vectors over the rows
         return last_only and self.cfg.scan_last_row == "vector"
 
-    def _scan_conv(self, pre: torch.Tensor) -> bool:
-        # scan_conv: where the gated scan runs, its kernel takes the conv and dt softplus too
-        return mamba2_fused.use_fused(
-            self.cfg.scan_conv, "scan_conv", pre, self._scan_gate(pre), True,
-            "the gated scan (scan_gate)", "", choice_name="triton")
-
     def _gated_scan_out(self, xbc: torch.Tensor, dt: torch.Tensor, z: torch.Tensor,
-                        last_only: bool, conv_inside: bool = False) -> torch.Tensor:
+                        last_only: bool) -> torch.Tensor:
         # out_proj(RMSNorm(y SiLU(z)) w) as rstd * out_proj(g w): the scan kernel writes g w
         # and each row's per-head sum of g^2; the per-row 1 / rms commutes with the product.
-        # conv_inside: xbc and dt are the in-projection's columns before the conv and the
-        # softplus, which the kernel computes (``scan_conv``)
         cfg = self.cfg
         A = -torch.exp(self.A_log.float())
-        if conv_inside:
-            g, ss = ssd_window_conv_triton.ssd_window_gated_conv(
-                xbc, dt, self.conv_weight.to(xbc.dtype), self.conv_bias.to(xbc.dtype),
-                self.dt_bias, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
-                cfg.scan_conv_warps, last_only, cfg.scan_conv_programs == "head")
-        else:
-            vector = self._vector_last(last_only)
-            g, ss = ssd_window_triton.ssd_window_gated(
-                xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
-                cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd,
-                last_only, vector)
+        vector = self._vector_last(last_only)
+        g, ss = ssd_window_triton.ssd_window_gated(
+            xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
+            cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd,
+            last_only, vector)
         out = self.out_proj(g)
         rstd = torch.rsqrt(ss.sum(-1, keepdim=True) / cfg.d_inner + cfg.norm_eps)
         return (out.float() * rstd).to(out.dtype)
@@ -402,34 +347,6 @@ class Mamba2Mixer(nn.Module):
             y = (y + xh * self.D[:, None]).reshape(batch, length, E)
         return y, final
 
-    def _fused_core_forward(self, u: torch.Tensor, last_only: bool) -> torch.Tensor:
-        # conv -> SSD -> gated norm in Triton kernels between the two projection GEMMs
-        cfg = self.cfg
-        proj = self.in_proj(u)
-        if cfg.fused_core_programs == "head":
-            g = mamba2_fused_heads.mamba2_heads(proj, self.conv_weight, self.conv_bias,
-                                                self.dt_bias, self.A_log, self.D, cfg.headdim,
-                                                cfg.d_state, cfg.fused_head_warps)
-            o = normalise_gated(g[:, -1] if last_only else g, self.norm_weight, cfg.norm_eps)
-            return self.out_proj(o)
-        o, _ = mamba2_fused_core.mamba2_core(
-            proj, self.conv_weight, self.conv_bias, self.dt_bias, self.A_log, self.D,
-            self.norm_weight, cfg.headdim, cfg.d_state, cfg.norm_eps, cfg.fused_warps)
-        return self.out_proj(o[:, -1] if last_only else o)
-
-    def _fused_core(self, u: torch.Tensor) -> bool:
-        # The core kernels with autograd serve forwards that need gradients; forwards
-        # without them go through the whole-block kernel (Mamba2Block) or PyTorch, or
-        # through the core too when fused_core_no_grad asks for it.
-        cfg = self.cfg
-        return mamba2_fused.use_fused(
-            cfg.fused_training, "fused_training", u,
-            torch.is_grad_enabled() or cfg.fused_core_no_grad,
-            mamba2_fused_core.supports(cfg.headdim, cfg.d_state, u.shape[1], cfg.chunk_size),
-            "power-of-two headdim and d_state >= 16 and a window of at most chunk_size",
-            f"headdim {cfg.headdim}, d_state {cfg.d_state}, window {u.shape[1]}, "
-            f"chunk_size {cfg.chunk_size}")
-
     def step(self, u: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token: u [B, D] -> [B, D]; ``state`` is updated in place."""
         cfg = self.cfg
@@ -462,39 +379,9 @@ class Mamba2Block(nn.Module):
 
     def forward(self, h: torch.Tensor, state: Mamba2State | None = None,
                 last_only: bool = False) -> torch.Tensor:
-        """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward.
-        Without autograd and state, the whole block may run as one fused kernel
-        (``EncoderConfig.fused_inference``), or its first ops as one
-        (``EncoderConfig.fused_in_proj``)."""
-        if state is None and self._fused(h):
-            cfg = self.mixer.cfg
-            return mamba2_fused.mamba2_block_inference(
-                h, *self.kernel_parameters(), cfg.headdim, cfg.d_state, cfg.norm_eps,
-                last_only, cfg.fused_warps)
-        if state is None and self.mixer.fused_in_proj(h):
-            mixed = self.mixer.forward_from_block_input(h, self.norm, last_only)
-        else:
-            mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
+        """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward."""
+        mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
         return (h[:, -1] if last_only else h) + mixed
-
-    def kernel_parameters(self) -> tuple[torch.Tensor, ...]:
-        """The parameters in the order the one-kernel block takes them (norm weight,
-        in_proj, conv weight and bias, dt bias, A_log, D, gated-norm weight, out_proj)."""
-        m = self.mixer
-        return (self.norm.weight, m.in_proj.weight, m.conv_weight, m.conv_bias, m.dt_bias,
-                m.A_log, m.D, m.norm_weight, m.out_proj.weight)
-
-    def _fused(self, h: torch.Tensor) -> bool:
-        # The fused kernel has no backward: only forwards with autograd off may use it.
-        cfg = self.mixer.cfg
-        return mamba2_fused.use_fused(
-            cfg.fused_inference, "fused_inference", h, not torch.is_grad_enabled(),
-            mamba2_fused.supports(cfg.d_model, cfg.headdim, cfg.d_state, h.shape[1],
-                                  cfg.chunk_size),
-            "power-of-two d_model, headdim and d_state >= 16 and a window of at most "
-            "chunk_size", f"d_model {cfg.d_model}, headdim {cfg.headdim}, d_state "
-            f"{cfg.d_state}, window {h.shape[1]}, chunk_size {cfg.chunk_size}",
-            mamba2_fused.CUDA_DISABLED)
 
     def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:
         """One token h [B, D] -> [B, D]; ``state`` updated in place."""

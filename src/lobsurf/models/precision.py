@@ -43,7 +43,13 @@ def forward_precision(precision: str, device: torch.device | str
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, cache_enabled=False)
 
 
+def at_least_fp32(dtype: torch.dtype) -> torch.dtype:
+    """``dtype`` promoted to at least fp32 (bf16 -> fp32; fp32 and fp64 kept): the dtype the
+    heads' outputs take when they leave bf16 autocast."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def float_outputs(out: _T) -> _T:
     """A NamedTuple of tensors with every floating tensor in (at least) fp32."""
-    return type(out)(*(t.to(torch.promote_types(t.dtype, torch.float32))
-                       if t.is_floating_point() else t for t in out))
+    return type(out)(*(t.to(at_least_fp32(t.dtype)) if t.is_floating_point() else t
+                       for t in out))

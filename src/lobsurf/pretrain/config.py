@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from lobsurf.data.labels import LabelConfig
-from lobsurf.models.config import EncoderConfig
+from lobsurf.models.config import EncoderConfig, without_retired
 from lobsurf.models.features import FeatureConfig
 from lobsurf.models.heads import HeadConfig
 
@@ -122,10 +122,12 @@ def _tuples(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_from_dict(d: dict[str, Any]) -> PretrainConfig:
-    """Inverse of ``config_to_dict``; unknown keys raise (a checkpoint from another version)."""
+    """Inverse of ``config_to_dict``; unknown keys raise (a checkpoint from another version),
+    except the encoder's retired kernel choices (``models.config.RETIRED_FIELDS``), dropped."""
     known = {f.name for f in fields(PretrainConfig)}
     unknown = set(d) - known
     if unknown:
         raise ValueError(f"unknown pretrain config keys: {sorted(unknown)}")
+    d = {**d, "encoder": without_retired(d["encoder"])} if "encoder" in d else d
     kwargs = {k: (_NESTED[k](**_tuples(v)) if k in _NESTED else v) for k, v in d.items()}
     return PretrainConfig(**kwargs)

@@ -19,12 +19,13 @@ from typing import Literal
 import torch
 
 from lobsurf.agent.acting import greedy_actions, pi_actions, thompson_actions
+from lobsurf.agent.collect import gate
 from lobsurf.agent.config import GateConfig
 from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.distributional import support
 from lobsurf.agent.network import AgentNetwork, agent_state_features
 from lobsurf.agent.noisy import NoisyLinear
-from lobsurf.agent.step import StepTables, gate
+from lobsurf.agent.step import StepTables
 from lobsurf.data.dataset import gather_window
 from lobsurf.sim.env import BatchedLobEnv
 

@@ -5,7 +5,9 @@ section.key=value`` overrides, in that order. ``run_config_from_dict`` checks ev
 type against the dataclass fields and names the key in its error (``unknown key
 learner.lrr``, ``learner.lr: expected a float, got 'fast'``); range checks are the parts'
 own ``__post_init__``. ``run_config_to_toml`` writes the resolved config into the run folder,
-and reading it back gives an equal config.
+and reading it back gives an equal config. Settings that were removed (``RETIRED_SETTINGS``)
+are dropped from a saved run's config when it is read back, and named with the reason when
+a config file or ``--set`` gives them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkC
                                   PolicyConfig, ReplayConfig, RewardConfig)
 from lobsurf.data.labels import LabelConfig
 from lobsurf.errors import UserError
-from lobsurf.models.config import EncoderConfig
+from lobsurf.models.config import RETIRED_FIELDS, EncoderConfig
 from lobsurf.models.features import FeatureConfig
 from lobsurf.sim.config import SimConfig
 
@@ -36,6 +38,13 @@ DEFAULT_FEE_PER_LOT = 1.0
 #: holds of tens of snapshots; at one decision per snapshot a trade spans ~50 steps of
 #: bootstrapping and the learner first learns only the entry cost (docs/log.md).
 DEFAULT_STRIDE = 10
+
+#: Settings older runs may have saved that no longer exist, and why (models.config's
+#: RETIRED_FIELDS: kernel choices only, so a run saved with one is read without it).
+RETIRED_SETTINGS: dict[str, str] = {
+    f"encoder.{name}": "an experimental Triton kernel choice, removed after the H200 measured "
+    "it slower than the default path (benchmarks/RESULTS.md, twenty-sixth session)"
+    for name in RETIRED_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -261,6 +270,8 @@ def _build(cls: type, values: dict[str, Any], prefix: str, base: Any = None) -> 
     kwargs = {}
     for key, value in values.items():
         dotted = f"{prefix}{key}"
+        if dotted in RETIRED_SETTINGS:
+            raise UserError(f"{dotted} no longer exists: it was {RETIRED_SETTINGS[dotted]}")
         if key not in names:
             raise UserError(f"unknown key {dotted} (known: {', '.join(sorted(names))})")
         hint = hints[key]
@@ -334,11 +345,24 @@ def load_toml(path: str) -> dict[str, Any]:
 
 def resolve_run_config(config_file: str | None, overrides: list[str],
                        base: dict[str, Any] | None = None) -> RunConfig:
-    """Defaults (or ``base``, e.g. a resumed run's config) <- TOML file <- --set overrides."""
-    values = _deep_copy(base or {})
+    """Defaults (or ``base``, e.g. a resumed run's config, less its ``RETIRED_SETTINGS``) <-
+    TOML file <- --set overrides."""
+    values = without_retired(base or {})
     if config_file:
         values = _merge(values, load_toml(config_file))
     return run_config_from_dict(merge_overrides(values, overrides))
+
+
+def without_retired(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A copy of ``values`` (nested settings, e.g. a saved run's config) without the keys
+    ``RETIRED_SETTINGS`` names."""
+    out = {}
+    for key, value in values.items():
+        dotted = f"{prefix}{key}"
+        if dotted in RETIRED_SETTINGS:
+            continue
+        out[key] = without_retired(value, f"{dotted}.") if isinstance(value, dict) else value
+    return out
 
 
 def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ pytest.importorskip("triton", reason="the kernels need Triton (dev extra on Linu
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 from lobsurf.models.ssd_reference import ssd_recurrent  # noqa: E402
-from lobsurf.models.ssd_window_triton import ssd_window  # noqa: E402
+from lobsurf.models.kernels.ssd_window_triton import ssd_window  # noqa: E402
 from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
 
 #: (batch, length, heads, headdim, d_state): the default model's window, a ragged window
@@ -90,7 +90,7 @@ def test_kernels_match_the_float64_recurrence_inside_their_tensors(batch, length
                                                                     headdim, d_state, dtype,
                                                                     last_only, vector_last):
     # last_only: the last row [B, H P] (the encoder's last layer), its gradient from that row
-    from tests.models.triton_bounds import bounds_checked
+    from tests.models.kernels.triton_bounds import bounds_checked
 
     if torch.cuda.is_available():
         pytest.skip("interpreter test (CPU); the GPU test below runs the compiled kernels")
@@ -130,7 +130,7 @@ def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_onl
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
-    from lobsurf.models import ssd_last_row_triton
+    from lobsurf.models.kernels import ssd_last_row_triton
 
     vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
     fast, ref = _blocks(length, "triton_window", device, last_row)

@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("triton", reason="the kernels need Triton (dev extra on Linux)")
 
-from lobsurf.models import ssd_window_triton  # noqa: E402
+from lobsurf.models.kernels import ssd_window_triton  # noqa: E402
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 from lobsurf.models.ssd_reference import ssd_recurrent  # noqa: E402
@@ -80,7 +80,7 @@ def test_gated_scan_matches_the_float64_recurrence_inside_its_tensors(batch, len
                                                                       last_only, vector_last,
                                                                       z_pad):
     # vector_last: the last row as vectors over the rows (scan_last_row "vector")
-    from tests.models.triton_bounds import bounds_checked
+    from tests.models.kernels.triton_bounds import bounds_checked
 
     if torch.cuda.is_available():
         pytest.skip("interpreter test (CPU); the GPU test below runs the compiled kernel")
@@ -116,17 +116,16 @@ def _blocks(length, device, **options):
     return fast.to(device), ref
 
 
-@pytest.mark.parametrize("options", [{}, {"fused_in_proj": "triton"},
-                                     {"scan_last_row": "vector"}],
-                         ids=["in-projection", "fused-in-projection", "vector-last-row"])
+@pytest.mark.parametrize("options", [{}, {"scan_last_row": "vector"}],
+                         ids=["tile", "vector-last-row"])
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("length", [37, 64])
 def test_block_with_the_gate_in_the_scan_matches_the_float64_pytorch_block(length, last_only,
                                                                            options,
                                                                            monkeypatch):
-    # both no-grad routes into the mixer's scan: the block's own in-projection and the
-    # fused pre-norm + in-projection kernel; and the last row's forward as vectors
-    from lobsurf.models import ssd_last_row_triton
+    # the no-grad forward with the gate in the scan kernel, the last row's forward as the
+    # tile kernel's last row or as vectors
+    from lobsurf.models.kernels import ssd_last_row_triton
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":

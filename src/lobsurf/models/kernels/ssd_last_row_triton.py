@@ -30,14 +30,14 @@ does three per head).
 
 All arithmetic in fp32 (products of bf16 inputs are exact in fp32); y and d xbc are stored
 in the input's dtype. The reference is the step-by-step recurrence in float64 under autograd
-(tests/models/test_ssd_window_triton.py), which shares nothing with these kernels.
+(tests/models/kernels/test_ssd_window_triton.py), which shares nothing with these kernels.
 """
 
 from __future__ import annotations
 
 import torch
 
-from lobsurf.models import ssd_window_triton
+from lobsurf.models.kernels import ssd_window_triton
 
 try:
     import triton
@@ -47,7 +47,7 @@ except ImportError:  # CPU-only installs: the PyTorch scan is used instead
 
 
 if triton is not None:
-    from lobsurf.models.ssd_window_triton import _stored
+    from lobsurf.models.kernels.ssd_window_triton import _stored
 
     @triton.jit
     def _last_scores(xbc_ptr, b, i, valid, L, s_b, s_l, E: tl.constexpr, N: tl.constexpr):

@@ -50,7 +50,7 @@ def _ieee_matmuls():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state,chunk", CASES)
 def test_scan_and_gradients_match_torch(batch, length, heads, headdim, d_state, chunk, dtype):
-    from lobsurf.models.ssd_triton import ssd_scan
+    from lobsurf.models.kernels.ssd_triton import ssd_scan
 
     xbc, dt, A = _inputs(batch, length, heads, headdim, d_state, dtype, seed=length + heads)
     leaves = [t.clone().requires_grad_() for t in (xbc, dt, A)]
@@ -79,7 +79,7 @@ def test_scan_and_gradients_match_torch(batch, length, heads, headdim, d_state, 
                                                              (2, 130, 640, 3, 649)])
 def test_conv_silu_and_gradients_match_torch(batch, length, channels, width, row, dtype,
                                              path):
-    from lobsurf.models import conv_triton
+    from lobsurf.models.kernels import conv_triton
 
     conv_silu = getattr(conv_triton, path)  # conv_backend "triton" / "triton_dpre" / "triton_fwd"
 

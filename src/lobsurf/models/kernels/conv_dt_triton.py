@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lobsurf.models import conv_triton
+from lobsurf.models.kernels import conv_triton
 
 try:
     import triton
@@ -60,22 +60,7 @@ SOFTPLUS_THRESHOLD = 20.0
 """PyTorch's softplus threshold: above it softplus is the identity (derivative 1)."""
 
 if triton is not None:
-    from lobsurf.models.conv_triton import store_tap_sums, taps
-
-    #: SOFTPLUS_THRESHOLD as jit code reads a global (Triton takes only constexpr ones)
-    _THRESHOLD = tl.constexpr(SOFTPLUS_THRESHOLD)
-
-    @triton.jit
-    def softplus(v):
-        # PyTorch's softplus (the identity above its threshold) as max(v, 0) +
-        # log1p(exp(-|v|)), fp32; log1p(e) as log(1 + e) e / ((1 + e) - 1), exact to
-        # rounding where 1 + e loses e's low bits (Goldberg's trick; Triton has no portable
-        # log1p). For the kernels that compute dt themselves (ssd_window_conv_triton,
-        # in_proj_conv_triton)
-        e = tl.exp(-tl.abs(v))
-        u = 1.0 + e
-        log1p = tl.where(u == 1.0, e, tl.log(u) * (e / tl.where(u == 1.0, 1.0, u - 1.0)))
-        return tl.where(v > _THRESHOLD, v, tl.maximum(v, 0.0) + log1p)
+    from lobsurf.models.kernels.conv_triton import store_tap_sums, taps
 
     @triton.jit
     def _x_row(x_ptr, b, t, c, cm, s_b, s_l):

@@ -11,9 +11,8 @@ gives each thread 8 (one 16-byte load), its row walk (the default) 4, as the d p
 The CPU interpreter cannot show this, so the kernels are compiled here to PTX by Triton's
 own compiler, in a subprocess without TRITON_INTERPRET (the test session sets it), with the
 divisibility Triton would give the default call's arguments. The gated scan
-(``ssd_window_gated``) reads z, a view of the same in-projection, the same way, and the
-gated scan with the conv inside (``ssd_window_gated_conv``) x, B, C and z. Planted
-(``row_alignment`` returning 1), all seven tests fail.
+(``ssd_window_gated``) reads z, a view of the same in-projection, the same way. Planted
+(``row_alignment`` returning 1), every test fails.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ SCRIPT = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from lobsurf.models import conv_triton as ct
+    from lobsurf.models.kernels import conv_triton as ct
 
     proj = torch.zeros(2, 64, 648, dtype=torch.bfloat16)
     x = proj[..., 256:640]
@@ -52,7 +51,7 @@ SCRIPT = textwrap.dedent("""
                 s_db=dout.stride(0), s_dl=out_row, s_pb=dout.stride(0), s_pl=out_row,
                 s_ob=dout.stride(0), s_ol=out_row)
     if which == "gated":  # the scan forward with the gate: z a view of the in-projection
-        from lobsurf.models import ssd_window_triton as sw
+        from lobsurf.models.kernels import ssd_window_triton as sw
 
         z = proj[..., :256]
         align = ct.row_alignment(z)
@@ -63,22 +62,8 @@ SCRIPT = textwrap.dedent("""
                       PREC="ieee")
         fn, warps = sw._ssd_window_fwd, 4
         extra_fp32 = ("dt_ptr", "a_ptr", "d_ptr", "w_ptr", "ss_ptr")
-    elif which.startswith("gated_conv"):  # the gated scan with the conv inside: x B C, z,
-        # dt views of the in-projection; "gated_conv_window": one program per window
-        from lobsurf.models import ssd_window_conv_triton as swc
-
-        align = ct.row_alignment(x)
-        ints = dict(L=64, H=4, s_b=x.stride(0) // align, s_l=x.stride(1) // align,
-                    s_dtb=proj.stride(0), s_dtl=proj.stride(1), s_yb=64 * 256, s_yl=256,
-                    s_zb=proj.stride(0) // align, s_zl=proj.stride(1) // align, s_ssb=256,
-                    s_ssl=4)
-        consts = dict(E=256, N=64, P=64, Q=64, W=4, LAST_ONLY=0, XALIGN=align, ZALIGN=align,
-                      BF16=1, PREC="ieee", PER_HEAD=int(which == "gated_conv"),
-                      HEAD_STAGES=swc.HEAD_STAGES)
-        fn, warps = swc._ssd_window_conv_fwd, 4
-        extra_fp32 = ("dtb_ptr", "a_ptr", "d_ptr", "w_ptr", "ss_ptr")
     elif which == "dx":  # conv_dt_triton's backward: [B, 64, 392] GEMM output and gradient
-        from lobsurf.models import conv_dt_triton as cdt
+        from lobsurf.models.kernels import conv_dt_triton as cdt
 
         xbcdt = torch.zeros(2, 64, 392, dtype=torch.bfloat16)
         align = ct.row_alignment(xbcdt)
@@ -140,7 +125,7 @@ def _global_loads(which: str) -> dict[str, int]:
 
 
 def test_d_pre_kernel_loads_the_in_proj_slice_a_thread_row_at_a_time() -> None:
-    from lobsurf.models import conv_triton as ct
+    from lobsurf.models.kernels import conv_triton as ct
 
     run_bytes = 2 * ct.DPRE_BLOCK_C // (32 * ct.DPRE_WARPS)  # a thread's channels in bf16
     loads = _global_loads("dpre")
@@ -153,7 +138,7 @@ def test_dx_kernel_loads_the_rows_a_thread_run_at_a_time() -> None:
     # conv_dt_triton's backward (conv_backend "triton_dx"): its row loop's loads of x and d
     # out are pipelined copies of a thread's whole run of channels (4 bf16: 8 bytes), as are
     # the loads before the loop; only the dt tile's loads (4 of 16 columns) are scalar
-    from lobsurf.models import conv_dt_triton as cdt
+    from lobsurf.models.kernels import conv_dt_triton as cdt
 
     run_bytes = 2 * cdt.BLOCK_C // (32 * cdt.WARPS)
     loads = _global_loads("dx")
@@ -172,7 +157,7 @@ def test_forward_walk_loads_the_rows_a_thread_run_at_a_time() -> None:
     # the forward's row walk (the default): its row loop's loads of x are pipelined copies
     # of a thread's whole run of channels (4 bf16: 8 bytes); the taps and the bias before
     # the loop are plain loads of the same width; nothing scalar
-    from lobsurf.models import conv_triton as ct
+    from lobsurf.models.kernels import conv_triton as ct
 
     run_bytes = 2 * ct.FWD_WALK_BLOCK_C // (32 * ct.FWD_WALK_WARPS)
     loads = _global_loads("walk")
@@ -187,15 +172,3 @@ def test_gated_scan_loads_z_from_the_in_projection_16_bytes_at_a_time() -> None:
     # thread's 8 bf16 of a row), none a scalar 16-bit load
     loads = _global_loads("gated")
     assert LOAD_OF_BYTES[2] not in loads and loads[LOAD_OF_BYTES[16]] >= 16, loads
-
-
-@pytest.mark.parametrize("grid", ["gated_conv", "gated_conv_window"])
-def test_gated_scan_with_the_conv_loads_the_in_projection_16_bytes_at_a_time(grid) -> None:
-    # ssd_window_gated_conv (scan_conv), both grids: x, B, C (each at the conv's 4 shifts)
-    # and z are views of the 648-wide in-projection, loaded in 16-byte vectors; the few
-    # 2-byte loads are of vectors of at most 64 values over the program's 128 threads (the
-    # raw dt, one column of those rows per head, and the conv's bias and taps), where the
-    # tiles' loads would number in the hundreds
-    loads = _global_loads(grid)
-    assert loads[LOAD_OF_BYTES[16]] >= 4 * 3 + 1, loads
-    assert loads.get(LOAD_OF_BYTES[2], 0) <= 8, loads

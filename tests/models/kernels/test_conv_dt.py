@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("triton", reason="the conv kernels need Triton (dev extra on Linux)")
 
-from lobsurf.models import conv_dt_triton  # noqa: E402
+from lobsurf.models.kernels import conv_dt_triton  # noqa: E402
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 from tests.models.conftest import count_calls, perturbed_block  # noqa: E402

@@ -21,9 +21,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.runtime.errors import InterpreterError  # noqa: E402
 
-from tests.models.test_mamba2_fused import SHAPES, _block  # noqa: E402
-from tests.models.test_mamba2_fused_core import CASES, _blocks, _run  # noqa: E402
-from tests.models.triton_bounds import OutOfBounds, bounds_checked  # noqa: E402
+from tests.models.kernels.triton_bounds import OutOfBounds, bounds_checked  # noqa: E402
 
 
 @triton.jit
@@ -41,35 +39,6 @@ def test_the_check_catches_a_read_past_the_end() -> None:
         with pytest.raises(InterpreterError, match=f"{OutOfBounds.__name__}.*1 of 11 load lanes"):
             _copy_kernel[(1,)](src, dst, 10, EXTRA=1, BLOCK=16)
     assert launches == ["_copy_kernel", "_copy_kernel"] and torch.equal(src, dst)
-
-
-@pytest.mark.parametrize("d_model,headdim,d_state,window", SHAPES)
-def test_fused_block_stays_inside_its_tensors(d_model, headdim, d_state, window) -> None:
-    block = _block(d_model, headdim, d_state, "triton", seed=window)
-    h = torch.randn(2, window, d_model)
-    with bounds_checked() as launches, torch.no_grad():
-        block(h)
-        block(h, last_only=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            block(h.bfloat16())
-    assert launches == ["_block_kernel"] * 3
-
-
-#: kernels of one forward + backward of the fused core, per EncoderConfig.fused_core_programs
-CORE_LAUNCHES = {"window": ["_core_fwd_kernel", "_core_bwd_kernel"],
-                 "head": ["_heads_fwd_kernel", "_heads_bwd_kernel", "_scores_bwd_kernel"]}
-
-
-@pytest.mark.parametrize("programs", sorted(CORE_LAUNCHES))
-@pytest.mark.parametrize("d_model,headdim,d_state,window,last_only", CASES)
-def test_fused_core_stays_inside_its_tensors(d_model, headdim, d_state, window,
-                                             last_only, programs) -> None:
-    fused, _ = _blocks(d_model, headdim, d_state, programs=programs)
-    h = torch.randn(2, window, d_model)
-    with bounds_checked() as launches:
-        _run(fused, h, last_only, torch.float32)
-        _run(fused, h, last_only, torch.float32, autocast=True)
-    assert launches == CORE_LAUNCHES[programs] * 2  # fp32 and bf16
 
 
 #: conv_triton's paths and the kernels one forward + backward of each launches:
@@ -113,7 +82,7 @@ def test_conv_kernels_stay_inside_their_tensors_and_match_float64(batch, length,
     # than a time tile (the "triton" backward stages d pre rows past the tile), a channel
     # tail, W = 3; x a slice of wider rows (the in_proj output's), their stride a multiple
     # of 8 in the last case (as the default's 648: the d pre kernel's vector loads).
-    from lobsurf.models import conv_triton
+    from lobsurf.models.kernels import conv_triton
 
     conv_silu = getattr(conv_triton, path)
     leaves = _conv_inputs(batch, length, channels, width, row, dtype)
@@ -138,7 +107,7 @@ def test_conv_forward_forms_stay_inside_their_tensors(batch, length, channels, w
                                                       rows, monkeypatch) -> None:
     # the conv forward's other forms (the default row walk, 4 rows a step, runs above): one
     # row a step and the [rows x channels] tile kernel, without autograd, fp32
-    from lobsurf.models import conv_triton
+    from lobsurf.models.kernels import conv_triton
 
     monkeypatch.setattr(conv_triton, "FWD_WALK_ROWS", rows)
     leaves = _conv_inputs(batch, length, channels, width, row, torch.float32)
@@ -148,31 +117,13 @@ def test_conv_forward_forms_stay_inside_their_tensors(batch, length, channels, w
     assert _max_rel(out, _float64_conv(leaves)[1]) < 2e-5
 
 
-@pytest.mark.parametrize("batch,window,d_conv", [(3, 37, 4), (9, 16, 3), (2, 64, 4)])
-def test_in_proj_conv_stays_inside_its_tensors(batch, window, d_conv) -> None:
-    # the fused pre-norm + in-projection + conv kernel (fused_in_proj): a ragged window in
-    # its 64-row slot with the tile's second window missing, short windows packed 8 to a
-    # tile with the last tile part empty, full windows; all outputs, the last-row z too
-    from tests.models.conftest import perturbed_block
-    from tests.models.test_in_proj_conv import _cfg, _kernel
-
-    block = perturbed_block(_cfg(32, 16, 16, d_conv, "triton"), seed=window)
-    h = torch.randn(batch, window, 32)
-    with bounds_checked() as launches, torch.no_grad():
-        _kernel(block, h, last_only=False)
-        _kernel(block, h, last_only=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            _kernel(block, h.bfloat16(), last_only=False)
-    assert launches == ["_in_proj_conv_kernel"] * 3
-
-
 @pytest.mark.parametrize("case", [(3, 37, 200, 3, 4, 5), (2, 64, 384, 4, 4, 4),
                                   (1, 9, 16, 1, 1, 7)])
 def test_conv_dt_stays_inside_its_tensors(case) -> None:
     # conv_backend "triton_dx": the forward kernel and the backward writing the gradient of
     # the in-projection's columns (a ragged window with a channel tail, the default layer, a
     # 1-tap conv with 7 padding columns), fp32 and bf16
-    from tests.models.test_conv_dt import _run
+    from tests.models.kernels.test_conv_dt import _run
 
     with bounds_checked() as launches:
         _run(case, torch.float32)
@@ -182,7 +133,7 @@ def test_conv_dt_stays_inside_its_tensors(case) -> None:
 
 def test_conv_forward_wider_than_the_walk_takes_the_tile_kernel() -> None:
     # a conv of more taps than the row walk holds (DPRE_MAX_WIDTH) runs the tile kernel
-    from lobsurf.models import conv_triton
+    from lobsurf.models.kernels import conv_triton
 
     width = conv_triton.DPRE_MAX_WIDTH + 1
     leaves = _conv_inputs(2, 37, 40, width, 56, torch.float32)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models import conv_triton
+from lobsurf.models.kernels import conv_triton
 
 try:
     import triton
@@ -84,7 +84,7 @@ def _flags(xbc: torch.Tensor) -> dict:
 
 
 if triton is not None:
-    from lobsurf.models.mamba2_fused import _round_bf16
+    from lobsurf.models.kernels.triton_support import round_bf16
 
     @triton.jit
     def _mma(a, b, BF16: tl.constexpr, PREC: tl.constexpr):
@@ -93,8 +93,8 @@ if triton is not None:
         # then an exact fp32 product (the same sum of exact bf16 x bf16 terms); fp32
         # operands (BF16 == 0) as TF32 or IEEE (PREC).
         if BF16 == 2:
-            return tl.dot(_round_bf16(a.to(tl.float32), BF16),
-                          _round_bf16(b.to(tl.float32), BF16), input_precision="ieee")
+            return tl.dot(round_bf16(a.to(tl.float32), BF16),
+                          round_bf16(b.to(tl.float32), BF16), input_precision="ieee")
         elif BF16 == 1:
             return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
         else:
@@ -105,7 +105,7 @@ if triton is not None:
         # what a store into the input dtype keeps: the interpreter's bf16 cast truncates,
         # so there the value is rounded to nearest first
         if BF16 == 2:
-            return _round_bf16(v, BF16)
+            return round_bf16(v, BF16)
         else:
             return v
 
@@ -442,7 +442,7 @@ def partial_grads_like(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor):
 
 def _last_row():
     # imported when called: that module builds on this one's helpers
-    from lobsurf.models import ssd_last_row_triton
+    from lobsurf.models.kernels import ssd_last_row_triton
 
     return ssd_last_row_triton
 

@@ -1,0 +1,398 @@
+"""The learning half of a training step: a prioritized replay sample, every loss, the
+backward, the gradient clip, Adam and Polyak, the new priorities and the learner's
+controllers and metrics.
+
+    replay sample -> target net on s and s' -> C51 projection of the target's greedy
+    action at s' -> online heads at s (on CUDA beside the target side, on a second stream)
+    -> C51 CE x IS weights + pi distillation/entropy + V + FRD + direction + outcome (all
+    batch means) -> backward -> clip -> Adam -> priorities -> Polyak -> per_beta, alpha, tau
+
+``learn`` is one update; ``gradients`` and ``apply_gradients`` are its two halves, so that
+``lobsurf.agent.step.learn_beside_collect`` can run the first beside the collect
+(``lobsurf.agent.collect``). The arithmetic is in pure functions (``learner_inputs``,
+``c51_target``, ``loss_terms``, ``clip_coefficient``, ``learn_updates``) that
+``lobsurf.agent.step.StepKernels`` holds and ``train.compile`` fuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import torch
+
+from lobsurf.agent.collect import state_inputs
+from lobsurf.agent.controllers import ControllerState, per_beta_values
+from lobsurf.agent.distributional import (categorical_cross_entropy, expected_value,
+                                          project_categorical, support)
+from lobsurf.agent.flat import FlatParameters
+from lobsurf.agent.metrics import MetricSums, added
+from lobsurf.agent.network import AgentOutput
+from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_loss
+from lobsurf.agent.replay import Sample, Transitions, n_step_values, priority_values
+from lobsurf.data.dataset import BookTensors, Window
+from lobsurf.data.labels import Labels
+from lobsurf.models.feature_table import FeatureRows, book_window
+from lobsurf.models.heads import direction_loss, frd_loss, outcome_loss
+from lobsurf.models.precision import at_least_fp32, float_outputs, forward_precision
+from lobsurf.streams import run_beside
+from lobsurf.writeback import copy_values_, named_pairs
+
+if TYPE_CHECKING:
+    from lobsurf.agent.step import StepConfig, TrainState
+
+
+@dataclass
+class Losses:
+    """Every loss of one sample (0-d batch means) and what the updates need."""
+
+    total: torch.Tensor
+    q: torch.Tensor
+    q_per_sample: torch.Tensor
+    pi: torch.Tensor
+    value: torch.Tensor
+    frd: torch.Tensor
+    aux: torch.Tensor
+    policy_entropy: torch.Tensor
+    agreement: torch.Tensor
+    q_taken_mean: torch.Tensor
+
+
+class LearnerInputs(NamedTuple):
+    """The networks' inputs of a learning step and the bootstrap (``learner_inputs``): the
+    support z [N]; the target net's K-windows and agent-state inputs for s then s' [2B]; the
+    online net's for s [B] (the first half of the target's: gathered once); the bootstrap's
+    return, terminal flag and discount (a float or [B], ``project_categorical``)."""
+
+    z: torch.Tensor
+    target_window: Window | FeatureRows
+    target_inputs: torch.Tensor
+    online_window: Window | FeatureRows
+    online_inputs: torch.Tensor
+    reward: torch.Tensor
+    done: torch.Tensor
+    gamma: float | torch.Tensor
+
+
+def first_rows(window: Window | FeatureRows, n: int) -> Window | FeatureRows:
+    """The first n windows of ``window`` (views)."""
+    if isinstance(window, FeatureRows):
+        return window.first(n)
+    return Window(**{f.name: getattr(window, f.name)[:n] for f in fields(window)})
+
+
+def learner_inputs(t: Transitions, index: torch.Tensor, storage: Transitions,
+                   pointer: torch.Tensor, book: BookTensors, ctl: ControllerState,
+                   cfg: StepConfig) -> LearnerInputs:
+    """The bootstrap (s' after one step, or s_m after an m-step return, m <= n: read from
+    the replay storage and its ring ``pointer``) and every network input of a learning step
+    from the sampled transitions ``t`` at storage ``index`` [B]."""
+    lc = cfg.learner
+    if lc.n_step > 1:
+        nstep = n_step_values(storage.reward, storage.done, pointer, index, lc.n_step,
+                              lc.gamma, cfg.num_envs)
+        k = nstep.bootstrap_index
+        boot_row, boot_pos, boot_tit, boot_pnl = (storage.next_row[k], storage.next_position[k],
+                                                  storage.next_time_in_trade[k],
+                                                  storage.next_unrealized_pnl[k])
+        reward, done, gamma = nstep.ret, torch.zeros_like(t.done), nstep.discount
+    else:
+        boot_row, boot_pos, boot_tit, boot_pnl = (t.next_row, t.next_position,
+                                                  t.next_time_in_trade, t.next_unrealized_pnl)
+        reward, done, gamma = t.reward, t.done, lc.gamma
+    s_inputs = state_inputs(ctl, t.position, t.time_in_trade, t.unrealized_pnl, cfg)
+    # the target net sees s and s' in one batched call
+    window = book_window(book, torch.cat((t.row, boot_row)), cfg.window)
+    inputs = torch.cat((s_inputs, state_inputs(ctl, boot_pos, boot_tit, boot_pnl, cfg)))
+    return LearnerInputs(z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
+                         target_window=window, target_inputs=inputs,
+                         online_window=first_rows(window, t.row.shape[0]),
+                         online_inputs=s_inputs, reward=reward, done=done, gamma=gamma)
+
+
+def sampled_inputs(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
+                   ) -> LearnerInputs:
+    """The networks' inputs and the bootstrap of a replay sample (``learner_inputs``), read
+    from the replay and the controllers as they stand now."""
+    return state.kernels.learner_inputs(sample.transitions, sample.index, state.replay.storage,
+                                        state.replay.pointer, book, state.controllers, cfg)
+
+
+def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
+           li: LearnerInputs | None = None) -> Losses:
+    """All losses of a replay sample (from its inputs ``li`` when given, else read now);
+    each a batch mean, so the same batch repeated twice gives the same gradients (the
+    original's encoder gradients grew with B)."""
+    ctl, t = state.controllers, sample.transitions
+    if li is None:
+        li = sampled_inputs(state, book, sample, cfg)
+
+    def target_side() -> tuple[torch.Tensor, torch.Tensor]:
+        # ---- target net at s (pi's distillation target) and s' (C51 target), one call
+        with torch.no_grad():
+            with forward_precision(cfg.precision, li.z.device):
+                target_q = state.target.q_logits(state.target.embed(li.target_window),
+                                                 li.target_inputs)
+            return state.kernels.c51_target(target_q, li.reward, li.done, li.gamma, li.z)
+
+    def online_side() -> AgentOutput:
+        # ---- online heads at s
+        with forward_precision(cfg.precision, li.z.device):
+            return state.online(li.online_window, li.online_inputs)
+
+    # the two are independent: beside each other on state.branch (lobsurf.streams)
+    (target_mean_s, target), out = run_beside(state.branch, target_side, online_side)
+    return Losses(*state.kernels.loss_terms(out, target, target_mean_s, li.z, t,
+                                            sample.weight, state.labels,
+                                            state.tables.order_lots, ctl, cfg))
+
+
+def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
+               gamma: float | torch.Tensor, z: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target side of the learner from the target net's logits on s and s' stacked.
+
+    Args:
+        target_q: [2B, A, N] target logits (bf16 under autocast: taken to fp32 here, fused
+            with the softmax), the B states s then the B bootstraps s'.
+        reward, done, gamma: the bootstrap's return, terminal flag and discount
+            (``project_categorical``).
+        z: [N] support.
+
+    Returns:
+        (E[Q_target(s, .)] [B, A], the C51 projection of Z_target(s', argmax_a E[Q]) [B, N]).
+    """
+    b = target_q.shape[0] // 2
+    target_q = target_q.to(at_least_fp32(target_q.dtype))
+    target_probs_all = torch.softmax(target_q, dim=-1)  # [2B, A, N]
+    target_mean_s = expected_value(target_probs_all[:b], z)  # [B, A]
+    next_probs = target_probs_all[b:]
+    best = expected_value(next_probs, z).argmax(-1)  # [B]
+    chosen = next_probs.gather(1, best[:, None, None].expand(-1, 1, next_probs.shape[-1]))
+    return target_mean_s, project_categorical(chosen[:, 0], reward, done, gamma, z)
+
+
+def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tensor,
+               z: torch.Tensor, t: Transitions, weight: torch.Tensor, labels: Labels,
+               order_lots: torch.Tensor, ctl: ControllerState, cfg: StepConfig
+               ) -> tuple[torch.Tensor, ...]:
+    """Every loss from the online heads' outputs at s: the fields of ``Losses`` in order.
+    The outputs are taken to fp32 here (under bf16 autocast the casts and their backward
+    then compile into the losses' kernels instead of twelve eager copies). ``target``
+    [B, N] and ``target_mean_s`` [B, A] come from ``c51_target``, ``weight`` [B] are the
+    importance weights, ``labels`` the whole book's."""
+    out = float_outputs(out)
+    taken = out.q_logits.gather(1, t.action[:, None, None].expand(-1, 1, z.shape[0]))[:, 0]
+    q_per_sample = categorical_cross_entropy(taken, target)  # [B]
+    l_q = (weight * q_per_sample).mean()
+    l_pi, policy_entropy = pi_loss(out.pi_logits, target_mean_s, ctl, cfg.policy)
+    l_v, _advantage = value_loss(out.value, t.reward, t.trade_closed)
+    lab = labels.rows(t.row)
+    l_frd = frd_loss(out.frd_logits, lab.bucket, lab.bucket_valid)
+    long_side = order_lots[t.action] > 0
+    side = torch.stack((long_side, ~long_side), dim=1)  # [B, 2]: (long, short)
+    outcome_mask = side & t.outcome_valid[:, None]
+    l_aux = (cfg.aux.direction_weight
+             * direction_loss(out.direction_logits, lab.direction, lab.direction_valid)
+             + cfg.aux.outcome_weight * outcome_loss(
+                 out.outcome_logits, t.outcome_win[:, None].expand(-1, 2).float(), outcome_mask))
+    total = l_q + l_pi + cfg.policy.value_weight * l_v + cfg.aux.frd_weight * l_frd + l_aux
+    q_mean = expected_value(torch.softmax(out.q_logits.detach(), -1), z)  # [B, A]
+    return (total, l_q, q_per_sample, l_pi, l_v, l_frd, l_aux, policy_entropy,
+            agreement(out.pi_logits, q_mean), q_mean.gather(1, t.action[:, None]).mean())
+
+
+class LearnUpdates(NamedTuple):
+    """What one learning step leaves to write (``learn_updates``): the sampled entries' new
+    sampling weights [B] and the new max priority, the new controller values and metric sums
+    by name."""
+
+    priority_weight: torch.Tensor
+    max_priority: torch.Tensor
+    controllers: dict[str, torch.Tensor]
+    metrics: dict[str, torch.Tensor]
+
+
+def learn_updates(ls: Losses, grad_norm: torch.Tensor, ctl: ControllerState,
+                  metrics: MetricSums, max_priority: torch.Tensor, num_actions: int,
+                  cfg: StepConfig) -> LearnUpdates:
+    """The bookkeeping of one learning step, pure: priorities from the per-sample C51 loss,
+    the learner's controllers (per_beta, alpha, tau) and the learner metrics."""
+    weight, new_max = priority_values(ls.q_per_sample, max_priority, cfg.replay)
+    values = (per_beta_values(ctl, cfg.replay.beta_start, cfg.replay.beta_anneal_steps)
+              | alpha_tau_values(ctl, num_actions, cfg.policy))
+    sums = added(metrics, {
+        "learn_steps": 1.0, "loss_q": ls.q, "loss_pi": ls.pi, "loss_value": ls.value,
+        "loss_frd": ls.frd, "loss_aux": ls.aux, "policy_entropy": ls.policy_entropy,
+        "agreement": ls.agreement, "grad_norm": grad_norm, "q_mean": ls.q_taken_mean})
+    return LearnUpdates(priority_weight=weight, max_priority=new_max, controllers=values,
+                        metrics=sums)
+
+
+#: the norm clip_grad_norm_ clips (L2) and the epsilon it adds to the norm
+_CLIP_NORM_TYPE, _CLIP_EPS = 2.0, 1e-6
+
+
+def flat_clip_coefficient(grad: torch.Tensor, max_norm: float
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``clip_coefficient`` of a flat gradient buffer (lobsurf.agent.flat): its norm is the
+    norm of the per-tensor norms (the gaps are zeros), in one reduction."""
+    return clip_coefficient([torch.linalg.vector_norm(grad, _CLIP_NORM_TYPE)], max_norm)
+
+
+def clip_coefficient(norms: list[torch.Tensor], max_norm: float
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(total gradient norm, the factor that clips it to ``max_norm``, at most 1, and the
+    divisor that does the same, at least 1) from the per-tensor norms: the arithmetic of
+    torch.nn.utils.clip_grad_norm_, pure. The divisor is for an optimizer that scales the
+    gradients inside its own kernel (fused Adam's grad_scale divides)."""
+    total = torch.linalg.vector_norm(torch.stack(norms), _CLIP_NORM_TYPE)
+    return (total, torch.clamp(max_norm / (total + _CLIP_EPS), max=1.0),
+            torch.clamp((total + _CLIP_EPS) / max_norm, min=1.0))
+
+
+class GradientSync(Protocol):
+    """The collectives a step needs (lobsurf.train.distributed.Collective; None: one process)."""
+
+    def grads_(self, params: list[torch.Tensor], flat: torch.Tensor | None = None) -> None: ...
+    def controllers_(self, ctl: ControllerState) -> None: ...
+
+
+def learn(state: TrainState, book: BookTensors, cfg: StepConfig,
+          sync: GradientSync | None = None) -> Losses:
+    """One update from a prioritized sample; returns the (detached) losses."""
+    sample, li = draw_sample(state, book, cfg)
+    ls, params = gradients(state, book, sample, cfg, li)
+    return apply_gradients(state, sample, ls, params, cfg, sync)
+
+
+def draw_sample(state: TrainState, book: BookTensors, cfg: StepConfig, reserved: int = 0
+                ) -> tuple[Sample, LearnerInputs]:
+    """The learner's prioritized sample and its networks' inputs, leaving out the
+    ``reserved`` ring slots the next write fills (PrioritizedReplay.sample)."""
+    sample = state.replay.sample(cfg.batch_size, state.controllers.per_beta,
+                                 kernel=state.kernels.sample, reserved=reserved)
+    return sample, sampled_inputs(state, book, sample, cfg)
+
+
+def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
+               sync: GradientSync | None = None) -> Losses:
+    """The update of ``learn`` from a given sample; with ``sync`` the gradients are averaged
+    over the ranks before clipping (data parallel: the same update on every rank)."""
+    ls, params = gradients(state, book, sample, cfg)
+    return apply_gradients(state, sample, ls, params, cfg, sync)
+
+
+def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
+              li: LearnerInputs | None = None) -> tuple[Losses, list[torch.Tensor]]:
+    """The first half of a learning step: every loss of the sample and its gradients in
+    the online parameters' .grad (returns the losses and the parameters that have one).
+    It writes nothing but the gradients."""
+    ls = losses(state, book, sample, cfg, li)
+    opt = state.optimizer
+    if opt.flat is not None:
+        return ls, flat_gradients_(ls.total, opt.params, opt.flat)
+    opt.zero_grad()
+    return ls, accumulate_gradients_(ls.total, opt.params)
+
+
+def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[torch.Tensor],
+                    cfg: StepConfig, sync: GradientSync | None = None) -> Losses:
+    """The second half: (rank average,) clip, then Adam and Polyak beside the priorities and
+    the learner's controllers and metrics."""
+    ctl, lc = state.controllers, cfg.learner
+    flat = state.optimizer.flat
+    if sync is not None:
+        sync.grads_(params, None if flat is None else flat.grad)
+    # max_norm inf: measure the norm without clipping (clip disabled)
+    max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
+    if flat is not None:
+        # the flat update divides by the clip's divisor in its own pass
+        grad_norm, _, divisor = state.kernels.flat_clip_coefficient(flat.grad, max_norm)
+    else:
+        # the fused Adam divides by the clip's divisor in its kernel (grad_scale)
+        grad_norm, divisor = clip_gradients_(params, max_norm, state.kernels.clip_coefficient,
+                                             defer=state.optimizer.fused)
+
+    @torch.no_grad()
+    def bookkeeping() -> None:
+        # ---- priorities, controllers of the learner (per_beta, alpha, tau), metrics
+        upd = state.kernels.learn_updates(ls, grad_norm, ctl, state.metrics,
+                                          state.replay.max_priority, state.online.num_actions,
+                                          cfg)
+        state.replay.write_priorities_(sample.index, upd.priority_weight)
+        copy_values_(named_pairs(ctl, upd.controllers) + named_pairs(state.metrics, upd.metrics)
+                     + [(state.replay.max_priority, upd.max_priority)])
+
+    def update() -> None:
+        if flat is not None:
+            # Adam, and Polyak with a flat target, in one pass over the flat buffers
+            polyak = None if state.flat_target is None else (state.flat_target, lc.polyak_tau)
+            state.optimizer.step_flat(state.kernels.flat_adam, divisor, polyak=polyak)
+            if polyak is not None:
+                return
+        else:
+            state.optimizer.step(state.kernels.adam_scalars, grad_divisor=divisor)
+        # ---- Polyak: target <- (1 - tau) target + tau online, in place
+        with torch.no_grad():
+            torch._foreach_lerp_(list(state.target.parameters()),
+                                 list(state.online.parameters()), lc.polyak_tau)
+
+    # the bookkeeping reads the losses and the norm only, Adam and Polyak the parameters:
+    # beside each other on state.branch
+    run_beside(state.branch, bookkeeping, update)
+    return ls
+
+
+def clip_gradients_(params: list[torch.Tensor], max_norm: float,
+                    coefficient: Callable[..., tuple[torch.Tensor, ...]] = clip_coefficient,
+                    defer: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` with its scalar
+    arithmetic in ``coefficient`` (``clip_coefficient`` or a compiled copy: one kernel for
+    five); the same numbers for gradients of one device and dtype, which the step's are
+    (else the torch function runs).
+
+    Returns (the total norm before clipping, None); with ``defer`` the gradients are left
+    as they are and the second value is the divisor that clips them, for an optimizer that
+    divides in its own kernel (the fused Adam: one multi-tensor pass fewer per step).
+    """
+    grads = [p.grad for p in params]
+    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), None
+    with torch.no_grad():
+        total, coef, divisor = coefficient(torch._foreach_norm(grads, _CLIP_NORM_TYPE),
+                                           max_norm)
+        if defer:
+            return total, divisor
+        torch._foreach_mul_(grads, coef)
+    return total, None
+
+
+def flat_gradients_(loss: torch.Tensor, params: list[torch.Tensor], flat: FlatParameters
+                    ) -> list[torch.Tensor]:
+    """The gradients of ``loss`` written into ``flat``'s gradient buffer, all at once (one
+    concatenation; a parameter the loss does not reach gets a zero gradient, which leaves
+    it, with its zero Adam moments, where it is); returns ``params``."""
+    flat.write_gradients_(torch.autograd.grad(loss, params, allow_unused=True))
+    return params
+
+
+def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``loss.backward()`` into ``params``' gradients, with one multi-tensor add where
+    backward's AccumulateGrad launches a kernel per parameter; returns the parameters that
+    have a gradient. Each .grad += g exactly as backward adds it; a first gradient is kept
+    as it comes (backward's steal), in the parameter's layout."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    into, add = [], []
+    for p, g in zip(params, grads):
+        if g is None:
+            continue
+        if p.grad is None:
+            p.grad = g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
+        else:
+            into.append(p.grad)
+            add.append(g)
+    if into:
+        torch._foreach_add_(into, add)
+    return [p for p in params if p.grad is not None]

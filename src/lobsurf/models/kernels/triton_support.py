@@ -1,0 +1,66 @@
+"""What every Triton kernel option of the encoder shares: whether a kernel may run on a
+tensor here, how an option's "torch" / "auto" / "triton" choice is read, and the bf16
+rounding the CPU interpreter needs.
+
+A kernel runs on CUDA tensors when Triton imports, and on CPU tensors only under Triton's
+interpreter (``TRITON_INTERPRET=1`` set before Triton is imported: what the CPU tests do).
+The choice "torch" never takes the kernel, "auto" takes it on CUDA where the shape allows,
+"triton" insists (an error says why it cannot run).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # installs without Triton: the PyTorch code runs instead
+    triton = None
+
+
+def interpreter_active() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (set before Triton's import)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def available_for(device: torch.device) -> bool:
+    """Whether a kernel can run on ``device`` here (CUDA with Triton, or the interpreter)."""
+    if triton is None:
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and interpreter_active())
+
+
+def use_kernel(choice: str, option: str, x: torch.Tensor, wanted: bool, shape_ok: bool,
+               needs: str, shape: str, choice_name: str = "triton") -> bool:
+    """Whether a kernel option runs on ``x`` here: "torch" never; "auto" on CUDA tensors
+    when Triton and the shape allow it; "triton" always, or an error saying why it cannot
+    (``needs``: the shape rule, ``shape``: what was given). ``wanted``: the call is one the
+    kernel serves (e.g. autograd off for a forward-only kernel). ``choice_name``: how the
+    option spells "triton" (for the error message)."""
+    if choice == "torch" or not wanted:
+        return False
+    ok = available_for(x.device) and shape_ok
+    if choice == "auto":
+        return ok and x.is_cuda
+    if not ok:
+        raise RuntimeError(f"{option}='{choice_name}' needs Triton with a CUDA tensor (or Triton's "
+                           f"CPU interpreter, TRITON_INTERPRET=1), {needs}; got "
+                           f"{x.device.type}, {shape}")
+    return True
+
+
+if triton is not None:
+
+    @triton.jit
+    def round_bf16(x, BF16: tl.constexpr):
+        # fp32 -> nearest bf16 (ties to even), back as fp32. The CPU interpreter's cast
+        # truncates, so there (BF16 == 2) the rounding is done on the bits.
+        if BF16 == 2:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            return bits.to(tl.float32, bitcast=True)
+        else:
+            return x.to(tl.bfloat16).to(tl.float32)
