@@ -1,0 +1,183 @@
+"""Every Triton launch a Mamba2 block makes on the default CUDA path, compiled for Hopper
+(sm_90) without a GPU: run as a script (``python -m tests.models.kernels.sm90_launches``)
+with TRITON_INTERPRET unset, it prints one JSON line per distinct launch.
+
+Triton's CPU interpreter, which every other kernel test runs in, accepts code its compiler
+rejects (a plain-float global read inside a kernel passed in the interpreter and failed to
+compile for sm_90: benchmarks/RESULTS.md, twenty-fifth session). So here nothing runs: each
+kernel the block launches is replaced by a recorder, the block runs forward and backward on
+CPU tensors (the kernels' outputs are left uninitialised, which no later op minds), and each
+recorded launch is then compiled by Triton's own compiler the way a launch on CUDA tensors
+would compile it: its tensors' dtypes, the 16-byte alignment of their addresses, the
+divisibility by 16 of its integer arguments, its constexprs and warps. What a CPU call does
+differently is set as on CUDA: the in-projection is padded to 16-byte rows
+(``align.device_multiple``, 1 on CPU), so z's alignment and the strides are CUDA's; ``BF16``
+is 1 (the interpreter's rounding path is 2) and ``PREC`` "tf32" (training turns TF32
+products on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import sys
+
+import torch
+
+from lobsurf.models import mamba2
+from lobsurf.models.align import elements_per_alignment
+from lobsurf.models.config import EncoderConfig
+from lobsurf.models.kernels import (conv_dt_triton, conv_triton, ssd_last_row_triton,
+                                    ssd_window_triton, triton_support)
+from lobsurf.models.mamba2 import Mamba2Block
+
+#: the modules whose launched kernels are recorded (every module-level JITFunction of theirs)
+KERNEL_MODULES = (ssd_window_triton, ssd_last_row_triton, conv_triton, conv_dt_triton)
+#: PyTorch dtype -> Triton pointer type
+POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16",
+           torch.int64: "*i64", torch.int32: "*i32", torch.bool: "*i1"}
+#: Hopper, compute capability 9.0, 32-thread warps
+TARGET = (90, 32)
+
+
+@dataclasses.dataclass
+class Launch:
+    """One recorded launch: the kernel, its arguments by name, its compile options."""
+
+    kernel: object
+    name: str
+    args: dict
+    options: dict
+
+
+def _recorder(kernel, name: str, launches: list):
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages")
+                           if k in kwargs}
+                names = list(inspect.signature(kernel.fn).parameters)
+                launches.append(Launch(kernel, name, {**dict(zip(names, args)), **kwargs},
+                                       options))
+            return launch
+    return Recorder()
+
+
+def record(fn) -> list[Launch]:
+    """The launches ``fn()`` makes, none of them run (module docstring)."""
+    launches: list[Launch] = []
+    saved = []
+    for module in KERNEL_MODULES:
+        for name, value in vars(module).items():
+            if type(value).__name__ == "JITFunction" and name.startswith("_") and (
+                    name.endswith("_kernel") or name.startswith("_ssd_window_")):
+                saved.append((module, name, value))
+                setattr(module, name, _recorder(value, name, launches))
+    # the choices that insist on the kernels take CPU tensors only under the interpreter
+    real_interpreter = triton_support.interpreter_active
+    triton_support.interpreter_active = lambda: True
+    try:
+        fn()
+    finally:
+        triton_support.interpreter_active = real_interpreter
+        for module, name, value in saved:
+            setattr(module, name, value)
+    return launches
+
+
+def signature(launch: Launch) -> tuple[dict, dict, dict]:
+    """Triton's signature, constexprs and argument attributes of a launch on CUDA tensors."""
+    params = inspect.signature(launch.kernel.fn).parameters
+    sig, consts, attrs = {}, {}, {}
+    for i, (name, param) in enumerate(params.items()):
+        value = launch.args[name]
+        if "constexpr" in str(param.annotation):
+            sig[name], consts[name] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            sig[name] = POINTER[value.dtype]
+            if value.data_ptr() % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool):
+            sig[name] = "i1"
+        elif isinstance(value, int):
+            sig[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            if value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            sig[name] = "fp32"
+        else:
+            raise TypeError(f"{launch.name}: argument {name} of type {type(value).__name__}")
+    if consts.get("BF16") == 2:
+        consts["BF16"] = 1
+    if "PREC" in consts:
+        consts["PREC"] = "tf32"
+    return sig, consts, attrs
+
+
+def compile_launch(launch: Launch) -> dict:
+    """Compile one launch for sm_90 (to a cubin: Triton's ptxas runs too); its constexprs,
+    warps and shared memory."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig, consts, attrs = signature(launch)
+    compiled = triton.compile(ASTSource(launch.kernel, sig, consts, attrs),
+                              target=GPUTarget("cuda", *TARGET), options=launch.options)
+    return {"kernel": launch.name, "warps": launch.options.get("num_warps"),
+            "constexprs": {k: v for k, v in consts.items()
+                           if isinstance(v, (int, str, bool))},
+            "shared": compiled.metadata.shared, "cubin_bytes": len(compiled.asm["cubin"])}
+
+
+def _cuda_multiple(x: torch.Tensor, align_bytes: int) -> int:
+    # align.device_multiple as on CUDA: the compute dtype's elements in align_bytes
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+    return elements_per_alignment(dtype, align_bytes)
+
+
+def block_calls() -> None:
+    """A block's forward and backward (the learner's), and its forwards without autograd
+    (acting, the target net), every row and the last, fp32 and bf16, with the last row's
+    forward as the tile kernel and as vectors: the default CUDA path's kernels, insisted on
+    (they would be "auto" on CUDA), with the in-projection padded as on CUDA."""
+    cfg = EncoderConfig(ssd_backend="triton_window", conv_backend="triton_dx",
+                        scan_gate="triton")
+    real_multiple, mamba2.device_multiple = mamba2.device_multiple, _cuda_multiple
+    try:
+        _block_calls(cfg)
+    finally:
+        mamba2.device_multiple = real_multiple
+
+
+def _block_calls(cfg: EncoderConfig) -> None:
+    for last_row in ("tile", "vector"):
+        block = Mamba2Block(dataclasses.replace(cfg, scan_last_row=last_row))
+        for dtype in (torch.float32, torch.bfloat16):
+            h = torch.randn(2, 64, cfg.d_model, requires_grad=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                for last_only in (False, True):
+                    out = block(h, last_only=last_only)
+                    out.float().sum().backward()
+                    with torch.no_grad():
+                        block(h, last_only=last_only)
+
+
+def main() -> None:
+    launches = record(block_calls)
+    seen = set()
+    for launch in launches:
+        sig, consts, _ = signature(launch)
+        key = (launch.name, json.dumps(sig), json.dumps(consts, default=str),
+               json.dumps(launch.options))
+        if key in seen:
+            continue
+        seen.add(key)
+        print(json.dumps(compile_launch(launch)), flush=True)
+    if not seen:
+        sys.exit("no launch recorded")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Every kernel launch of the default CUDA path compiles for Hopper (sm_90), checked on the
+CPU: ``sm90_launches.py`` records the launches a Mamba2 block makes (forward and backward,
+the no-grad forwards, every row and the last, fp32 and bf16, the last row's forward as the
+tile kernel and as vectors) and compiles each with Triton's own compiler. The other kernel
+tests run in Triton's interpreter, which accepts code the compiler rejects; this one fails
+on such code before a GPU ever sees it (planted: a plain-float global read inside the
+last-row forward passes every interpreter test and fails here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton", reason="compiling a kernel needs Triton (dev extra on Linux)")
+
+#: (kernel, the constexprs that pick its variant) of every launch the block must make
+EXPECTED = (
+    {("_ssd_window_fwd", (("BF16", bf16), ("GATED", gated), ("LAST_ONLY", last)))
+     for bf16 in (0, 1) for gated in (False, True) for last in (False, True)}
+    | {("_ssd_window_fwd_last", (("BF16", bf16), ("GATED", gated)))
+       for bf16 in (0, 1) for gated in (False, True)}
+    | {(name, (("BF16", bf16),)) for bf16 in (0, 1)
+       for name in ("_ssd_window_bwd_head", "_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
+    | {(name, (("ALIGN", align),)) for align in (4, 8)
+       for name in ("_conv_walk_fwd_kernel", "_conv_dt_bwd_kernel")})
+#: the constexprs that tell the expected variants apart
+VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN")
+
+
+def _variant(row: dict) -> tuple:
+    consts = row["constexprs"]
+    return row["kernel"], tuple((k, consts[k]) for k in VARIANT_KEYS if k in consts)
+
+
+def test_every_launch_of_the_default_cuda_path_compiles_for_sm90() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9 warns without it; 1 = its default
+    done = subprocess.run([sys.executable, "-m", "tests.models.kernels.sm90_launches"],
+                          capture_output=True, text=True, env=env, timeout=600, check=False,
+                          cwd=Path(__file__).resolve().parents[3])  # the repository root
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert {_variant(r) for r in rows} == EXPECTED
+    for r in rows:
+        # one window per program holds its tiles in shared memory within the H200's 227 KB
+        assert 0 < r["shared"] <= 227 * 1024, r
