@@ -12,8 +12,9 @@ would compile it: its tensors' dtypes, the 16-byte alignment of their addresses,
 divisibility by 16 of its integer arguments, its constexprs and warps. What a CPU call does
 differently is set as on CUDA: the in-projection is padded to 16-byte rows
 (``align.device_multiple``, 1 on CPU), so z's alignment and the strides are CUDA's; ``BF16``
-is 1 (the interpreter's rounding path is 2) and ``PREC`` "tf32" (training turns TF32
-products on).
+is 1 (the interpreter's rounding path is 2) and ``PREC`` "tf32" (``TF32`` true: training
+turns TF32 products on). The last line printed names every kernel the modules define, so
+that a test can check that each was compiled.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from lobsurf.models import mamba2
 from lobsurf.models.align import elements_per_alignment
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.kernels import (conv_dt_triton, conv_triton, ssd_last_row_triton,
-                                    ssd_window_triton, triton_support)
+                                    ssd_triton, ssd_window_triton, triton_support)
 from lobsurf.models.mamba2 import Mamba2Block
 
 #: the modules whose launched kernels are recorded (every module-level JITFunction of theirs)
-KERNEL_MODULES = (ssd_window_triton, ssd_last_row_triton, conv_triton, conv_dt_triton)
+KERNEL_MODULES = (ssd_window_triton, ssd_last_row_triton, conv_triton, conv_dt_triton,
+                  ssd_triton)
 #: PyTorch dtype -> Triton pointer type
 POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16",
            torch.int64: "*i64", torch.int32: "*i32", torch.bool: "*i1"}
@@ -49,6 +51,13 @@ class Launch:
     name: str
     args: dict
     options: dict
+
+
+def is_launched_kernel(name: str, value: object) -> bool:
+    """Whether a module global is a kernel the wrappers launch (the jitted helpers they
+    call from inside kernels are not)."""
+    return type(value).__name__ == "JITFunction" and name.startswith("_") and (
+        name.endswith("_kernel") or name.startswith("_ssd_window_"))
 
 
 def _recorder(kernel, name: str, launches: list):
@@ -70,8 +79,7 @@ def record(fn) -> list[Launch]:
     saved = []
     for module in KERNEL_MODULES:
         for name, value in vars(module).items():
-            if type(value).__name__ == "JITFunction" and name.startswith("_") and (
-                    name.endswith("_kernel") or name.startswith("_ssd_window_")):
+            if is_launched_kernel(name, value):
                 saved.append((module, name, value))
                 setattr(module, name, _recorder(value, name, launches))
     # the choices that insist on the kernels take CPU tensors only under the interpreter
@@ -112,6 +120,8 @@ def signature(launch: Launch) -> tuple[dict, dict, dict]:
         consts["BF16"] = 1
     if "PREC" in consts:
         consts["PREC"] = "tf32"
+    if "TF32" in consts:
+        consts["TF32"] = True
     return sig, consts, attrs
 
 
@@ -164,8 +174,39 @@ def _block_calls(cfg: EncoderConfig) -> None:
                         block(h, last_only=last_only)
 
 
+def opt_in_calls() -> None:
+    """The opt-in kernels' launches, their wrappers called directly (the block takes them
+    on CUDA tensors only): the conv of ``conv_backend`` "triton", "triton_dpre" and
+    "triton_fwd" with autograd, its forward's tile kernel (a conv wider than the row walk
+    holds), and the multi-chunk scan of ``ssd_backend`` "triton" over two chunks; fp32 and
+    bf16, the conv's input a slice of wider rows as the in-projection's."""
+    cfg = EncoderConfig()
+    rows, channels = cfg.chunk_size, cfg.d_inner + 2 * cfg.d_state
+    for dtype in (torch.float32, torch.bfloat16):
+        for conv, width in ((conv_triton.conv_silu, cfg.d_conv),
+                            (conv_triton.conv_silu_dpre, cfg.d_conv),
+                            (conv_triton.conv_silu_fwd_dpre, cfg.d_conv),
+                            (conv_triton.conv_silu, conv_triton.DPRE_MAX_WIDTH + 1)):
+            x = torch.randn(2, rows, cfg.d_inner + channels, dtype=dtype)[..., cfg.d_inner:]
+            leaves = [x.requires_grad_(), torch.randn(width, channels, dtype=dtype),
+                      torch.randn(channels, dtype=dtype)]
+            conv(*leaves).float().sum().backward()
+        xbc = torch.randn(2, 2 * rows, channels, dtype=dtype, requires_grad=True)
+        dt = torch.rand(2, 2 * rows, cfg.n_heads, dtype=dtype, requires_grad=True)
+        A = -torch.rand(cfg.n_heads, requires_grad=True)
+        ssd_triton.ssd_scan(xbc, dt, A, cfg.headdim, cfg.d_state, cfg.chunk_size,
+                            cfg.ssd_triton_warps_fwd, cfg.ssd_triton_warps_bwd
+                            ).float().sum().backward()
+
+
+def all_calls() -> None:
+    """``block_calls`` then ``opt_in_calls``."""
+    block_calls()
+    opt_in_calls()
+
+
 def main() -> None:
-    launches = record(block_calls)
+    launches = record(all_calls)
     seen = set()
     for launch in launches:
         sig, consts, _ = signature(launch)
@@ -177,6 +218,9 @@ def main() -> None:
         print(json.dumps(compile_launch(launch)), flush=True)
     if not seen:
         sys.exit("no launch recorded")
+    print(json.dumps({"defined": sorted(name for module in KERNEL_MODULES
+                                        for name, value in vars(module).items()
+                                        if is_launched_kernel(name, value))}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""Every kernel launch of the default CUDA path compiles for Hopper (sm_90), checked on the
-CPU: ``sm90_launches.py`` records the launches a Mamba2 block makes (forward and backward,
-the no-grad forwards, every row and the last, fp32 and bf16, the last row's forward as the
-tile kernel and as vectors) and compiles each with Triton's own compiler. The other kernel
+"""Every kernel launch of the default CUDA path, and every other kernel of
+``lobsurf.models.kernels``, compiles for Hopper (sm_90), checked on the CPU:
+``sm90_launches.py`` records the launches a Mamba2 block makes (forward and backward, the
+no-grad forwards, every row and the last, fp32 and bf16, the last row's forward as the tile
+kernel and as vectors) and those of the opt-in kernels' wrappers, and compiles each with
+Triton's own compiler. The other kernel
 tests run in Triton's interpreter, which accepts code the compiler rejects; this one fails
 on such code before a GPU ever sees it (planted: a plain-float global read inside the
 last-row forward passes every interpreter test and fails here).
@@ -38,15 +40,17 @@ def _variant(row: dict) -> tuple:
     return row["kernel"], tuple((k, consts[k]) for k in VARIANT_KEYS if k in consts)
 
 
-def test_every_launch_of_the_default_cuda_path_compiles_for_sm90() -> None:
+def test_every_kernel_and_every_default_launch_compiles_for_sm90() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9 warns without it; 1 = its default
     done = subprocess.run([sys.executable, "-m", "tests.models.kernels.sm90_launches"],
                           capture_output=True, text=True, env=env, timeout=600, check=False,
                           cwd=Path(__file__).resolve().parents[3])  # the repository root
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert {_variant(r) for r in rows} == EXPECTED
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows, defined = lines[:-1], lines[-1]["defined"]
+    assert EXPECTED <= {_variant(r) for r in rows}
+    assert sorted({r["kernel"] for r in rows}) == defined  # every kernel, compiled
     for r in rows:
-        # one window per program holds its tiles in shared memory within the H200's 227 KB
-        assert 0 < r["shared"] <= 227 * 1024, r
+        # what a program stages in shared memory fits the H200's 227 KB per block
+        assert r["shared"] <= 227 * 1024, r
