@@ -214,6 +214,6 @@ def test_bench_passes_the_last_row_forward_to_the_run(tmp_path) -> None:
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert _config(parser.parse_args([])).scan_last_row == "tile"
-    cfg = _config(parser.parse_args(["--scan-last-row", "vector"]))
-    assert run_config(tmp_path, 4, 1, "cpu", cfg).encoder.scan_last_row == "vector"
+    assert _config(parser.parse_args([])).scan_last_row == "vector"
+    cfg = _config(parser.parse_args(["--scan-last-row", "tile"]))
+    assert run_config(tmp_path, 4, 1, "cpu", cfg).encoder.scan_last_row == "tile"

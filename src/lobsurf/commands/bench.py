@@ -280,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
           f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
           f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
-          f"{', last row as vectors' if cfg.scan_last_row == 'vector' else ''}")
+          f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

@@ -100,13 +100,14 @@ class EncoderConfig:
     kernel with the gate took 0.069 ms at B = 1024 against 0.060 without it and 0.100 with
     Inductor's norm after it; the B = 1024 / 4-layer step 206.5 -> 211.0 steps/s side by side
     (2 layers 393.2 -> 394.8; benchmarks/RESULTS.md, nineteenth session)."""
-    scan_last_row: Literal["tile", "vector"] = "tile"
+    scan_last_row: Literal["tile", "vector"] = "vector"
     """The one-chunk scan's forward where only the last row is kept (the last layer, where
     ``ssd_backend`` runs the one-chunk kernels, with or without autograd and ``scan_gate``):
-    "tile" (the default) = the [Q, Q] tile kernel, which computes every row and stores the
-    last; "vector" = that row alone as vectors over the rows, one program per window
-    (``ssd_last_row_triton.py``): no [Q, Q] scores, decay or products. Not yet measured on
-    a GPU (twenty-fifth session)."""
+    "vector" (the default) = that row alone as vectors over the rows, one program per window
+    (``ssd_last_row_triton.py``): no [Q, Q] scores, decay or products; "tile" = the [Q, Q]
+    tile kernel, which computes every row and stores the last. On the H200 (bf16, compiled,
+    graphed, one machine) the B = 1024 / 2-layer step 471.9 -> 490.9 steps/s, B = 256 / 4
+    647.6 -> 656.7 (benchmarks/RESULTS.md, twenty-sixth session)."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8

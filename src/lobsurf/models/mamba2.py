@@ -25,7 +25,7 @@ backward kernel that writes their in-projection gradient (``conv_dt_triton.py``)
 selects older opt-in kernels. ``scan_gate`` (on by default on CUDA) has the one-chunk scan
 kernel of the forwards without autograd apply the gated norm's gate and weight and write
 each row's sums of squares, the norm's 1 / rms applied after the out-projection
-(``Mamba2Mixer._gated_scan_out``); ``scan_last_row = "vector"`` (opt-in) computes the last
+(``Mamba2Mixer._gated_scan_out``); ``scan_last_row = "vector"`` (the default) computes the last
 layer's last row alone as vectors over the rows (``ssd_last_row_triton.py``). The PyTorch
 code here stays the CPU path and the reference.
 """

@@ -116,12 +116,11 @@ def _blocks(length, device, **options):
     return fast.to(device), ref
 
 
-@pytest.mark.parametrize("options", [{}, {"scan_last_row": "vector"}],
-                         ids=["tile", "vector-last-row"])
+@pytest.mark.parametrize("last_row", ["tile", "vector"])
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("length", [37, 64])
 def test_block_with_the_gate_in_the_scan_matches_the_float64_pytorch_block(length, last_only,
-                                                                           options,
+                                                                           last_row,
                                                                            monkeypatch):
     # the no-grad forward with the gate in the scan kernel, the last row's forward as the
     # tile kernel's last row or as vectors
@@ -132,13 +131,13 @@ def test_block_with_the_gate_in_the_scan_matches_the_float64_pytorch_block(lengt
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
     calls = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
     vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
-    fast, ref = _blocks(length, device, scan_gate="triton", **options)
+    fast, ref = _blocks(length, device, scan_gate="triton", scan_last_row=last_row)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
     with torch.no_grad():
         got = fast(h.to(device), last_only=last_only).cpu()
         want = ref(h.double(), last_only=last_only)
     assert len(calls) == 1
-    assert len(vector_calls) == (last_only and "scan_last_row" in options)
+    assert len(vector_calls) == (last_only and last_row == "vector")
     err = _rel(got, want)
     assert err < TOL[torch.float32], f"relative error {err:.2e}"
 
