@@ -62,12 +62,7 @@ class Mamba2State:
 def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
                    eps: float) -> torch.Tensor:
     """RMSNorm(y * SiLU(z)) * weight over the last axis, statistics in >= fp32. y, z: [..., E]."""
-    return normalise_gated(y * F.silu(z), weight, eps)
-
-
-def normalise_gated(gated: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm(gated) * weight over the last axis, statistics in >= fp32: the gated norm after
-    its gate."""
+    gated = y * F.silu(z)
     g = gated.to(torch.promote_types(gated.dtype, torch.float32))
     normed = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
     return normed.to(gated.dtype) * weight
