@@ -4,6 +4,8 @@
 # Runs graph_timeline.py at ROW with a fresh Inductor cache, then prints each generic kernel's
 # "Source Nodes / Original ATen" header and body from the generated wrappers; then
 # eager_kernel_sources.py at the same shape.
+# DUMP=1 also brings back every generated Python file (wrappers and kernels) as
+# inductor_py.tgz, to read what each kernel loads and stores offline.
 # Usage (device machine, repo root, .whl carried): ROW=1024:2 bash benchmarks/generic_kernels.sh
 set -u
 SCRATCH=/tmp/generic_out; source "$(dirname "$0")/gpu_in_place.sh"
@@ -11,7 +13,7 @@ IFS=: read -r b l <<< "${ROW:-1024:2}"
 export TORCHINDUCTOR_CACHE_DIR=/tmp/generic_cache
 rm -rf "$TORCHINDUCTOR_CACHE_DIR"
 timeout "${LIMIT:-200}" python3 benchmarks/graph_timeline.py --batch "$b" --layers "$l" \
-  --top 12 > "$OUT/timeline.log" 2> "$OUT/timeline.err"
+  --top "${TOP:-12}" > "$OUT/timeline.log" 2> "$OUT/timeline.err"
 echo "timeline rc=$?"
 python3 - "$TORCHINDUCTOR_CACHE_DIR" > "$OUT/generic.log" <<'PY'
 import pathlib, re, sys
@@ -32,4 +34,9 @@ grep -c "^=====" "$OUT/generic.log"
 timeout "${LIMIT:-200}" python3 benchmarks/eager_kernel_sources.py --batch "$b" --layers "$l" \
   > "$OUT/eager.log" 2> "$OUT/eager.err"
 echo "eager rc=$?"; head -40 "$OUT/eager.log" | cut -c1-260; tail -3 "$OUT/eager.err"
+if [ "${DUMP:-0}" = 1 ]; then
+  (cd "$TORCHINDUCTOR_CACHE_DIR" \
+    && find . -name "*.py" -print0 | tar czf "$FINAL/inductor_py.tgz" --null -T -)
+  ls -la "$FINAL/inductor_py.tgz"
+fi
 cd "$OUT" && tar czf "$FINAL/logs.tgz" ./*

@@ -32,7 +32,11 @@ from pathlib import Path
 #: the default encoder's block: heads, headdim, d_state, the window's tile length
 SHAPE = {"H": 4, "P": 64, "N": 64, "KL": 64}
 #: arguments that carry the activations' dtype (the rest of the pointers are fp32)
-ACTIVATIONS = ("xbc_ptr", "z_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr")
+ACTIVATIONS = ("xbc_ptr", "z_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr", "wz_ptr")
+#: the gated forwards' constexprs: with the gate (z read), with z = u W_z^T computed inside
+#: (ZPROJ = d_model 128, ``ssd_window_gated_projected``)
+VARIANTS = {"scan fwd gated": {"GATED": 1, "ZALIGN": 8},
+            "scan fwd zproj": {"GATED": 1, "ZALIGN": 8, "ZPROJ": 128, "ZK": 64}}
 #: Hopper, compute capability 9.0
 ARCH = 90
 
@@ -41,7 +45,8 @@ def kernels() -> dict:
     from lobsurf.models.kernels import ssd_last_row_triton as last
     from lobsurf.models.kernels import ssd_window_triton as scan
 
-    return {"scan fwd": scan._ssd_window_fwd, "scan head bwd": scan._ssd_window_bwd_head,
+    return {"scan fwd": scan._ssd_window_fwd, "scan fwd gated": scan._ssd_window_fwd,
+            "scan fwd zproj": scan._ssd_window_fwd, "scan head bwd": scan._ssd_window_bwd_head,
             "scan scores bwd": scan._ssd_window_bwd_scores,
             "scan last bwd": last._ssd_window_bwd_last,
             "scan last fwd": last._ssd_window_fwd_last}
@@ -80,7 +85,7 @@ def signature(fn, activation: str, consts: dict) -> tuple[dict, dict, dict]:
 
 
 def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
-              maxnreg: int | None = None) -> dict:
+              maxnreg: int | None = None, variant: dict | None = None) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -90,7 +95,7 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               "E": SHAPE["H"] * SHAPE["P"], "Q": window,
               "PREC": "tf32" if precision == "tf32" else "ieee", "LAST_ONLY": 0,
               # the scan forward without its gate (ssd_window_gated)
-              "GATED": 0, "ZALIGN": 1}
+              "GATED": 0, "ZALIGN": 1, "ZPROJ": 0, "ZK": 0, **(variant or {})}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx, attrs = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()
@@ -134,7 +139,8 @@ def main() -> None:
             for name in args.kernels.split(","):
                 row = {"kernel": name, "precision": precision, "warps": warps,
                        "window": args.window, "maxnreg": args.maxnreg,
-                       **resources(table[name], precision, warps, args.window, args.maxnreg)}
+                       **resources(table[name], precision, warps, args.window, args.maxnreg,
+                                   VARIANTS.get(name))}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     import triton

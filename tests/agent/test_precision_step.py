@@ -16,12 +16,13 @@ from lobsurf.agent.step import train_step
 
 
 def _record_dtypes(state) -> list[tuple[str, torch.dtype]]:
-    """(network, dtype of its first Mamba2 block's out-projection output) for every forward
-    (the input projection is a padded F.linear, models/align.py, not a module call)."""
+    """(network, dtype of its first Mamba2 block's mixer output, the out-projection's) for
+    every forward (the projections are F.linear calls on their weights, padded or with the
+    norms' weights folded in: models/align.py, encoder.fold_norm_weights, not module calls)."""
     seen: list[tuple[str, torch.dtype]] = []
     for name in ("online", "target"):
         net = getattr(state, name)
-        net.encoder.blocks[0].mixer.out_proj.register_forward_hook(
+        net.encoder.blocks[0].mixer.register_forward_hook(
             lambda mod, args, out, name=name: seen.append((name, out.dtype)))
     return seen
 

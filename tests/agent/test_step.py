@@ -15,7 +15,7 @@ from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import train_step
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state, step_config
-from tests.agent.conftest import tiny_config
+from tests.agent.conftest import TINY, tiny_config
 
 
 @contextlib.contextmanager
@@ -154,6 +154,30 @@ def test_the_feature_table_step_equals_the_per_window_step(tiny_store):
     for f in fields(states[0].replay.storage):
         assert torch.equal(getattr(states[0].replay.storage, f.name),
                            getattr(states[1].replay.storage, f.name)), f.name
+
+
+def test_the_step_with_folded_norm_weights_learns_as_the_plain_step(tiny_store):
+    # encoder.fold_norm_weights puts the blocks' RMSNorm weights into the products after
+    # them: the same function and gradients (to rounding), so the same acting, the same
+    # learning, the norm weights included (tests/models/test_mamba2_reference.py pins the
+    # block against float64)
+    plain_cfg = tiny_config(tiny_store.path)
+    folded_cfg = tiny_config(tiny_store.path, encoder={**TINY["encoder"],
+                                                       "fold_norm_weights": True})
+    data = load_training_data(plain_cfg, "cpu", tiny_store.path)
+    states = [build_state(plain_cfg, data, "cpu"), build_state(folded_cfg, data, "cpu")]
+    for state in states:
+        for step in range(8):
+            train_step(state, data.train_book, step_config(plain_cfg), learning=step >= 4)
+    assert float(states[1].metrics.learn_steps) == 4
+    moved = 0.0
+    for (name, a), b, init in zip(states[0].online.named_parameters(),
+                                  states[1].online.parameters(),
+                                  build_state(plain_cfg, data, "cpu").online.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
+        if name.endswith("norm.weight") or name.endswith("norm_weight"):
+            moved = max(moved, float((b - init).abs().max()))
+    assert moved > 0  # the folded norm weights learned
 
 
 @pytest.mark.parametrize("n_step", [1, 3])

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from lobsurf.cli import main
+from lobsurf.models.config import EncoderConfig
 
 ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
-            "scan_last_row", "inductor_options",
+            "scan_z_proj", "fold_norm_weights", "scan_last_row", "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
@@ -217,3 +218,16 @@ def test_bench_passes_the_last_row_forward_to_the_run(tmp_path) -> None:
     assert _config(parser.parse_args([])).scan_last_row == "vector"
     cfg = _config(parser.parse_args(["--scan-last-row", "tile"]))
     assert run_config(tmp_path, 4, 1, "cpu", cfg).encoder.scan_last_row == "tile"
+
+
+def test_bench_passes_z_in_the_scan_to_the_run(tmp_path) -> None:
+    import argparse
+
+    from lobsurf.bench.measure import run_config
+    from lobsurf.commands.bench import _config, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _config(parser.parse_args([])).scan_z_proj == EncoderConfig.scan_z_proj
+    cfg = _config(parser.parse_args(["--scan-z-proj", "triton"]))
+    assert run_config(tmp_path, 4, 1, "cpu", cfg).encoder.scan_z_proj == "triton"

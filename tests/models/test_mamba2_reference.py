@@ -8,6 +8,8 @@ parts (a wrong gate activation or norm order passes there and fails here).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -61,3 +63,36 @@ def test_recurrent_step_matches_numpy_reference() -> None:
     print(f"prefix + steps: {err:.2e}")
     assert err < TOL[torch.float64]
 
+
+
+def _folded(block: Mamba2Block) -> Mamba2Block:
+    # the same block (parameters included) with its norm weights inside the products
+    folded = Mamba2Block(dataclasses.replace(block.mixer.cfg, fold_norm_weights=True))
+    folded.to(next(block.parameters()).dtype).load_state_dict(block.state_dict())
+    return folded
+
+
+@pytest.mark.parametrize("length,chunk", [(7, 64), (33, 16)])
+def test_block_with_folded_norm_weights_matches_numpy_reference(length: int,
+                                                                chunk: int) -> None:
+    # encoder.fold_norm_weights: W_in diag(w) and W_out diag(w_gate) in place of the norms'
+    # weights; the reference applies the weights in the norms, as the paper's block does
+    block = _folded(perturbed_block(chunk, torch.float64, seed=length))
+    h = torch.randn(2, length, D_MODEL, dtype=torch.float64)
+    ref = _reference(block, h)
+    full, last = block(h), block(h, last_only=True)  # with autograd: the folded gated norm
+    assert max(_rel(full, ref), _rel(last, ref[:, -1])) < TOL[torch.float64]
+
+
+def test_folded_norm_weights_give_the_same_gradients() -> None:
+    # every parameter's gradient, the two norm weights' included (from the products' weight
+    # gradients when folded), equal to the plain block's in float64
+    plain = perturbed_block(16, torch.float64, seed=3)
+    folded = _folded(plain)
+    h = torch.randn(2, 33, D_MODEL, dtype=torch.float64)
+    probe = torch.randn(2, 33, D_MODEL, dtype=torch.float64)
+    for block in (plain, folded):
+        (block(h) * probe).sum().backward()
+        (block(h, last_only=True) * probe[:, -1]).sum().backward()
+    for (name, p), q in zip(plain.named_parameters(), folded.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)

@@ -93,6 +93,10 @@ class BenchConfig:
     """encoder.conv_backend: the causal conv + SiLU's (one of models.config.CONV_BACKENDS)."""
     scan_gate: str = EncoderConfig.scan_gate
     """encoder.scan_gate: the no-grad forwards' gated-norm gate inside the scan kernel."""
+    scan_z_proj: str = EncoderConfig.scan_z_proj
+    """encoder.scan_z_proj: z of the gated scan's every-row calls computed in its kernel."""
+    fold_norm_weights: bool = EncoderConfig.fold_norm_weights
+    """encoder.fold_norm_weights: the block's RMSNorm weights inside the next products."""
     scan_last_row: str = EncoderConfig.scan_last_row
     """encoder.scan_last_row: the last layer's scan forward (tile kernel or vectors)."""
 
@@ -121,7 +125,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "data": {"store": str(store)},
         "encoder": {"n_layers": layers, "ssd_backend": cfg.ssd_backend,
                     "conv_backend": cfg.conv_backend, "scan_gate": cfg.scan_gate,
-                    "scan_last_row": cfg.scan_last_row},
+                    "scan_z_proj": cfg.scan_z_proj, "scan_last_row": cfg.scan_last_row,
+                    "fold_norm_weights": cfg.fold_norm_weights},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
@@ -238,6 +243,8 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "ssd_backend": cfg.ssd_backend,
                            "conv_backend": cfg.conv_backend,
                            "scan_gate": cfg.scan_gate,
+                           "scan_z_proj": cfg.scan_z_proj,
+                           "fold_norm_weights": cfg.fold_norm_weights,
                            "scan_last_row": cfg.scan_last_row,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,

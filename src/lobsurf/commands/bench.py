@@ -104,6 +104,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-gate", choices=["auto", "torch", "triton"],
                         default=d.scan_gate, help="the no-grad forwards' gated-norm gate "
                         "inside the one-chunk scan kernel (encoder.scan_gate)")
+    parser.add_argument("--scan-z-proj", choices=["auto", "torch", "triton"],
+                        default=d.scan_z_proj, help="z of the gated scan's every-row calls "
+                        "computed inside the scan kernel (encoder.scan_z_proj)")
+    parser.add_argument("--fold-norm-weights", action=argparse.BooleanOptionalAction,
+                        default=d.fold_norm_weights, help="the Mamba2 block's RMSNorm weights "
+                        "inside the products after them (encoder.fold_norm_weights)")
     parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,
                         help="the last layer's one-chunk scan forward: the [Q, Q] tile kernel or "
                         "the last row as vectors (encoder.scan_last_row)")
@@ -147,7 +153,8 @@ def _config(args: argparse.Namespace):
                            max_autotune=args.max_autotune,
                            inductor_options=tuple(args.inductor_options),
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
-                           scan_gate=args.scan_gate,
+                           scan_gate=args.scan_gate, scan_z_proj=args.scan_z_proj,
+                           fold_norm_weights=args.fold_norm_weights,
                            scan_last_row=args.scan_last_row)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
@@ -280,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
           f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
           f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
+          f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
+          f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
           f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "

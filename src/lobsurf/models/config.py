@@ -108,6 +108,28 @@ class EncoderConfig:
     tile kernel, which computes every row and stores the last. On the H200 (bf16, compiled,
     graphed, one machine) the B = 1024 / 2-layer step 471.9 -> 490.9 steps/s, B = 256 / 4
     647.6 -> 656.7 (benchmarks/RESULTS.md, twenty-sixth session)."""
+    scan_z_proj: Literal["auto", "torch", "triton"] = "auto"
+    """Where ``scan_gate`` takes the gate into the scan kernel on every row (the no-grad
+    forwards' layers before the last), z = u W_z^T: "auto" (the default) = on CUDA, where
+    ``scan_gate`` runs and d_model is a power of two, computed inside the scan kernel from
+    the block's normalised input u (``ssd_window_gated_projected``), so the in-projection
+    writes only x, B, C and dt and z's [B, L, E] is neither written nor read back (768
+    fewer bytes per row in bf16); "torch" = z from the in-projection (the CPU path);
+    "triton" = insist (on CPU only under Triton's interpreter). On the H200 (bf16, compiled,
+    graphed, one machine) the B = 1024 / 2-layer step 489.1 -> 495.7 steps/s alone, 514.2
+    -> 521.5 with ``fold_norm_weights`` (benchmarks/RESULTS.md, twenty-seventh session)."""
+    fold_norm_weights: bool = True
+    """The Mamba2 block's two RMSNorm weights applied inside the products that follow them:
+    the pre-norm's as W_in diag(w) in the in-projection, the gated norm's (where PyTorch's
+    norm runs: under autograd, and on CPU) as W_out diag(w) in the out-projection. The same
+    function and parameters (checkpoints unchanged); what changes is the backward: the
+    weights' gradients come from the products' weight gradients (d W_eff = dy^T x, then d w
+    = the sum over W's rows of d W_eff o W) instead of a sum over every token's row, which
+    torch.compile computes as per-block partial sums beside the norm's backward and then
+    sums in an eager kernel of its own. On the H200 (bf16, compiled, graphed, one machine)
+    the B = 1024 / 2-layer step 489.1 -> 514.2 steps/s, with ``scan_z_proj`` 521.5; B = 256
+    / 4 layers 655.0 -> 707.8 with both (benchmarks/RESULTS.md, twenty-seventh session).
+    False applies the weights in the norms, as the paper's block writes them."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8
@@ -177,6 +199,9 @@ class EncoderConfig:
                              f"{self.conv_backend!r}")
         if self.scan_gate not in ("auto", "torch", "triton"):
             raise ValueError(f"scan_gate must be auto, torch or triton, got {self.scan_gate!r}")
+        if self.scan_z_proj not in ("auto", "torch", "triton"):
+            raise ValueError(f"scan_z_proj must be auto, torch or triton, got "
+                             f"{self.scan_z_proj!r}")
         if self.scan_last_row not in ("tile", "vector"):
             raise ValueError(f"scan_last_row must be tile or vector, got "
                              f"{self.scan_last_row!r}")

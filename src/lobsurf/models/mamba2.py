@@ -25,9 +25,14 @@ backward kernel that writes their in-projection gradient (``conv_dt_triton.py``)
 selects older opt-in kernels. ``scan_gate`` (on by default on CUDA) has the one-chunk scan
 kernel of the forwards without autograd apply the gated norm's gate and weight and write
 each row's sums of squares, the norm's 1 / rms applied after the out-projection
-(``Mamba2Mixer._gated_scan_out``); ``scan_last_row = "vector"`` (the default) computes the last
-layer's last row alone as vectors over the rows (``ssd_last_row_triton.py``). The PyTorch
-code here stays the CPU path and the reference.
+(``Mamba2Mixer._gated_scan_out``), and on every row (the layers before the last)
+``scan_z_proj`` (on by default on CUDA) has that kernel compute z = u W_z^T itself, so the
+in-projection writes only x, B, C and dt; ``scan_last_row = "vector"`` (the default) computes
+the last layer's last row alone as vectors over the rows (``ssd_last_row_triton.py``).
+``fold_norm_weights`` (the default) applies the two RMSNorm weights inside the products after
+them (W_in diag(w), W_out diag(w)): the same function, whose backward then takes the
+weights' gradients from the products' weight gradients. The PyTorch code here stays the CPU
+path and the reference.
 """
 
 from __future__ import annotations
@@ -59,19 +64,23 @@ class Mamba2State:
     ssm_state: torch.Tensor
 
 
-def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor,
+def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor | None,
                    eps: float) -> torch.Tensor:
-    """RMSNorm(y * SiLU(z)) * weight over the last axis, statistics in >= fp32. y, z: [..., E]."""
+    """RMSNorm(y * SiLU(z)) * weight over the last axis, statistics in >= fp32. y, z: [..., E].
+    Without a weight (None) the normalised rows alone."""
     gated = y * F.silu(z)
     g = gated.to(torch.promote_types(gated.dtype, torch.float32))
     normed = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)
-    return normed.to(gated.dtype) * weight
+    return normed.to(gated.dtype) if weight is None else normed.to(gated.dtype) * weight
 
 
-def rms_norm(norm: nn.RMSNorm, h: torch.Tensor) -> torch.Tensor:
+def rms_norm(norm: nn.RMSNorm, h: torch.Tensor, weighted: bool = True) -> torch.Tensor:
     """``norm(h)`` with the weight cast to h's dtype, so bf16 inputs (autocast) keep the fused
-    kernel instead of the mixed-dtype fallback; identical for fp32/fp64 inputs."""
-    return F.rms_norm(h, norm.normalized_shape, norm.weight.to(h.dtype), norm.eps)
+    kernel instead of the mixed-dtype fallback; identical for fp32/fp64 inputs. With
+    ``weighted`` False the normalised rows alone (the weight then goes into the next
+    product: ``EncoderConfig.fold_norm_weights``)."""
+    weight = norm.weight.to(h.dtype) if weighted else None
+    return F.rms_norm(h, norm.normalized_shape, weight, norm.eps)
 
 
 def _backend_is_triton(choice: str, t: torch.Tensor, supported: bool) -> bool:
@@ -233,11 +242,14 @@ class Mamba2Mixer(nn.Module):
         return torch.split(xbc, (E, N, N), dim=-1)
 
     def forward(self, u: torch.Tensor, state: Mamba2State | None = None,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, in_scale: torch.Tensor | None = None) -> torch.Tensor:
         """Mixer over a window.
 
         Args:
             u: [B, L, D] normalised inputs.
+            in_scale: [D], the pre-norm's weight when u is the normalised rows without it
+                (``EncoderConfig.fold_norm_weights``): the in-projection then takes
+                W diag(in_scale), the same product; None when u carries it.
             state: optional state to start from; when given it is overwritten in place with
                 the state after the last token (so ``step`` can continue from it).
             last_only: compute the output of the last position only (z gate, norm and
@@ -251,30 +263,40 @@ class Mamba2Mixer(nn.Module):
         cfg = self.cfg
         E = cfg.d_inner
         align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
+        w_in = self.in_proj.weight if in_scale is None else self.in_proj.weight * in_scale
         conv_dt = state is None and self._conv_dt(u)
-        if last_only or conv_dt:
+        z_in_scan = state is None and not (last_only or conv_dt) and self._scan_z_proj(u)
+        if last_only or conv_dt or z_in_scan:
             # z by a product of its own: for one row only when that is all that is needed;
             # on the conv_dt path so that its gradient and the one conv_dt writes for the
-            # other columns never meet in one [rows, 648] tensor (conv_dt_triton.py)
-            z = F.linear(u[:, -1] if last_only else u, self.in_proj.weight[:E])
-            xbc_dt = linear_padded_out(u, self.in_proj.weight[E:self.proj_width], align)
+            # other columns never meet in one [rows, 648] tensor (conv_dt_triton.py); not at
+            # all when the scan kernel computes it (scan_z_proj)
+            z = None if z_in_scan else F.linear(u[:, -1] if last_only else u, w_in[:E])
+            xbc_dt = linear_padded_out(u, w_in[E:self.proj_width], align)
         if conv_dt:
             xbc, dt = conv_dt_triton.conv_dt(
                 xbc_dt, self.conv_weight.to(xbc_dt.dtype), self.conv_bias.to(xbc_dt.dtype),
                 self.dt_bias, self.conv_channels, cfg.n_heads)
         else:
-            if last_only:
+            if last_only or z_in_scan:
                 xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
             else:
-                z, xbc, dt = self._split_proj(linear_padded_out(u, self.in_proj.weight, align))
+                z, xbc, dt = self._split_proj(linear_padded_out(u, w_in, align))
             xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
             dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
+        if z_in_scan:
+            return self._gated_scan_out(xbc, dt, None, False, u, w_in[:E])
         if state is None and self._scan_gate(xbc):
             return self._gated_scan_out(xbc, dt, z, last_only)
         y, final = self._scan(xbc, dt, state, last_only)
         if state is not None:
             state.conv_state.copy_(new_context)
             state.ssm_state.copy_(final)
+        if cfg.fold_norm_weights:
+            # the norm's weight in the out-projection's columns: the same product, and its
+            # gradient comes from the product's weight gradient, not from a column sum
+            return F.linear(gated_rms_norm(y, z, None, cfg.norm_eps),
+                            self.out_proj.weight * self.norm_weight)
         return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
 
     def _scan_gate(self, xbc: torch.Tensor) -> bool:
@@ -286,21 +308,36 @@ class Mamba2Mixer(nn.Module):
             not torch.is_grad_enabled() and self._use_window_kernel(xbc, None), True,
             "the one-chunk scan kernel", "", choice_name="triton")
 
+    def _scan_z_proj(self, u: torch.Tensor) -> bool:
+        # scan_z_proj: where the gate runs in the scan kernel on every row, z computed there
+        cfg = self.cfg
+        return self._scan_gate(u) and use_kernel(
+            cfg.scan_z_proj, "scan_z_proj", u, True,
+            ssd_window_triton.z_projection_supported(cfg.d_model),
+            "a power-of-two d_model >= 16", f"d_model {cfg.d_model}", choice_name="triton")
+
     def _vector_last(self, last_only: bool) -> bool:
         # scan_last_row: the one-chunk scan's last-row forward as vectors over the rows
         return last_only and self.cfg.scan_last_row == "vector"
 
-    def _gated_scan_out(self, xbc: torch.Tensor, dt: torch.Tensor, z: torch.Tensor,
-                        last_only: bool) -> torch.Tensor:
+    def _gated_scan_out(self, xbc: torch.Tensor, dt: torch.Tensor, z: torch.Tensor | None,
+                        last_only: bool, u: torch.Tensor | None = None,
+                        w_z: torch.Tensor | None = None) -> torch.Tensor:
         # out_proj(RMSNorm(y SiLU(z)) w) as rstd * out_proj(g w): the scan kernel writes g w
         # and each row's per-head sum of g^2; the per-row 1 / rms commutes with the product.
+        # With u and w_z (scan_z_proj) and no z, the kernel computes z = u w_z^T itself.
         cfg = self.cfg
         A = -torch.exp(self.A_log.float())
         vector = self._vector_last(last_only)
-        g, ss = ssd_window_triton.ssd_window_gated(
-            xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
-            cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd,
-            last_only, vector)
+        if z is None:
+            g, ss = ssd_window_triton.ssd_window_gated_projected(
+                xbc, dt, A, self.D, u, w_z.to(u.dtype),
+                self.norm_weight, cfg.headdim, cfg.d_state, cfg.ssd_window_warps_fwd)
+        else:
+            g, ss = ssd_window_triton.ssd_window_gated(
+                xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
+                cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd,
+                last_only, vector)
         out = self.out_proj(g)
         rstd = torch.rsqrt(ss.sum(-1, keepdim=True) / cfg.d_inner + cfg.norm_eps)
         return (out.float() * rstd).to(out.dtype)
@@ -375,7 +412,14 @@ class Mamba2Block(nn.Module):
     def forward(self, h: torch.Tensor, state: Mamba2State | None = None,
                 last_only: bool = False) -> torch.Tensor:
         """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward."""
-        mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
+        if self.mixer.cfg.fold_norm_weights:
+            # the pre-norm's weight goes into the in-projection (Mamba2Mixer.forward); by
+            # keyword, as module hooks (the FLOP counter's) that watch a call's positional
+            # tensors cannot take a leaf parameter under autograd.grad
+            mixed = self.mixer(rms_norm(self.norm, h, weighted=False), state, last_only,
+                               in_scale=self.norm.weight)
+        else:
+            mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
         return (h[:, -1] if last_only else h) + mixed
 
     def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:

@@ -150,7 +150,8 @@ def _cuda_multiple(x: torch.Tensor, align_bytes: int) -> int:
 def block_calls() -> None:
     """A block's forward and backward (the learner's), and its forwards without autograd
     (acting, the target net), every row and the last, fp32 and bf16, with the last row's
-    forward as the tile kernel and as vectors: the default CUDA path's kernels, insisted on
+    forward as the tile kernel and as vectors and z read by the gated scan or computed in it
+    (``scan_z_proj``): the default CUDA path's kernels, insisted on
     (they would be "auto" on CUDA), with the in-projection padded as on CUDA."""
     cfg = EncoderConfig(ssd_backend="triton_window", conv_backend="triton_dx",
                         scan_gate="triton")
@@ -162,8 +163,10 @@ def block_calls() -> None:
 
 
 def _block_calls(cfg: EncoderConfig) -> None:
-    for last_row in ("tile", "vector"):
-        block = Mamba2Block(dataclasses.replace(cfg, scan_last_row=last_row))
+    # the gated scan's every-row call reads z (the first pass) or computes it (the second)
+    for last_row, z_proj in (("tile", "torch"), ("vector", "triton")):
+        block = Mamba2Block(dataclasses.replace(cfg, scan_last_row=last_row,
+                                                scan_z_proj=z_proj))
         for dtype in (torch.float32, torch.bfloat16):
             h = torch.randn(2, 64, cfg.d_model, requires_grad=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):

@@ -50,16 +50,18 @@ SCRIPT = textwrap.dedent("""
     ints = dict(L=64, C=384, s_b=x.stride(0) // align, s_l=x.stride(1) // align,
                 s_db=dout.stride(0), s_dl=out_row, s_pb=dout.stride(0), s_pl=out_row,
                 s_ob=dout.stride(0), s_ol=out_row)
-    if which == "gated":  # the scan forward with the gate: z a view of the in-projection
+    if which in ("gated", "zproj"):  # the scan forward with the gate: z a view of the
+        # in-projection, or (zproj) computed from u [B, 64, 128] and wz [256, 128]
         from lobsurf.models.kernels import ssd_window_triton as sw
 
-        z = proj[..., :256]
+        z = torch.zeros(2, 64, 128, dtype=torch.bfloat16) if which == "zproj" else proj[..., :256]
         align = ct.row_alignment(z)
         ints = dict(L=64, H=4, s_b=64 * 384, s_l=384, s_dtb=256, s_dtl=4, s_yb=64 * 256,
                     s_yl=256, s_zb=z.stride(0) // align, s_zl=z.stride(1) // align,
                     s_ssb=256, s_ssl=4)
-        consts = dict(E=256, N=64, P=64, Q=64, LAST_ONLY=0, GATED=1, ZALIGN=align, BF16=1,
-                      PREC="ieee")
+        zproj = 128 if which == "zproj" else 0
+        consts = dict(E=256, N=64, P=64, Q=64, LAST_ONLY=0, GATED=1, ZALIGN=align,
+                      ZPROJ=zproj, ZK=min(zproj, sw.Z_PROJ_COLUMNS), BF16=1, PREC="ieee")
         fn, warps = sw._ssd_window_fwd, 4
         extra_fp32 = ("dt_ptr", "a_ptr", "d_ptr", "w_ptr", "ss_ptr")
     elif which == "dx":  # conv_dt_triton's backward: [B, 64, 392] GEMM output and gradient
@@ -172,3 +174,11 @@ def test_gated_scan_loads_z_from_the_in_projection_16_bytes_at_a_time() -> None:
     # thread's 8 bf16 of a row), none a scalar 16-bit load
     loads = _global_loads("gated")
     assert LOAD_OF_BYTES[2] not in loads and loads[LOAD_OF_BYTES[16]] >= 16, loads
+
+
+def test_projected_gate_loads_u_and_its_weights_16_bytes_at_a_time() -> None:
+    # ssd_window_gated_projected (scan_z_proj): u's rows and W_z's are loaded (or copied
+    # into shared memory by the pipelined product) 16 bytes at a time, nothing scalar
+    loads = _global_loads("zproj")
+    assert LOAD_OF_BYTES[2] not in loads, loads
+    assert loads.get(LOAD_OF_BYTES[16], 0) + loads.get("cp.async 16 bytes", 0) >= 16, loads

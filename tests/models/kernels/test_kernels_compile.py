@@ -2,11 +2,11 @@
 ``lobsurf.models.kernels``, compiles for Hopper (sm_90), checked on the CPU:
 ``sm90_launches.py`` records the launches a Mamba2 block makes (forward and backward, the
 no-grad forwards, every row and the last, fp32 and bf16, the last row's forward as the tile
-kernel and as vectors) and those of the opt-in kernels' wrappers, and compiles each with
-Triton's own compiler. The other kernel
-tests run in Triton's interpreter, which accepts code the compiler rejects; this one fails
-on such code before a GPU ever sees it (planted: a plain-float global read inside the
-last-row forward passes every interpreter test and fails here).
+kernel and as vectors, z read by the gated scan or computed in it) and those of the opt-in
+kernels' wrappers, and compiles each with Triton's own compiler. The other kernel tests run
+in Triton's interpreter, which accepts code the compiler rejects; this one fails on such
+code before a GPU ever sees it (planted: a plain-float global read inside the last-row
+forward passes every interpreter test and fails here).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ pytest.importorskip("triton", reason="compiling a kernel needs Triton (dev extra
 
 #: (kernel, the constexprs that pick its variant) of every launch the block must make
 EXPECTED = (
-    {("_ssd_window_fwd", (("BF16", bf16), ("GATED", gated), ("LAST_ONLY", last)))
+    {("_ssd_window_fwd", (("BF16", bf16), ("GATED", gated), ("LAST_ONLY", last), ("ZPROJ", 0)))
      for bf16 in (0, 1) for gated in (False, True) for last in (False, True)}
+    | {("_ssd_window_fwd", (("BF16", bf16), ("GATED", True), ("LAST_ONLY", False),
+                            ("ZPROJ", 128))) for bf16 in (0, 1)}
     | {("_ssd_window_fwd_last", (("BF16", bf16), ("GATED", gated)))
        for bf16 in (0, 1) for gated in (False, True)}
     | {(name, (("BF16", bf16),)) for bf16 in (0, 1)
@@ -32,7 +34,7 @@ EXPECTED = (
     | {(name, (("ALIGN", align),)) for align in (4, 8)
        for name in ("_conv_walk_fwd_kernel", "_conv_dt_bwd_kernel")})
 #: the constexprs that tell the expected variants apart
-VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN")
+VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ")
 
 
 def _variant(row: dict) -> tuple:

@@ -133,13 +133,20 @@ def test_block_with_the_gate_in_the_scan_matches_the_float64_pytorch_block(lengt
     vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
     fast, ref = _blocks(length, device, scan_gate="triton", scan_last_row=last_row)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
+    err = no_grad_block_error(fast, ref, h, last_only)
+    assert len(calls) == 1
+    assert len(vector_calls) == (last_only and last_row == "vector")
+    assert err < TOL[torch.float32], f"relative error {err:.2e}"
+
+
+def no_grad_block_error(fast, ref, h, last_only: bool) -> float:
+    """The relative error of ``fast``'s forward without autograd on h (on fast's device)
+    against the float64 block ``ref``'s."""
+    device = next(fast.parameters()).device
     with torch.no_grad():
         got = fast(h.to(device), last_only=last_only).cpu()
         want = ref(h.double(), last_only=last_only)
-    assert len(calls) == 1
-    assert len(vector_calls) == (last_only and last_row == "vector")
-    err = _rel(got, want)
-    assert err < TOL[torch.float32], f"relative error {err:.2e}"
+    return _rel(got, want)
 
 
 def test_the_gate_stays_in_pytorch_under_autograd_and_on_cpu_by_default(monkeypatch):
@@ -194,7 +201,14 @@ def test_compiled_block_with_the_gate_in_the_scan_tracks_the_pytorch_block_under
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     fast, ref = _blocks(64, "cuda")
-    plain = Mamba2Block(dataclasses.replace(fast.mixer.cfg, scan_gate="torch")).cuda()
+    errors = compiled_bf16_errors(fast, ref, scan_gate="torch")
+    assert errors["kernel"] < max(TOL[torch.bfloat16], 2.0 * errors["pytorch"]), errors
+
+
+def compiled_bf16_errors(fast, ref, **pytorch_options) -> dict[str, float]:
+    """{"kernel": fast's, "pytorch": the same block with ``pytorch_options``'s} relative
+    error against the float64 block ``ref``, each compiled under bf16 autocast on CUDA."""
+    plain = Mamba2Block(dataclasses.replace(fast.mixer.cfg, **pytorch_options)).cuda()
     plain.load_state_dict(fast.state_dict())
     h = torch.randn(4, 64, 32, generator=torch.Generator().manual_seed(4))
     errors = {}
@@ -205,4 +219,4 @@ def test_compiled_block_with_the_gate_in_the_scan_tracks_the_pytorch_block_under
                 got = torch.compile(block, fullgraph=True)(h.cuda())
             errors[name] = _rel(got.cpu(), want)
     print(errors)
-    assert errors["kernel"] < max(TOL[torch.bfloat16], 2.0 * errors["pytorch"]), errors
+    return errors

@@ -16,7 +16,9 @@ read back (in the backward too). Here the [Q, Q] tiles live in registers, except
   token-major straight into y [B, L, H P]; in forwards without autograd
   (``ssd_window_gated``, ``EncoderConfig.scan_gate``) the same program also applies the
   gated norm's gate SiLU(z) and weight and stores each row's sum of squares per head, so
-  the norm's own pass over y and z is gone;
+  the norm's own pass over y and z is gone; on every row it can compute z = u W_z^T itself
+  from the block's normalised input (``ssd_window_gated_projected``,
+  ``EncoderConfig.scan_z_proj``), so the in-projection never writes z;
 - backward in two kernels: one program per (window, head) computes d(dt x), d cum (row
   minus column sums of d m o m, then the reverse cumsum), d dt, d x and the head's partial
   sums of d A and d D, and stores its d scores term [Q, Q]; then one program per window sums
@@ -51,6 +53,11 @@ except ImportError:  # CPU-only installs: the PyTorch scan is used instead
 
 MIN_TILE = 16
 """Smallest tile side tl.dot takes: windows shorter than this are padded to it."""
+Z_PROJ_COLUMNS = 64
+"""Columns of u per step of the projected gate's z product (``ssd_window_gated_projected``):
+at d_model 128, sm_90, bf16, 4 warps, ptxas gives the whole [Q, 128] product 198
+registers, steps of 32 columns 168, of 64 128 (as the gated scan without it; Triton stages
+the two steps' loads through 48 KB of shared memory)."""
 
 
 def triton_available() -> bool:
@@ -129,17 +136,22 @@ if triton is not None:
         return cum, tl.exp(seg)
 
     @triton.jit
-    def _ssd_window_fwd(xbc_ptr, dt_ptr, a_ptr, d_ptr, y_ptr, z_ptr, w_ptr, ss_ptr, L, H, s_b,
-                        s_l, s_dtb, s_dtl, s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl,
+    def _ssd_window_fwd(xbc_ptr, dt_ptr, a_ptr, d_ptr, y_ptr, z_ptr, w_ptr, ss_ptr, wz_ptr, L,
+                        H, s_b, s_l, s_dtb, s_dtl, s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl,
                         E: tl.constexpr, N: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
                         LAST_ONLY: tl.constexpr, GATED: tl.constexpr, ZALIGN: tl.constexpr,
-                        BF16: tl.constexpr, PREC: tl.constexpr):
+                        ZPROJ: tl.constexpr, ZK: tl.constexpr, BF16: tl.constexpr,
+                        PREC: tl.constexpr):
         # y of window b, head h: every row, or (LAST_ONLY) row L - 1 into y [B, H P].
         # GATED: g = y SiLU(z) instead, stored times the norm weight w, with the row's sum
         # of g^2 over the head's P channels into ss [B, L, H] (the gated norm's statistic).
         # z's strides come in units of ZALIGN elements, so that Triton, which specializes an
         # integer only when it is a multiple of 16, sees rows of the in-projection (648 wide)
-        # 16-byte aligned and loads them in vectors, not 2 bytes at a time
+        # 16-byte aligned and loads them in vectors, not 2 bytes at a time.
+        # ZPROJ > 0: z_ptr is the block's normalised input u [B, L, ZPROJ] and z = u Wz^T is
+        # computed here from wz [E, ZPROJ] (the in-projection's z rows), so the in-projection
+        # never writes z and this kernel never reads it back; its product runs over ZK
+        # columns of u at a time
         pid = tl.program_id(0)
         b = pid // H
         h = pid % H
@@ -155,14 +167,16 @@ if triton is not None:
         Dh = tl.load(d_ptr + h).to(tl.float32)
         dt, _cum, decay = _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q)
         scores = _mma(Cm, tl.trans(Bm), BF16, PREC)  # [Q, Q] fp32
-        _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, b, h, L, s_yb,
-                  s_yl, s_zb, s_zl, s_ssb, s_ssl, P, Q, LAST_ONLY, GATED, ZALIGN, BF16, PREC)
+        _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, wz_ptr, b, h, L,
+                  s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl, P, Q, LAST_ONLY, GATED, ZALIGN, ZPROJ,
+                  ZK, BF16, PREC)
 
     @triton.jit
-    def _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, b, h, L, s_yb,
-                  s_yl, s_zb, s_zl, s_ssb, s_ssl, P: tl.constexpr, Q: tl.constexpr,
+    def _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, wz_ptr, b, h, L,
+                  s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl, P: tl.constexpr, Q: tl.constexpr,
                   LAST_ONLY: tl.constexpr, GATED: tl.constexpr, ZALIGN: tl.constexpr,
-                  BF16: tl.constexpr, PREC: tl.constexpr):
+                  ZPROJ: tl.constexpr, ZK: tl.constexpr, BF16: tl.constexpr,
+                  PREC: tl.constexpr):
         # y = (scores o decay) (dt x) + D x of window b, head h from its [Q, P] x tile (zero
         # past the window), the window's scores C B^T and D_h, stored as ``_ssd_window_fwd``
         # says
@@ -172,8 +186,12 @@ if triton is not None:
         y = _mma(scores * decay, xf * dt[:, None], BF16, PREC) + Dh * xf
         kept = ((i == L - 1) if LAST_ONLY else i < L)[:, None]
         if GATED:
-            z = tl.load(z_ptr + (b * s_zb + i[:, None] * s_zl) * ZALIGN + h * P + p[None, :],
-                        mask=kept, other=0.0).to(tl.float32)
+            if ZPROJ > 0:
+                z = _z_projected(z_ptr, wz_ptr, b, h, s_zb, s_zl, kept, ZALIGN, ZPROJ, ZK, P,
+                                 Q, BF16, PREC)
+            else:
+                z = tl.load(z_ptr + (b * s_zb + i[:, None] * s_zl) * ZALIGN + h * P
+                            + p[None, :], mask=kept, other=0.0).to(tl.float32)
             y = y * z * tl.sigmoid(z)
             # the sums kept as a [Q, 1] column stay in the product's layout (a [Q] vector
             # was converted through shared memory first: 19 against 15 barriers, sm_90 PTX)
@@ -182,6 +200,27 @@ if triton is not None:
             y = y * tl.load(w_ptr + h * P + p).to(tl.float32)[None, :]
         tl.store(y_ptr + b * s_yb + i[:, None] * s_yl + h * P + p[None, :],
                  _stored(y, BF16).to(y_ptr.dtype.element_ty), mask=kept)
+
+    @triton.jit
+    def _z_projected(u_ptr, wz_ptr, b, h, s_ub, s_ul, kept, ZALIGN: tl.constexpr,
+                     DM: tl.constexpr, ZK: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
+                     BF16: tl.constexpr, PREC: tl.constexpr):
+        # z [Q, P] of window b, head h = u [Q, DM] (u's strides in units of ZALIGN) times the
+        # head's rows of wz [E, DM] transposed, ZK columns of u at a time, rounded to the
+        # input dtype as the in-projection's own output is (fp32 sums)
+        i = tl.arange(0, Q)
+        p = tl.arange(0, P)
+        k = tl.arange(0, ZK)
+        z = tl.zeros((Q, P), dtype=tl.float32)
+        for k0 in range(0, DM, ZK):
+            u = tl.load(u_ptr + (b * s_ub + i[:, None] * s_ul) * ZALIGN + k0 + k[None, :],
+                        mask=kept, other=0.0)
+            wz = tl.load(wz_ptr + (h * P + p[None, :]) * DM + k0 + k[:, None])  # [ZK, P]
+            z += _mma(u, wz, BF16, PREC)
+        if BF16 == 0:
+            return z
+        else:
+            return round_bf16(z, BF16)
 
     @triton.jit
     def _ssd_window_bwd_head(xbc_ptr, dt_ptr, a_ptr, d_ptr, dy_ptr, dxbc_ptr, ddt_ptr, da_ptr,
@@ -297,10 +336,11 @@ def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torc
         return y
     # the gate's pointers stand unused (GATED off): y in their place, never read
     _ssd_window_fwd[(batch * heads,)](
-        xbc, dt, A.float().contiguous(), D.float().contiguous(), y, y, y, y, length, heads,
+        xbc, dt, A.float().contiguous(), D.float().contiguous(), y, y, y, y, y, length, heads,
         xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1), y.stride(0),
         0 if last_only else y.stride(1), 0, 0, 0, 0, E=E, N=d_state, P=headdim,
-        LAST_ONLY=last_only, GATED=False, ZALIGN=1, **_flags(xbc), num_warps=warps_fwd)
+        LAST_ONLY=last_only, GATED=False, ZALIGN=1, ZPROJ=0, ZK=0, **_flags(xbc),
+        num_warps=warps_fwd)
     return y
 
 
@@ -344,11 +384,62 @@ def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D
         return g, ss
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), g, z,
-        weight.float().contiguous(), ss, length, heads, xbc.stride(0), xbc.stride(1),
+        weight.float().contiguous(), ss, g, length, heads, xbc.stride(0), xbc.stride(1),
         dt.stride(0), dt.stride(1), *gate_strides(g, z, ss, align, last_only),
         E=heads * headdim, N=d_state, P=headdim, LAST_ONLY=last_only, GATED=True,
-        ZALIGN=align, **_flags(xbc), num_warps=warps)
+        ZALIGN=align, ZPROJ=0, ZK=0, **_flags(xbc), num_warps=warps)
     return g, ss
+
+
+def z_projection_supported(d_model: int) -> bool:
+    """Whether ``ssd_window_gated_projected`` takes blocks of this width: a power of two
+    >= 16 (a tl.dot tile side)."""
+    return d_model >= MIN_TILE and d_model & (d_model - 1) == 0
+
+
+def ssd_window_gated_projected(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
+                               D: torch.Tensor, u: torch.Tensor, wz: torch.Tensor,
+                               weight: torch.Tensor, headdim: int, d_state: int,
+                               warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ssd_window_gated`` (every row) with z = u wz^T computed inside the kernel: u [B, L,
+    D_model] the block's normalised input (last axis contiguous), wz [H*P, D_model] the
+    in-projection's z rows in u's dtype. The in-projection then writes only x, B, C and dt:
+    z's [B, L, H*P] is neither written nor read back (``EncoderConfig.scan_z_proj``)."""
+    return _ssd_window_gated_projected_op(xbc, dt, A, D, u, wz, weight, headdim, d_state,
+                                          warps)
+
+
+@torch.library.custom_op("lobsurf::ssd_window_gated_projected", mutates_args=())
+def _ssd_window_gated_projected_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
+                                   D: torch.Tensor, u: torch.Tensor, wz: torch.Tensor,
+                                   weight: torch.Tensor, headdim: int, d_state: int,
+                                   warps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, length, _ = xbc.shape
+    heads = A.shape[0]
+    E = heads * headdim
+    _check(xbc, dt, heads, headdim, d_state)
+    d_model = u.shape[-1]
+    if (u.shape != (batch, length, d_model) or u.stride(-1) != 1 or wz.shape != (E, d_model)
+            or not wz.is_contiguous() or weight.shape != (E,)
+            or not z_projection_supported(d_model)):
+        raise ValueError(f"ssd_window_gated_projected: u {tuple(u.shape)} stride {u.stride()},"
+                         f" wz {tuple(wz.shape)} and weight {tuple(weight.shape)} for "
+                         f"{(batch, length)} rows of {E} channels (D_model a power of two "
+                         f">= {MIN_TILE})")
+    g, ss = gated_like(xbc, heads, headdim, False)
+    align = conv_triton.row_alignment(u)
+    _ssd_window_fwd[(batch * heads,)](
+        xbc, dt, A.float().contiguous(), D.float().contiguous(), g, u,
+        weight.float().contiguous(), ss, wz.to(u.dtype), length, heads, xbc.stride(0),
+        xbc.stride(1), dt.stride(0), dt.stride(1), *gate_strides(g, u, ss, align, False),
+        E=E, N=d_state, P=headdim, LAST_ONLY=False, GATED=True, ZALIGN=align,
+        ZPROJ=d_model, ZK=min(d_model, Z_PROJ_COLUMNS), **_flags(xbc), num_warps=warps)
+    return g, ss
+
+
+@_ssd_window_gated_projected_op.register_fake
+def _(xbc, dt, A, D, u, wz, weight, headdim, d_state, warps):
+    return gated_like(xbc, A.shape[0], headdim, False)
 
 
 def gate_buffers(xbc: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, heads: int,
