@@ -96,3 +96,17 @@ def test_folded_norm_weights_give_the_same_gradients() -> None:
         (block(h, last_only=True) * probe[:, -1]).sum().backward()
     for (name, p), q in zip(plain.named_parameters(), folded.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_folded_block_runs_under_the_flop_counter_with_autograd_grad() -> None:
+    # lobsurf bench counts a step's FLOPs with torch's FlopCounterMode, whose module hooks
+    # watch each call's positional tensors and cannot take a leaf parameter when the
+    # backward is autograd.grad (the learner's): the folded pre-norm weight goes to the
+    # mixer by keyword (an H200 bench run failed on this before)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    block = _folded(perturbed_block(16, torch.float32, seed=2))
+    h = torch.randn(2, 20, D_MODEL)
+    with FlopCounterMode(display=False) as counter:
+        torch.autograd.grad(block(h).sum(), list(block.parameters()))
+    assert counter.get_total_flops() > 0
