@@ -247,15 +247,15 @@ class Mamba2Mixer(nn.Module):
 
         Args:
             u: [B, L, D] normalised inputs.
-            in_scale: [D], the pre-norm's weight when u is the normalised rows without it
-                (``EncoderConfig.fold_norm_weights``): the in-projection then takes
-                W diag(in_scale), the same product; None when u carries it.
             state: optional state to start from; when given it is overwritten in place with
                 the state after the last token (so ``step`` can continue from it).
             last_only: compute the output of the last position only (z gate, norm and
                 out_proj on one row; on the PyTorch scan the SSD goes through its final
                 state, no Q x Q scores; the one-chunk kernel stores the last row only; the
                 multi-chunk Triton scan writes all rows, one is used).
+            in_scale: [D], the pre-norm's weight when u is the normalised rows without it
+                (``EncoderConfig.fold_norm_weights``): the in-projection then takes
+                W diag(in_scale), the same product; None when u carries it.
 
         Returns:
             [B, L, D], or [B, D] when ``last_only``.
