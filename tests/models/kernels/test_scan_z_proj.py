@@ -64,7 +64,8 @@ def test_projected_gate_matches_the_float64_recurrence(batch, length, heads, hea
 def test_projected_gate_rejects_mismatched_inputs():
     xbc, dt, A, D, u, wz, weight = _projected_inputs(1, 16, 2, 16, 16, torch.float32, 16, 0,
                                                      seed=0)
-    for bad_u, bad_wz in ((u[:, :-1], wz), (u, wz[:-1]), (torch.randn(1, 16, 24), wz[:, :8])):
+    for bad_u, bad_wz in ((u[:, :-1], wz), (u, wz[:-1]), (torch.randn(1, 16, 24), wz[:, :8]),
+                          (u, wz.to(torch.bfloat16))):
         with pytest.raises(ValueError, match="ssd_window_gated_projected"):
             ssd_window_triton.ssd_window_gated_projected(xbc, dt, A, D, bad_u, bad_wz, weight,
                                                          16, 16)

@@ -420,17 +420,18 @@ def _ssd_window_gated_projected_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch
     _check(xbc, dt, heads, headdim, d_state)
     d_model = u.shape[-1]
     if (u.shape != (batch, length, d_model) or u.stride(-1) != 1 or wz.shape != (E, d_model)
-            or not wz.is_contiguous() or weight.shape != (E,)
+            or not wz.is_contiguous() or wz.dtype != u.dtype or weight.shape != (E,)
             or not z_projection_supported(d_model)):
         raise ValueError(f"ssd_window_gated_projected: u {tuple(u.shape)} stride {u.stride()},"
-                         f" wz {tuple(wz.shape)} and weight {tuple(weight.shape)} for "
+                         f" wz {tuple(wz.shape)} {wz.dtype} and weight "
+                         f"{tuple(weight.shape)} for "
                          f"{(batch, length)} rows of {E} channels (D_model a power of two "
                          f">= {MIN_TILE})")
     g, ss = gated_like(xbc, heads, headdim, False)
     align = conv_triton.row_alignment(u)
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), g, u,
-        weight.float().contiguous(), ss, wz.to(u.dtype), length, heads, xbc.stride(0),
+        weight.float().contiguous(), ss, wz, length, heads, xbc.stride(0),
         xbc.stride(1), dt.stride(0), dt.stride(1), *gate_strides(g, u, ss, align, False),
         E=E, N=d_state, P=headdim, LAST_ONLY=False, GATED=True, ZALIGN=align,
         ZPROJ=d_model, ZK=min(d_model, Z_PROJ_COLUMNS), **_flags(xbc), num_warps=warps)
