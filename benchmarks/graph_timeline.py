@@ -15,6 +15,7 @@ bound by one stream shows that stream's busy time near the wall time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -72,6 +73,25 @@ def coverage(events: list[tuple[int, float, float, str]]) -> tuple[float, float,
     return union, single, dict(alone)
 
 
+def first_replay(events: list[tuple[int, float, float, str]], replays: int
+                 ) -> list[tuple[int, float, float, str]]:
+    """The first of ``replays`` back-to-back replays' events, in start order, times in us
+    from its first event (each replay has the same number of events)."""
+    ordered = sorted(events, key=lambda e: e[1])[:len(events) // replays]
+    t0 = ordered[0][1]
+    return [(s, round(a - t0, 2), round(b - t0, 2), name[:90]) for s, a, b, name in ordered]
+
+
+def stream_spans(events: list[tuple[int, float, float, str]]
+                 ) -> dict[int, tuple[float, float]]:
+    """{stream: (its first event's start, its last event's end)}."""
+    spans: dict[int, tuple[float, float]] = {}
+    for stream, start, end, _ in events:
+        lo, hi = spans.get(stream, (start, end))
+        spans[stream] = (min(lo, start), max(hi, end))
+    return spans
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=1024)
@@ -79,14 +99,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10, help="profiled graph replays")
     p.add_argument("--top", type=int, default=20, help="kernels listed per stream")
     p.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
-    p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    p.add_argument("--prioritize-learner", action=argparse.BooleanOptionalAction,
+                   default=COUNT.prioritize_learner,
+                   help="the learner's streams at the highest priority (train.prioritize_learner)")
+    p.add_argument("--json", type=Path, default=None, help="write the figures here, with the "
+                   "first profiled replay's device events in order (stream, start and end in "
+                   "us from the replay's first event, name)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("graph_timeline.py needs CUDA", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
-        state, book, scfg = build("cuda", args.batch, args.layers, COUNT, Path(root),
+        cfg = dataclasses.replace(COUNT, prioritize_learner=args.prioritize_learner)
+        state, book, scfg = build("cuda", args.batch, args.layers, cfg, Path(root),
                                   args.precision)
         compile_networks_(state, compile_config(TrainConfig(), "cuda"))
         graphed = GraphedStep(lambda: train_step(state, book, scfg, True), state,
@@ -123,15 +149,19 @@ def main(argv: list[str] | None = None) -> int:
         busy[stream] += e - s
         kernels[stream][name] += e - s
         launches[stream][name] += 1
-    print(f"B = {args.batch}, {args.layers} layers, {args.precision}, compiled, graphed: "
+    print(f"B = {args.batch}, {args.layers} layers, {args.precision}, compiled, graphed"
+          f"{'' if args.prioritize_learner else ', learner streams not prioritized'}: "
           f"{wall_ms:.3f} ms per step timed ({1e3 / wall_ms:.1f} steps/s), "
           f"{span_ms:.3f} ms per step profiled")
     print(f"device busy (union of streams) {union / 1e3 / n:.3f} ms, one stream alone "
           f"{single / 1e3 / n:.3f} ms, events {len(events) / n:.0f} per step")
-    print("stream   busy ms   alone ms   events")
+    first = first_replay(events, n)
+    spans = stream_spans(first)
+    print("stream   busy ms   alone ms   events   first replay: from .. to ms")
     for stream, us in busy.most_common():
+        lo, hi = spans.get(stream, (float("nan"), float("nan")))
         print(f"{stream:6d} {us / 1e3 / n:9.3f} {alone.get(stream, 0.0) / 1e3 / n:10.3f} "
-              f"{sum(launches[stream].values()) / n:8.0f}")
+              f"{sum(launches[stream].values()) / n:8.0f}   {lo / 1e3:6.3f} .. {hi / 1e3:6.3f}")
     for stream, _ in busy.most_common():
         print(f"stream {stream}: top {args.top} kernels (ms per step, launches per step)")
         for name, us in kernels[stream].most_common(args.top):
@@ -144,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                                  "alone_ms": alone.get(s, 0.0) / 1e3 / n,
                                  "kernels": {k: v / 1e3 / n
                                              for k, v in kernels[s].most_common()}}
-                        for s, us in busy.items()}}, indent=1))
+                        for s, us in busy.items()},
+            "first_replay": first}, indent=1))
     return 0
 
 

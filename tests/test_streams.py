@@ -16,6 +16,7 @@ def test_without_a_stream_side_runs_first_then_main() -> None:
 
 def test_no_side_stream_on_cpu_or_when_switched_off() -> None:
     assert side_stream(True, "cpu") is None
+    assert side_stream(True, "cpu", high_priority=True) is None
     assert side_stream(False, "cpu") is None
     if torch.cuda.is_available():
         assert side_stream(False, "cuda") is None
@@ -30,6 +31,57 @@ def test_cpu_train_state_has_no_branch(tiny_store) -> None:
     assert cfg.train.overlap_target  # on by default; inert on CPU
     state = build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
     assert state.branch is None
+
+
+class _FakeStream:
+    """Stands in for torch.cuda.Stream on a machine without CUDA: records its arguments."""
+
+    def __init__(self, device, priority=0):
+        self.device, self.priority = device, priority
+
+    @staticmethod
+    def priority_range():
+        return 0, -5
+
+
+def test_side_stream_takes_the_highest_priority_when_asked(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
+    assert side_stream(True, "cuda", high_priority=True).priority == -5
+    assert side_stream(True, "cuda").priority == 0
+    assert side_stream(False, "cuda", high_priority=True) is None
+
+
+@pytest.mark.parametrize("prioritize", [True, False])
+def test_build_state_asks_for_the_configured_priority(tiny_store, monkeypatch,
+                                                      prioritize) -> None:
+    from lobsurf.train import loop
+    from lobsurf.train.data import load_training_data
+    from tests.agent.conftest import tiny_config
+
+    asked: list[tuple[bool, bool]] = []
+    monkeypatch.setattr(loop, "side_stream",
+                        lambda wanted, device, high_priority=False:
+                        asked.append((wanted, high_priority)))
+    cfg = tiny_config(tiny_store.path, train={"prioritize_learner": prioritize})
+    loop.build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
+    assert asked == [(True, prioritize), (True, prioritize)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prioritize", [True, False])
+def test_learner_streams_priority(tiny_store, prioritize) -> None:
+    """train.prioritize_learner: both side streams (the learner's, the target net's) at the
+    device's highest priority, above the step's own stream where the collect runs."""
+    from lobsurf.train.data import load_training_data
+    from lobsurf.train.loop import build_state
+    from tests.agent.conftest import tiny_config
+
+    cfg = tiny_config(tiny_store.path, train={"prioritize_learner": prioritize})
+    state = build_state(cfg, load_training_data(cfg, "cuda", tiny_store.path), "cuda")
+    lowest, highest = torch.cuda.Stream.priority_range()
+    assert highest < lowest == torch.cuda.current_stream().priority
+    want = highest if prioritize else lowest
+    assert state.branch.priority == want and state.learner_branch.priority == want
 
 
 @pytest.mark.gpu

@@ -24,10 +24,22 @@ S = TypeVar("S")
 M = TypeVar("M")
 
 
-def side_stream(wanted: bool, device: torch.device | str) -> torch.cuda.Stream | None:
-    """A second stream on ``device`` where ``wanted`` and the device is CUDA, else None."""
+def side_stream(wanted: bool, device: torch.device | str, high_priority: bool = False
+                ) -> torch.cuda.Stream | None:
+    """A second stream on ``device`` where ``wanted`` and the device is CUDA, else None;
+    at the device's highest priority where ``high_priority`` (else the default, the lowest).
+
+    Where streams of both priorities have blocks waiting, the GPU's scheduler dispatches
+    the higher one's first, so work on a step's critical path is not stretched by work
+    that only has to be done before the join. A CUDA graph keeps the priority: stream
+    capture copies it into each kernel node, and torch instantiates graphs with
+    ``cudaGraphInstantiateFlagUseNodePriority``.
+    """
     device = torch.device(device)
-    return torch.cuda.Stream(device) if wanted and device.type == "cuda" else None
+    if not wanted or device.type != "cuda":
+        return None
+    priority = torch.cuda.Stream.priority_range()[1] if high_priority else 0
+    return torch.cuda.Stream(device, priority=priority)
 
 
 def run_beside(stream: torch.cuda.Stream | None, side: Callable[[], S], main: Callable[[], M]

@@ -228,3 +228,46 @@ def test_phase_timer_patches_stay_out_of_compiled_kernels(tiny_store):
     assert bookkeeping in timer.seconds  # the kernel is timed as one piece ...
     assert f"{bookkeeping}/reward pipeline" not in timer.seconds  # ... its insides are not
     assert "learn/losses/C51 target/C51 projection" not in timer.seconds
+
+
+#: aten ops that launch a fill kernel (on CUDA one graph node each)
+FILLS = frozenset({"aten::zeros", "aten::zero_", "aten::fill_", "aten::full", "aten::ones_like"})
+
+
+def _fills_under(event, inside: bool, found: list[str]) -> None:
+    # the fill ops below a compiled function's backward, or anywhere when ``inside``
+    inside = inside or event.name.endswith("CompiledFunctionBackward")
+    if inside and event.name in FILLS:
+        found.append(event.name)
+    for child in event.cpu_children:
+        _fills_under(child, inside, found)
+
+
+def test_backward_fills_no_seed_or_zero_tangents(tiny_store):
+    """The learner's backward launches no fills of its own: the seed d total / d total is
+    the step's constant (StepTables.loss_seed), and the compiled losses' outputs other than
+    total are detached, so AOTAutograd gives none of them a zero tangent. On CUDA each such
+    fill was a graph node on the backward's chain (seven per step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from lobsurf.agent.learn import draw_sample, flat_gradients_, losses
+
+    data, state, scfg = _setup(tiny_store)
+    torch._dynamo.reset()
+    compile_networks_(state, CompileConfig(backend="inductor", methods=(),
+                                           kernels=("loss_terms",)))
+    for step in range(PREFILL + 1):  # the last a learning step: the backward compiles
+        train_step(state, data.train_book, scfg, learning=step == PREFILL)
+    sample, li = draw_sample(state, data.train_book, scfg)
+    ls = losses(state, data.train_book, sample, scfg, li)
+    assert ls.total.requires_grad and not any(
+        x.requires_grad for x in (ls.q, ls.q_per_sample, ls.pi, ls.policy_entropy))
+    opt = state.optimizer
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        flat_gradients_(ls.total, opt.params, opt.flat, state.tables.loss_seed)
+    found: list[str] = []
+    for event in prof.events():
+        if event.cpu_parent is None:
+            _fills_under(event, event.name == "aten::ones_like", found)
+    assert found == []
+    assert bool(opt.flat.grad.abs().sum() > 0)

@@ -36,11 +36,12 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
 
 
 def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
-         overlap: bool = True):
+         overlap: bool = True, prioritize: bool = False):
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
                       gates={"warmup_steps": GATE_WARMUP},
                       train={"envs": 32, "precision": precision, "compile": compiled,
-                             "overlap_target": overlap, "overlap_collect": overlap},
+                             "overlap_target": overlap, "overlap_collect": overlap,
+                             "prioritize_learner": prioritize},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
     state, scfg, guard = _build(cfg, data, "cuda", None, 0), step_config(cfg), DivergenceGuard("cuda")
@@ -82,16 +83,18 @@ def _same_transitions(a, b, n: int) -> None:
         assert bad.numel() == 0, f"{name} differs first at transition {bad[0].item()}"
 
 
-@pytest.mark.parametrize("graphed", [False, True])
-def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed) -> None:
+@pytest.mark.parametrize("graphed,prioritize", [(False, False), (True, False), (True, True)])
+def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed, prioritize) -> None:
     """train.overlap_target (the target net's forward on a second stream) and
     train.overlap_collect (the learner's losses and backward on a third, beside the
     collect), parallel graph branches when captured, take the same steps as the
     one-stream step: the same kernels on the same inputs, and no piece writes what one
-    beside it reads. Losses within the tolerance of the module docstring (the backward's
-    atomic adds)."""
+    beside it reads; likewise with the side streams at a higher priority
+    (train.prioritize_learner), which changes the order in which the GPU runs them. Losses
+    within the tolerance of the module docstring (the backward's atomic adds)."""
     one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False)
-    two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True)
+    two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True,
+                                      prioritize=prioritize)
     assert one.branch is None and one.learner_branch is None
     assert two.branch is not None and two.learner_branch is not None
     if graphed:

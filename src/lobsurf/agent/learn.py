@@ -177,7 +177,8 @@ def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tens
                z: torch.Tensor, t: Transitions, weight: torch.Tensor, labels: Labels,
                order_lots: torch.Tensor, ctl: ControllerState, cfg: StepConfig
                ) -> tuple[torch.Tensor, ...]:
-    """Every loss from the online heads' outputs at s: the fields of ``Losses`` in order.
+    """Every loss from the online heads' outputs at s: the fields of ``Losses`` in order,
+    all but ``total`` detached.
     The outputs are taken to fp32 here (under bf16 autocast the casts and their backward
     then compile into the losses' kernels instead of twelve eager copies). ``target``
     [B, N] and ``target_mean_s`` [B, A] come from ``c51_target``, ``weight`` [B] are the
@@ -199,8 +200,12 @@ def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tens
                  out.outcome_logits, t.outcome_win[:, None].expand(-1, 2).float(), outcome_mask))
     total = l_q + l_pi + cfg.policy.value_weight * l_v + cfg.aux.frd_weight * l_frd + l_aux
     q_mean = expected_value(torch.softmax(out.q_logits.detach(), -1), z)  # [B, A]
-    return (total, l_q, q_per_sample, l_pi, l_v, l_frd, l_aux, policy_entropy,
-            agreement(out.pi_logits, q_mean), q_mean.gather(1, t.action[:, None]).mean())
+    # Only total is differentiated. The rest are metrics and priorities, detached here: an
+    # output of a compiled function that needs a gradient but gets none is given a zero
+    # tangent, one fill kernel each on the backward's critical path.
+    watched = (l_q, q_per_sample, l_pi, l_v, l_frd, l_aux, policy_entropy,
+               agreement(out.pi_logits, q_mean), q_mean.gather(1, t.action[:, None]).mean())
+    return (total, *(x.detach() for x in watched))
 
 
 class LearnUpdates(NamedTuple):
@@ -291,10 +296,11 @@ def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCon
     It writes nothing but the gradients."""
     ls = losses(state, book, sample, cfg, li)
     opt = state.optimizer
+    seed = state.tables.loss_seed
     if opt.flat is not None:
-        return ls, flat_gradients_(ls.total, opt.params, opt.flat)
+        return ls, flat_gradients_(ls.total, opt.params, opt.flat, seed)
     opt.zero_grad()
-    return ls, accumulate_gradients_(ls.total, opt.params)
+    return ls, accumulate_gradients_(ls.total, opt.params, seed)
 
 
 def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[torch.Tensor],
@@ -369,21 +375,25 @@ def clip_gradients_(params: list[torch.Tensor], max_norm: float,
     return total, None
 
 
-def flat_gradients_(loss: torch.Tensor, params: list[torch.Tensor], flat: FlatParameters
-                    ) -> list[torch.Tensor]:
+def flat_gradients_(loss: torch.Tensor, params: list[torch.Tensor], flat: FlatParameters,
+                    seed: torch.Tensor | None = None) -> list[torch.Tensor]:
     """The gradients of ``loss`` written into ``flat``'s gradient buffer, all at once (one
     concatenation; a parameter the loss does not reach gets a zero gradient, which leaves
-    it, with its zero Adam moments, where it is); returns ``params``."""
-    flat.write_gradients_(torch.autograd.grad(loss, params, allow_unused=True))
+    it, with its zero Adam moments, where it is); returns ``params``. ``seed``: d loss / d
+    loss, a 0-d one made once (None: autograd makes one)."""
+    flat.write_gradients_(torch.autograd.grad(loss, params, grad_outputs=seed,
+                                              allow_unused=True))
     return params
 
 
-def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
+def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor],
+                          seed: torch.Tensor | None = None) -> list[torch.Tensor]:
     """``loss.backward()`` into ``params``' gradients, with one multi-tensor add where
     backward's AccumulateGrad launches a kernel per parameter; returns the parameters that
     have a gradient. Each .grad += g exactly as backward adds it; a first gradient is kept
-    as it comes (backward's steal), in the parameter's layout."""
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    as it comes (backward's steal), in the parameter's layout. ``seed`` as in
+    ``flat_gradients_``."""
+    grads = torch.autograd.grad(loss, params, grad_outputs=seed, allow_unused=True)
     into, add = [], []
     for p, g in zip(params, grads):
         if g is None:

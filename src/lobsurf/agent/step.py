@@ -97,7 +97,9 @@ class StepTables:
     """Device constants of the step, made once (not checkpointed: derived from the config).
 
     order_lots [A] int64 signed lots per action; log_pi_ref [A]; bucket_lower/upper [C]
-    FRD bucket bounds in ticks; fee_per_lot, fee_per_value_tick, tick_value 0-d float64.
+    FRD bucket bounds in ticks; fee_per_lot, fee_per_value_tick, tick_value 0-d float64;
+    loss_seed 0-d float32 1, the backward's seed d total / d total (autograd would fill a
+    new one every step: a kernel on the learner's critical path).
     """
 
     order_lots: torch.Tensor
@@ -107,6 +109,7 @@ class StepTables:
     fee_per_lot: torch.Tensor
     fee_per_value_tick: torch.Tensor
     tick_value: torch.Tensor
+    loss_seed: torch.Tensor
 
 
 @dataclass

@@ -42,7 +42,7 @@ from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.models.config import EncoderConfig
 from lobsurf.train.compile import (CompileConfig, compile_config, compile_networks_,
                                    parse_inductor_option)
-from lobsurf.train.config import RunConfig, run_config_from_dict
+from lobsurf.train.config import RunConfig, TrainConfig, run_config_from_dict
 from lobsurf.train.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state, step_config
@@ -79,6 +79,8 @@ class BenchConfig:
     CUDA."""
     overlap_collect: bool = True
     """train.overlap_collect: the learner's losses and backward beside the collect."""
+    prioritize_learner: bool = TrainConfig.prioritize_learner
+    """train.prioritize_learner: the learner's side streams at the highest priority."""
     feature_table: bool = True
     """train.feature_table: the book's per-snapshot features computed once and gathered by
     row in each forward (lobsurf.models.feature_table)."""
@@ -131,6 +133,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
                   "overlap_collect": cfg.overlap_collect,
+                  "prioritize_learner": cfg.prioritize_learner,
                   "feature_table": cfg.feature_table,
                   "compile_max_autotune": cfg.max_autotune,
                   "compile_inductor_options": list(cfg.inductor_options)},
@@ -245,6 +248,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "scan_gate": cfg.scan_gate,
                            "scan_z_proj": cfg.scan_z_proj,
                            "fold_norm_weights": cfg.fold_norm_weights,
+                           "prioritize_learner": cfg.prioritize_learner,
                            "scan_last_row": cfg.scan_last_row,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,

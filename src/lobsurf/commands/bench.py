@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.overlap_collect, help="the learner's losses and backward "
                         "on a CUDA stream of their own beside the collect "
                         "(train.overlap_collect)")
+    parser.add_argument("--prioritize-learner", action=argparse.BooleanOptionalAction,
+                        default=d.prioritize_learner, help="the learner's CUDA streams at "
+                        "the highest priority, the collect's at the default "
+                        "(train.prioritize_learner)")
     parser.add_argument("--feature-table", action=argparse.BooleanOptionalAction,
                         default=d.feature_table, help="the book's per-snapshot features "
                         "computed once and gathered by row in every forward, instead of "
@@ -149,6 +153,7 @@ def _config(args: argparse.Namespace):
                            overlap_target=args.overlap_target, fused_adam=args.fused_adam,
                            flat_parameters=args.flat_parameters,
                            overlap_collect=args.overlap_collect,
+                           prioritize_learner=args.prioritize_learner,
                            feature_table=args.feature_table,
                            max_autotune=args.max_autotune,
                            inductor_options=tuple(args.inductor_options),
@@ -280,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
           f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, target and "
           f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
           f"{_adam_path(cfg, cuda)}, learner "
-          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect, features "
+          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
+          f"{' at a higher stream priority' if cfg.prioritize_learner and cuda else ''}, features "
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
           f"{_inductor_note(cfg.inductor_options) if cuda and compile_ else ''}"

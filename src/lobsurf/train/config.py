@@ -147,6 +147,14 @@ class TrainConfig:
     """On CUDA with learner.sample_before_collect: the learner's losses and backward run
     on a stream of their own beside the collect (parallel branches of the CUDA graph;
     neither writes what the other reads: lobsurf.agent.step.learn_beside_collect)."""
+    prioritize_learner: bool = False
+    """On CUDA: the two side streams (the learner's forward and backward, the target net's
+    forward) at the device's highest stream priority, the collect on the step's own stream
+    at the default, so where both have work waiting the GPU runs the learner's first: the
+    learner's chain is the step's critical path, and the collect only has to finish before
+    the optimizer's update (lobsurf.streams.side_stream). The CUDA graph keeps the
+    priorities. Scheduling only: the kernels and the numbers are the same. Off by default
+    until timed on the GPU (benchmarks/RESULTS.md)."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the

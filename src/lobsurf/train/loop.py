@@ -155,9 +155,10 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         step_count=torch.zeros((), dtype=torch.int64, device=device),
         tables=step_tables(cfg, env, device),
         labels=compute_labels(data.train_book, cfg.labels),
-        branch=side_stream(cfg.train.overlap_target, device),
+        branch=side_stream(cfg.train.overlap_target, device, cfg.train.prioritize_learner),
         learner_branch=side_stream(cfg.train.overlap_collect
-                                   and cfg.learner.sample_before_collect, device),
+                                   and cfg.learner.sample_before_collect, device,
+                                   cfg.train.prioritize_learner),
         flat_target=flat_target)
 
 
@@ -171,7 +172,8 @@ def step_tables(cfg: RunConfig, env: BatchedLobEnv, device: torch.device | str) 
         bucket_lower=torch.cat((-inf, edges)), bucket_upper=torch.cat((edges, inf)),
         fee_per_lot=money_scalar(env.fee_model.per_lot, device),
         fee_per_value_tick=money_scalar(env.fee_model.per_value_tick, device),
-        tick_value=money_scalar(env.tick_value, device))
+        tick_value=money_scalar(env.tick_value, device),
+        loss_seed=torch.ones((), dtype=torch.float32, device=device))
 
 
 def versions() -> dict[str, str]:
