@@ -108,8 +108,9 @@ def test_gated_scan_rejects_a_z_of_the_wrong_shape():
         ssd_window_triton.ssd_window_gated(xbc, dt, A, D, z[:, :-1], weight, 16, 16)
 
 
-def _blocks(length, device, **options):
-    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend="triton_window")
+def _blocks(length, device, d_model=32, **options):
+    # (the block with ``options`` on ``device``, the float64 PyTorch block of its weights)
+    cfg = EncoderConfig(d_model=d_model, headdim=16, d_state=16, ssd_backend="triton_window")
     fast = perturbed_block(dataclasses.replace(cfg, **options), seed=length)
     ref = Mamba2Block(dataclasses.replace(cfg, ssd_backend="torch", scan_gate="torch"))
     ref.double().load_state_dict(fast.state_dict())
@@ -156,16 +157,24 @@ def test_the_gate_stays_in_pytorch_under_autograd_and_on_cpu_by_default(monkeypa
         pytest.skip("interpreter test (CPU): the CPU blocks' kernels need Triton's interpreter")
     calls = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
     h = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(3))
-    insist, ref = _blocks(24, "cpu", scan_gate="triton")
+    insist = run_where_the_kernel_never_runs(_blocks, "scan_gate", h)
+    assert not calls and insist.mixer.norm_weight.grad is not None
+
+
+def run_where_the_kernel_never_runs(blocks, option: str, h: torch.Tensor):
+    """Run the CPU blocks of ``blocks`` (length 24) where ``option``'s kernel must stay off:
+    with ``option`` = "triton" under autograd (forward and backward; the forward checked
+    against the float64 block), then without autograd with "auto" and "torch". Returns the
+    first block; the caller checks that the kernel was never called."""
+    insist, ref = blocks(24, "cpu", **{option: "triton"})
     out = insist(h)
     out.sum().backward()
-    assert not calls and insist.mixer.norm_weight.grad is not None
     torch.testing.assert_close(out.double(), ref(h.double()), rtol=1e-4, atol=1e-5)
     for choice in ("auto", "torch"):
-        block, _ = _blocks(24, "cpu", scan_gate=choice)
+        block, _ = blocks(24, "cpu", **{option: choice})
         with torch.no_grad():
             block(h)
-    assert not calls
+    return insist
 
 
 def test_scan_gate_takes_only_its_three_choices():

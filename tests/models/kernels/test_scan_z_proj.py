@@ -9,7 +9,7 @@ Triton's CPU interpreter under the bounds check of every load and store.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 
 import pytest
 import torch
@@ -18,11 +18,12 @@ pytest.importorskip("triton", reason="the kernels need Triton (dev extra on Linu
 
 from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.kernels import ssd_window_triton  # noqa: E402
-from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
-from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
+from tests.models.conftest import count_calls  # noqa: E402
+from tests.models.kernels.test_scan_gate import _blocks as gate_blocks  # noqa: E402
 from tests.models.kernels.test_scan_gate import (SHAPES, TOL, _float64_gate,  # noqa: E402
                                                  _inputs, _rel, compiled_bf16_errors,
-                                                 no_grad_block_error)
+                                                 no_grad_block_error,
+                                                 run_where_the_kernel_never_runs)
 
 #: widths of the block input u: the default model's, the smallest tile, and u's rows padded
 #: past the width (a strided view: row stride 40 for 32 columns)
@@ -71,13 +72,8 @@ def test_projected_gate_rejects_mismatched_inputs():
                                                          16, 16)
 
 
-def _blocks(length, device, d_model=32, **options):
-    cfg = EncoderConfig(d_model=d_model, headdim=16, d_state=16, ssd_backend="triton_window",
-                        scan_gate="triton")
-    fast = perturbed_block(dataclasses.replace(cfg, **options), seed=length)
-    ref = Mamba2Block(dataclasses.replace(cfg, ssd_backend="torch", scan_gate="torch"))
-    ref.double().load_state_dict(fast.state_dict())
-    return fast.to(device), ref
+#: the gate in the scan kernel, which the projected gate extends
+_blocks = functools.partial(gate_blocks, scan_gate="triton")
 
 
 @pytest.mark.parametrize("last_only", [False, True])
@@ -102,14 +98,9 @@ def test_z_stays_in_the_projection_under_autograd_by_default_and_off_cuda(monkey
         pytest.skip("interpreter test (CPU)")
     projected = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated_projected")
     h = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(5))
-    insist, ref = _blocks(24, "cpu", scan_z_proj="triton")
-    out = insist(h)  # autograd on: PyTorch's gated norm, z from the projection
-    out.sum().backward()
-    torch.testing.assert_close(out.double(), ref(h.double()), rtol=1e-4, atol=1e-5)
-    for choice in ("auto", "torch"):  # "auto" off CUDA, "torch" anywhere: never
-        block, _ = _blocks(24, "cpu", scan_z_proj=choice)
-        with torch.no_grad():
-            block(h)
+    # autograd on: PyTorch's gated norm, z from the projection; "auto" off CUDA, "torch"
+    # anywhere: never
+    run_where_the_kernel_never_runs(_blocks, "scan_z_proj", h)
     assert not projected
 
 
