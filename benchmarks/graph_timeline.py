@@ -102,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prioritize-learner", action=argparse.BooleanOptionalAction,
                    default=COUNT.prioritize_learner,
                    help="the learner's streams at the highest priority (train.prioritize_learner)")
+    p.add_argument("--collect-beside-backward", action=argparse.BooleanOptionalAction,
+                   default=COUNT.collect_beside_backward,
+                   help="the collect after the learner's forwards (train.collect_beside_backward)")
+    p.add_argument("--weight-grads-beside", action=argparse.BooleanOptionalAction,
+                   default=COUNT.weight_grads_beside, help="the projections' weight gradients "
+                   "on a side stream (encoder.weight_grads_beside)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here, with the "
                    "first profiled replay's device events in order (stream, start and end in "
                    "us from the replay's first event, name)")
@@ -111,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
-        cfg = dataclasses.replace(COUNT, prioritize_learner=args.prioritize_learner)
+        cfg = dataclasses.replace(COUNT, prioritize_learner=args.prioritize_learner,
+                                  collect_beside_backward=args.collect_beside_backward,
+                                  weight_grads_beside=args.weight_grads_beside)
         state, book, scfg = build("cuda", args.batch, args.layers, cfg, Path(root),
                                   args.precision)
-        compile_networks_(state, compile_config(TrainConfig(), "cuda"))
+        compile_networks_(state, compile_config(TrainConfig(), "cuda",
+                                                args.weight_grads_beside))
         graphed = GraphedStep(lambda: train_step(state, book, scfg, True), state,
                               step_generators(state), "cuda")
         for _ in range(graphed.cfg.warmup_steps + 3):
@@ -150,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         kernels[stream][name] += e - s
         launches[stream][name] += 1
     print(f"B = {args.batch}, {args.layers} layers, {args.precision}, compiled, graphed"
-          f"{'' if args.prioritize_learner else ', learner streams not prioritized'}: "
+          f"{'' if args.prioritize_learner else ', learner streams not prioritized'}"
+          f"{', collect beside the backward' if args.collect_beside_backward else ''}"
+          f"{', weight gradients beside' if args.weight_grads_beside else ''}: "
           f"{wall_ms:.3f} ms per step timed ({1e3 / wall_ms:.1f} steps/s), "
           f"{span_ms:.3f} ms per step profiled")
     print(f"device busy (union of streams) {union / 1e3 / n:.3f} ms, one stream alone "

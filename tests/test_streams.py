@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lobsurf.streams import run_beside, side_stream
+from lobsurf.streams import run_beside, side_event, side_stream
 
 
 def test_without_a_stream_side_runs_first_then_main() -> None:
@@ -65,6 +65,40 @@ def test_build_state_asks_for_the_configured_priority(tiny_store, monkeypatch,
     cfg = tiny_config(tiny_store.path, train={"prioritize_learner": prioritize})
     loop.build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
     assert asked == [(True, prioritize), (True, prioritize)]
+
+
+class _FakeEvent:
+    pass
+
+
+def test_side_event_only_with_a_side_stream_and_when_asked(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    stream = _FakeStream("cuda")
+    assert isinstance(side_event(True, stream), _FakeEvent)
+    assert side_event(False, stream) is None
+    assert side_event(True, None) is None
+
+
+@pytest.mark.parametrize("late", [True, False])
+def test_build_state_gives_the_learner_stream_an_event_when_asked(tiny_store, monkeypatch,
+                                                                  late) -> None:
+    # train.collect_beside_backward: an event for ordering the collect after the learner's
+    # forwards, made only beside the learner's own stream
+    from lobsurf.train import loop
+    from lobsurf.train.data import load_training_data
+    from tests.agent.conftest import tiny_config
+
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(loop, "side_stream", lambda wanted, device, high_priority=False:
+                        _FakeStream(device) if wanted else None)
+    cfg = tiny_config(tiny_store.path, train={"collect_beside_backward": late})
+    state = loop.build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
+    assert isinstance(state.learner_branch, _FakeStream)
+    assert isinstance(state.forwards_done, _FakeEvent) == late
+    cfg = tiny_config(tiny_store.path, train={"collect_beside_backward": True,
+                                              "overlap_collect": False})
+    state = loop.build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
+    assert state.learner_branch is None and state.forwards_done is None
 
 
 @pytest.mark.gpu

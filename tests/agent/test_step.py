@@ -156,20 +156,29 @@ def test_the_feature_table_step_equals_the_per_window_step(tiny_store):
                            getattr(states[1].replay.storage, f.name)), f.name
 
 
+def _plain_and_changed_runs(tiny_store, plain: dict, changed: dict):
+    # two tiny runs of 8 steps (4 learning) from one seed, their encoders with the
+    # ``plain`` and the ``changed`` settings; returns (the plain run's config and data,
+    # both states)
+    plain_cfg = tiny_config(tiny_store.path, encoder={**TINY["encoder"], **plain})
+    changed_cfg = tiny_config(tiny_store.path, encoder={**TINY["encoder"], **changed})
+    assert plain_cfg.encoder != changed_cfg.encoder
+    data = load_training_data(plain_cfg, "cpu", tiny_store.path)
+    states = [build_state(plain_cfg, data, "cpu"), build_state(changed_cfg, data, "cpu")]
+    for state in states:
+        for step in range(8):
+            train_step(state, data.train_book, step_config(plain_cfg), learning=step >= 4)
+    assert float(states[1].metrics.learn_steps) == 4
+    return plain_cfg, data, states
+
+
 def test_the_step_with_folded_norm_weights_learns_as_the_plain_step(tiny_store):
     # encoder.fold_norm_weights puts the blocks' RMSNorm weights into the products after
     # them: the same function and gradients (to rounding), so the same acting, the same
     # learning, the norm weights included (tests/models/test_mamba2_reference.py pins the
     # block against float64)
-    plain_cfg = tiny_config(tiny_store.path)
-    folded_cfg = tiny_config(tiny_store.path, encoder={**TINY["encoder"],
-                                                       "fold_norm_weights": True})
-    data = load_training_data(plain_cfg, "cpu", tiny_store.path)
-    states = [build_state(plain_cfg, data, "cpu"), build_state(folded_cfg, data, "cpu")]
-    for state in states:
-        for step in range(8):
-            train_step(state, data.train_book, step_config(plain_cfg), learning=step >= 4)
-    assert float(states[1].metrics.learn_steps) == 4
+    plain_cfg, data, states = _plain_and_changed_runs(tiny_store, {"fold_norm_weights": False},
+                                                      {"fold_norm_weights": True})
     moved = 0.0
     for (name, a), b, init in zip(states[0].online.named_parameters(),
                                   states[1].online.parameters(),
@@ -205,3 +214,64 @@ def test_learner_half_and_collect_commute(tiny_store, monkeypatch, n_step):
     for name, a in finals[0].items():
         assert torch.equal(a, finals[1][name]), name
     assert float(state.metrics.learn_steps) == 10
+
+
+def test_the_step_with_weight_grads_beside_learns_as_the_plain_step(tiny_store):
+    # encoder.weight_grads_beside computes the projections' weight gradients in one op of
+    # their own (on CUDA on a side stream; on CPU in turn): the same products, so the same
+    # steps, every parameter within rounding (tests/models/test_projection.py pins the op)
+    _, _, states = _plain_and_changed_runs(tiny_store, {}, {"weight_grads_beside": True})
+    for f in fields(states[0].replay.storage):
+        assert torch.equal(getattr(states[0].replay.storage, f.name),
+                           getattr(states[1].replay.storage, f.name)), f.name
+    for (name, a), b in zip(states[0].online.named_parameters(),
+                            states[1].online.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)
+
+
+class _OrderEvent:
+    """Stands in for the CUDA event of train.collect_beside_backward: logs its calls."""
+
+    def __init__(self, log: list[str]):
+        self.log = log
+
+    def record(self):
+        self.log.append("record")
+
+    def wait(self):
+        self.log.append("wait")
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_collect_waits_for_the_learners_forwards(tiny_store, monkeypatch, flat):
+    # train.collect_beside_backward: the learner's stream records the event between its
+    # losses (both forwards joined in) and its backward, and the collect waits for it
+    # before its first kernel. On CPU the pieces run in turn, so the log is their order.
+    import lobsurf.agent.learn as learn_module
+    import lobsurf.agent.step as step_module
+
+    cfg = tiny_config(tiny_store.path, train={"flat_parameters": flat})
+    data = load_training_data(cfg, "cpu", tiny_store.path)
+    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
+    assert state.forwards_done is None  # no side stream on CPU: nothing to order
+    log: list[str] = []
+
+    def logged(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            log.append(name)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, wrapper)
+
+    logged(learn_module, "losses")
+    logged(learn_module, "flat_gradients_" if flat else "accumulate_gradients_")
+    logged(step_module, "collect_deferred")
+    for step in range(5):
+        train_step(state, data.train_book, scfg, learning=step >= 4)
+    backward = "flat_gradients_" if flat else "accumulate_gradients_"
+    assert log[-3:] == ["losses", backward, "collect_deferred"]  # no event: none asked for
+    log.clear()
+    state.forwards_done = _OrderEvent(log)
+    train_step(state, data.train_book, scfg, learning=True)
+    assert log == ["losses", "record", backward, "wait", "collect_deferred"]

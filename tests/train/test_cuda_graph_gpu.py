@@ -36,12 +36,13 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
 
 
 def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
-         overlap: bool = True, prioritize: bool = False):
+         overlap: bool = True, encoder: dict | None = None, **train_options):
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
+                      encoder=encoder or {},
                       gates={"warmup_steps": GATE_WARMUP},
                       train={"envs": 32, "precision": precision, "compile": compiled,
                              "overlap_target": overlap, "overlap_collect": overlap,
-                             "prioritize_learner": prioritize},
+                             **train_options},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
     state, scfg, guard = _build(cfg, data, "cuda", None, 0), step_config(cfg), DivergenceGuard("cuda")
@@ -83,20 +84,31 @@ def _same_transitions(a, b, n: int) -> None:
         assert bad.numel() == 0, f"{name} differs first at transition {bad[0].item()}"
 
 
-@pytest.mark.parametrize("graphed,prioritize", [(False, False), (True, False), (True, True)])
-def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed, prioritize) -> None:
+@pytest.mark.parametrize("graphed,options", [
+    (False, {}), (True, {}), (True, {"prioritize_learner": True}),
+    (False, {"collect_beside_backward": True}), (True, {"collect_beside_backward": True}),
+    (False, {"encoder": {"weight_grads_beside": True}}),
+    (True, {"encoder": {"weight_grads_beside": True}})],
+    ids=["eager", "graphed", "graphed-priority", "eager-collect-late", "graphed-collect-late",
+         "eager-weight-grads-beside", "graphed-weight-grads-beside"])
+def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed, options) -> None:
     """train.overlap_target (the target net's forward on a second stream) and
     train.overlap_collect (the learner's losses and backward on a third, beside the
     collect), parallel graph branches when captured, take the same steps as the
     one-stream step: the same kernels on the same inputs, and no piece writes what one
     beside it reads; likewise with the side streams at a higher priority
-    (train.prioritize_learner), which changes the order in which the GPU runs them. Losses
-    within the tolerance of the module docstring (the backward's atomic adds)."""
+    (train.prioritize_learner), which changes the order in which the GPU runs them, and
+    with the collect held back until the learner's forwards are done
+    (train.collect_beside_backward, an event between two branches), and with the
+    projections' weight gradients on a fourth (encoder.weight_grads_beside, forked and
+    joined inside the backward). Losses within the tolerance of the module docstring (the
+    backward's atomic adds)."""
     one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False)
     two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True,
-                                      prioritize=prioritize)
+                                      **options)
     assert one.branch is None and one.learner_branch is None
     assert two.branch is not None and two.learner_branch is not None
+    assert (two.forwards_done is not None) == options.get("collect_beside_backward", False)
     if graphed:
         assert runner.captured
     _same_transitions(one, two, STEPS * 32)
@@ -105,14 +117,18 @@ def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed, priorit
         torch.testing.assert_close(p2, p1, rtol=0, atol=1e-5)
 
 
-def test_compiled_graphed_steps_track_eager_steps(tiny_store) -> None:
+@pytest.mark.parametrize("encoder", [{}, {"weight_grads_beside": True}],
+                         ids=["plain", "weight-grads-beside"])
+def test_compiled_graphed_steps_track_eager_steps(tiny_store, encoder) -> None:
     """train.compile inside the graph (Inductor's kernels) against the eager reference.
     Inductor reorders float sums, so this is not bit-exact: the actions and rewards taken
     (Thompson draws from the same uniforms) must agree until a near-tie flips one, the
     losses up to the first flip within 2e-3 relative, and at least the first two thirds of
-    the steps must come before any flip."""
+    the steps must come before any flip. Also with the projections' weight gradients forked
+    inside the compiled backward (encoder.weight_grads_beside; Inductor's reuse off)."""
     eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False)
-    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True, compiled=True)
+    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True, compiled=True,
+                                              encoder=encoder)
     assert runner.captured and len(compiled_kernels(graph)) > 0
     assert int(graph.step_count) == STEPS and guard.read() is None
     envs = 32

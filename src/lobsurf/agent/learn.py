@@ -290,11 +290,16 @@ def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCo
 
 
 def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
-              li: LearnerInputs | None = None) -> tuple[Losses, list[torch.Tensor]]:
+              li: LearnerInputs | None = None, forwards_done: torch.cuda.Event | None = None
+              ) -> tuple[Losses, list[torch.Tensor]]:
     """The first half of a learning step: every loss of the sample and its gradients in
     the online parameters' .grad (returns the losses and the parameters that have one).
-    It writes nothing but the gradients."""
+    It writes nothing but the gradients. ``forwards_done`` is recorded on the current
+    stream between the losses and the backward (work waiting for it runs beside the
+    backward)."""
     ls = losses(state, book, sample, cfg, li)
+    if forwards_done is not None:
+        forwards_done.record()
     opt = state.optimizer
     seed = state.tables.loss_seed
     if opt.flat is not None:

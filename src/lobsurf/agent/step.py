@@ -142,6 +142,11 @@ class TrainState:
     learner_branch: torch.cuda.Stream | None = None
     """A CUDA stream on which the learner's losses and backward run beside collect
     (``train.overlap_collect`` with ``learner.sample_before_collect``); None: in turn."""
+    forwards_done: torch.cuda.Event | None = None
+    """Recorded on ``learner_branch`` once the learner's losses are enqueued (its forward
+    and, joined into it, the target net's); the collect waits for it before it starts, so
+    it runs beside the learner's backward (``train.collect_beside_backward``). None: the
+    collect starts at the fork."""
     flat_target: FlatParameters | None = None
     """The target network's parameters as one buffer laid out as the optimizer's flat
     online parameters (``train.flat_parameters``): Polyak runs inside the optimizer's flat
@@ -212,13 +217,22 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
     before collect; collect reads the parameters and writes the simulator, the replay and
     (deferred to the join) the controllers and metric sums; neither writes what the other
     reads. After the join: clip, Adam, priorities, the learner's controllers, Polyak.
+    With ``state.forwards_done`` the collect starts only after the learner's forwards, beside
+    its backward.
     """
     # the noise draws touch nothing the sample reads: beside it on state.branch
     _, (sample, li) = run_beside(state.branch, lambda: fresh_noise_(state),
                                  lambda: draw_sample(state, book, cfg, reserved=cfg.num_envs))
+    forwards_done = state.forwards_done
+
+    def deferred_collect():
+        if forwards_done is not None:
+            forwards_done.wait()  # the learner's forwards first (train.collect_beside_backward)
+        return collect_deferred(state, book, cfg)
+
     (ls, params), (_, pending) = run_beside(
-        state.learner_branch, lambda: gradients(state, book, sample, cfg, li),
-        lambda: collect_deferred(state, book, cfg))
+        state.learner_branch, lambda: gradients(state, book, sample, cfg, li, forwards_done),
+        deferred_collect)
     copy_values_(pending)
     if sync is not None:
         sync.controllers_(state.controllers)

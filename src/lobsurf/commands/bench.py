@@ -87,6 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.prioritize_learner, help="the learner's CUDA streams at "
                         "the highest priority, the collect's at the default "
                         "(train.prioritize_learner)")
+    parser.add_argument("--collect-beside-backward", action=argparse.BooleanOptionalAction,
+                        default=d.collect_beside_backward, help="the collect starts after "
+                        "the learner's forwards, beside its backward "
+                        "(train.collect_beside_backward)")
     parser.add_argument("--feature-table", action=argparse.BooleanOptionalAction,
                         default=d.feature_table, help="the book's per-snapshot features "
                         "computed once and gathered by row in every forward, instead of "
@@ -114,6 +118,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fold-norm-weights", action=argparse.BooleanOptionalAction,
                         default=d.fold_norm_weights, help="the Mamba2 block's RMSNorm weights "
                         "inside the products after them (encoder.fold_norm_weights)")
+    parser.add_argument("--weight-grads-beside", action=argparse.BooleanOptionalAction,
+                        default=d.weight_grads_beside, help="the projections' weight "
+                        "gradients on a second CUDA stream beside the data gradients "
+                        "(encoder.weight_grads_beside)")
     parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,
                         help="the last layer's one-chunk scan forward: the [Q, Q] tile kernel or "
                         "the last row as vectors (encoder.scan_last_row)")
@@ -130,6 +138,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peak-tbs", type=float, default=None,
                         help="memory bandwidth peak (TB/s) for such a device")
     parser.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
+
+
+def _collect_late(cfg, cuda: bool) -> bool:
+    # train.collect_beside_backward takes effect only where the collect has a stream of its own
+    return cfg.collect_beside_backward and cfg.overlap_collect and cuda
 
 
 def _adam_path(cfg, cuda: bool) -> str:
@@ -154,12 +167,14 @@ def _config(args: argparse.Namespace):
                            flat_parameters=args.flat_parameters,
                            overlap_collect=args.overlap_collect,
                            prioritize_learner=args.prioritize_learner,
+                           collect_beside_backward=args.collect_beside_backward,
                            feature_table=args.feature_table,
                            max_autotune=args.max_autotune,
                            inductor_options=tuple(args.inductor_options),
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
                            scan_gate=args.scan_gate, scan_z_proj=args.scan_z_proj,
                            fold_norm_weights=args.fold_norm_weights,
+                           weight_grads_beside=args.weight_grads_beside,
                            scan_last_row=args.scan_last_row)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
@@ -287,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
           f"{_adam_path(cfg, cuda)}, learner "
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
           f"{', side streams at the highest priority' if cfg.prioritize_learner and cuda else ''}"
+          f"{', collect beside the backward' if _collect_late(cfg, cuda) else ''}"
           f", features "
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
@@ -296,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
           f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
           f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
+          f"{', weight gradients beside' if cfg.weight_grads_beside else ''}"
           f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "

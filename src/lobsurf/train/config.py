@@ -155,6 +155,14 @@ class TrainConfig:
     the optimizer's update (lobsurf.streams.side_stream). The CUDA graph keeps the
     priorities. Scheduling only: the kernels and the numbers are the same. Off by default
     until timed on the GPU (benchmarks/RESULTS.md)."""
+    collect_beside_backward: bool = False
+    """On CUDA with train.overlap_collect: the collect starts only once the learner's
+    forwards (its own and the target net's, which the loss waits for) are done, so it runs
+    beside the learner's backward, a chain of small kernels that leaves most SMs idle,
+    instead of taking SMs from the two forwards on the step's critical path (an event the
+    learner's stream records after its losses: ``TrainState.forwards_done``). A firm order
+    where train.prioritize_learner is a preference. Scheduling only: the kernels and the
+    numbers are the same. Off by default until timed on the GPU (benchmarks/RESULTS.md)."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the

@@ -60,7 +60,7 @@ from lobsurf.pretrain.split import evenly_spaced
 from lobsurf.progress import step_progress
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
-from lobsurf.streams import side_stream
+from lobsurf.streams import side_event, side_stream
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import CheckpointWriter, newest_valid_checkpoint, save_checkpoint
 from lobsurf.train.compile import (
@@ -144,6 +144,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     except ValueError as exc:
         raise UserError(f"training rows too few for the simulator: {exc}") from exc
     env.reset()
+    learner_branch = side_stream(cfg.train.overlap_collect and cfg.learner.sample_before_collect,
+                                 device, cfg.train.prioritize_learner)
     return TrainState(
         online=online, target=target, optimizer=optimizer,
         controllers=ControllerState.bootstrap(device, {"per_beta": cfg.replay.beta_start}),
@@ -156,9 +158,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         tables=step_tables(cfg, env, device),
         labels=compute_labels(data.train_book, cfg.labels),
         branch=side_stream(cfg.train.overlap_target, device, cfg.train.prioritize_learner),
-        learner_branch=side_stream(cfg.train.overlap_collect
-                                   and cfg.learner.sample_before_collect, device,
-                                   cfg.train.prioritize_learner),
+        learner_branch=learner_branch,
+        forwards_done=side_event(cfg.train.collect_beside_backward, learner_branch),
         flat_target=flat_target)
 
 
@@ -400,7 +401,8 @@ def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     """build_state, then the networks compiled where train.compile asks for it."""
     state = build_state(cfg, data, device, pretrained, rank)
     if compile_wanted(cfg.train, device, processes):
-        compile_networks_(state, compile_config(cfg.train, device))
+        compile_networks_(state, compile_config(cfg.train, device,
+                                                   cfg.encoder.weight_grads_beside))
     return state
 
 
