@@ -295,7 +295,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                              if graph_unsupported(device) is None else None)
     row["compiled"] = compiled_graph(state, step, device, batch, run_cfg.learner_batch,
                                      cfg, compile_config(run_cfg.train, device,
-                                                        run_cfg.encoder.weight_grads_beside)
+                                                         run_cfg.encoder.weight_grads_beside)
                                      ) if compile_ else None
     if row["compiled"] is not None and "ms_per_step" in row["compiled"]:
         # the per-op traffic against the fused step's time: an upper bound (roofline.py)

@@ -402,7 +402,7 @@ def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     state = build_state(cfg, data, device, pretrained, rank)
     if compile_wanted(cfg.train, device, processes):
         compile_networks_(state, compile_config(cfg.train, device,
-                                                   cfg.encoder.weight_grads_beside))
+                                                cfg.encoder.weight_grads_beside))
     return state
 
 
