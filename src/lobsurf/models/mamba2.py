@@ -266,10 +266,11 @@ class Mamba2Mixer(nn.Module):
         cfg = self.cfg
         E = cfg.d_inner
         align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
-        w_in = self.in_proj.weight if in_scale is None else self.in_proj.weight * in_scale
+        beside = self._weight_grads_beside()  # project() takes the weight and scale apart
+        w_in = None if beside else (self.in_proj.weight if in_scale is None
+                                    else self.in_proj.weight * in_scale)
         conv_dt = state is None and self._conv_dt(u)
         z_in_scan = state is None and not (last_only or conv_dt) and self._scan_z_proj(u)
-        beside = self._weight_grads_beside()
         if last_only or conv_dt or z_in_scan:
             # z by a product of its own: for one row only when that is all that is needed;
             # on the conv_dt path so that its gradient and the one conv_dt writes for the
