@@ -59,3 +59,30 @@ def test_phase_timer_keeps_the_compiled_methods(tiny_setup):
     with timed_phases(state, "cpu"):
         train_step(state, data.train_book, scfg, learning=False)
     assert {name: vars(state.target)[name] for name in COMPILED_METHODS} == before
+
+
+def test_inductor_networks_with_weight_grads_beside_match_the_eager_step(tiny_store):
+    # encoder.weight_grads_beside inside Inductor's compiled embedding (its backward calls
+    # the weight-gradient op; Inductor's buffer reuse off, as compile_config sets it): the
+    # step learns as the eager step does, to float rounding (two layers: a d y that an
+    # earlier layer's op read is live while a later layer's backward runs)
+    from lobsurf.models.projection import INDUCTOR_OPTIONS
+    from lobsurf.train.data import load_training_data
+    from lobsurf.train.loop import build_state, step_config
+    from tests.agent.conftest import TINY, tiny_config
+
+    cfg = tiny_config(tiny_store.path, encoder={**TINY["encoder"], "n_layers": 2,
+                                                "weight_grads_beside": True})
+    data = load_training_data(cfg, "cpu", tiny_store.path)
+    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
+    twin = copy.deepcopy(state)
+    torch._dynamo.reset()
+    compile_networks_(twin, CompileConfig(backend="inductor", kernels=(),
+                                          options=INDUCTOR_OPTIONS))
+    eager = _losses_after(state, data, scfg, 7)
+    compiled_losses = _losses_after(twin, data, scfg, 7)
+    assert bool(eager[0] > 0)  # the learning steps ran
+    for a, b in zip(eager, compiled_losses):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    for a, b in zip(state.online.parameters(), twin.online.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
