@@ -24,6 +24,31 @@ from lobsurf.errors import UserError
 from lobsurf.models.config import CONV_BACKENDS, SSD_BACKENDS
 
 
+
+#: the step's on/off switches, each a BenchConfig field and a --[no-]flag of its name
+SWITCHES = (
+    ("overlap_target", "the target net's forward on a second CUDA stream beside the online "
+     "net's (train.overlap_target)"),
+    ("flat_parameters", "parameters, gradients and Adam moments as one buffer each: the "
+     "clip's norm one reduction, Adam with Polyak one kernel (train.flat_parameters)"),
+    ("fused_adam", "without flat parameters, Adam's update as one fused multi-tensor kernel "
+     "on CUDA (train.fused_adam)"),
+    ("overlap_collect", "the learner's losses and backward on a CUDA stream of their own "
+     "beside the collect (train.overlap_collect)"),
+    ("prioritize_learner", "the learner's CUDA streams at the highest priority, the "
+     "collect's at the default (train.prioritize_learner)"),
+    ("collect_beside_backward", "the collect starts after the learner's forwards, beside its "
+     "backward (train.collect_beside_backward)"),
+    ("feature_table", "the book's per-snapshot features computed once and gathered by row in "
+     "every forward, instead of computed per window (train.feature_table)"),
+    ("max_autotune", "Inductor's GEMM autotuning in the compiled step "
+     "(train.compile_max_autotune; minutes more compilation)"),
+    ("fold_norm_weights", "the Mamba2 block's RMSNorm weights inside the products after "
+     "them (encoder.fold_norm_weights)"),
+    ("weight_grads_beside", "the projections' weight gradients on a second CUDA stream "
+     "beside the data gradients (encoder.weight_grads_beside)"),
+)
+
 def _ints(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -69,35 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time the graphed step compiled, as lobsurf train runs it "
                         "on CUDA (train.compile; about a minute of compilation per "
                         "configuration; default: on for CUDA, off on CPU)")
-    parser.add_argument("--overlap-target", action=argparse.BooleanOptionalAction,
-                        default=d.overlap_target, help="the target net's forward on a second "
-                        "CUDA stream beside the online net's (train.overlap_target)")
-    parser.add_argument("--flat-parameters", action=argparse.BooleanOptionalAction,
-                        default=d.flat_parameters, help="parameters, gradients and Adam "
-                        "moments as one buffer each: the clip's norm one reduction, Adam "
-                        "with Polyak one kernel (train.flat_parameters)")
-    parser.add_argument("--fused-adam", action=argparse.BooleanOptionalAction,
-                        default=d.fused_adam, help="without flat parameters, Adam's update "
-                        "as one fused multi-tensor kernel on CUDA (train.fused_adam)")
-    parser.add_argument("--overlap-collect", action=argparse.BooleanOptionalAction,
-                        default=d.overlap_collect, help="the learner's losses and backward "
-                        "on a CUDA stream of their own beside the collect "
-                        "(train.overlap_collect)")
-    parser.add_argument("--prioritize-learner", action=argparse.BooleanOptionalAction,
-                        default=d.prioritize_learner, help="the learner's CUDA streams at "
-                        "the highest priority, the collect's at the default "
-                        "(train.prioritize_learner)")
-    parser.add_argument("--collect-beside-backward", action=argparse.BooleanOptionalAction,
-                        default=d.collect_beside_backward, help="the collect starts after "
-                        "the learner's forwards, beside its backward "
-                        "(train.collect_beside_backward)")
-    parser.add_argument("--feature-table", action=argparse.BooleanOptionalAction,
-                        default=d.feature_table, help="the book's per-snapshot features "
-                        "computed once and gathered by row in every forward, instead of "
-                        "computed per window (train.feature_table)")
-    parser.add_argument("--max-autotune", action=argparse.BooleanOptionalAction,
-                        default=d.max_autotune, help="Inductor's GEMM autotuning in the "
-                        "compiled step (train.compile_max_autotune; minutes more compilation)")
+    for field, help_text in SWITCHES:
+        parser.add_argument("--" + field.replace("_", "-"), action=argparse.BooleanOptionalAction,
+                            default=getattr(d, field), help=help_text)
     parser.add_argument("--inductor-option", action="append", default=[],
                         metavar="NAME=VALUE", dest="inductor_options",
                         help="an Inductor setting of the compiled step, e.g. "
@@ -115,13 +114,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-z-proj", choices=["auto", "torch", "triton"],
                         default=d.scan_z_proj, help="z of the gated scan's every-row calls "
                         "computed inside the scan kernel (encoder.scan_z_proj)")
-    parser.add_argument("--fold-norm-weights", action=argparse.BooleanOptionalAction,
-                        default=d.fold_norm_weights, help="the Mamba2 block's RMSNorm weights "
-                        "inside the products after them (encoder.fold_norm_weights)")
-    parser.add_argument("--weight-grads-beside", action=argparse.BooleanOptionalAction,
-                        default=d.weight_grads_beside, help="the projections' weight "
-                        "gradients on a second CUDA stream beside the data gradients "
-                        "(encoder.weight_grads_beside)")
     parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,
                         help="the last layer's one-chunk scan forward: the [Q, Q] tile kernel or "
                         "the last row as vectors (encoder.scan_last_row)")
@@ -163,19 +155,11 @@ def _config(args: argparse.Namespace):
     try:
         return BenchConfig(steps=args.steps, repeats=args.repeats,
                            snapshots_per_day=args.snapshots,
-                           overlap_target=args.overlap_target, fused_adam=args.fused_adam,
-                           flat_parameters=args.flat_parameters,
-                           overlap_collect=args.overlap_collect,
-                           prioritize_learner=args.prioritize_learner,
-                           collect_beside_backward=args.collect_beside_backward,
-                           feature_table=args.feature_table,
-                           max_autotune=args.max_autotune,
                            inductor_options=tuple(args.inductor_options),
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
                            scan_gate=args.scan_gate, scan_z_proj=args.scan_z_proj,
-                           fold_norm_weights=args.fold_norm_weights,
-                           weight_grads_beside=args.weight_grads_beside,
-                           scan_last_row=args.scan_last_row)
+                           scan_last_row=args.scan_last_row,
+                           **{field: getattr(args, field) for field, _ in SWITCHES})
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
