@@ -18,7 +18,7 @@ for spec in "$@"; do
     --batch "$b" --layers "$l" --precision bf16 --compile --steps "${STEPS:-30}" --repeats 2 \
     --snapshots 50000 $flags --json "$OUT/bench_$name.json" > "$OUT/bench_$name.log" \
     2> "$OUT/bench_$name.err"
-  echo "== $name ($src, B=$b L=$l $flags) rc=$?"
+  rc=$?; echo "== $name ($src, B=$b L=$l $flags) rc=$rc at ${SECONDS}s"
   grep -E "steps/s \(" "$OUT/bench_$name.log" | cut -c1-220
 done
 if [ "${TESTS:-0}" = 1 ]; then

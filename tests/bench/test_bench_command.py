@@ -32,7 +32,7 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
     assert doc["device"].startswith("cpu") and doc["tf32"] is False
     assert [r["batch"] for r in doc["rows"]] == [2, 4]
     for r in doc["rows"]:
-        assert set(r) == ROW_KEYS and r["prioritize_learner"] is False  # the default
+        assert set(r) == ROW_KEYS and r["prioritize_learner"] is True  # the default
         assert r["collect_beside_backward"] is False and r["weight_grads_beside"] is False
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
@@ -64,11 +64,11 @@ def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                  "--repeats", "1", "--snapshots", "3000", "--peak-tflops", "2",
-                 "--peak-tbs", "0.1", "--prioritize-learner", "--collect-beside-backward",
+                 "--peak-tbs", "0.1", "--no-prioritize-learner", "--collect-beside-backward",
                  "--weight-grads-beside", "--json", str(out)]) == 0
     r = json.loads(out.read_text())["rows"][0]
     # recorded as asked (inert on CPU)
-    assert r["prioritize_learner"] is True and r["collect_beside_backward"] is True
+    assert r["prioritize_learner"] is False and r["collect_beside_backward"] is True
     assert r["weight_grads_beside"] is True
     assert r["peaks"]["hbm_tb_s"] == 0.1 and r["peaks"]["tf32_tflops"] == 2
     assert abs(r["hbm_fraction"] - r["achieved_tb_s"] / 0.1) < 1e-12

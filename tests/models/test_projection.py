@@ -72,7 +72,8 @@ def test_project_matches_numpy_reference(scaled: bool) -> None:
 def _beside(block: Mamba2Block) -> Mamba2Block:
     # the same block (parameters included) with its weight gradients from project's op
     other = Mamba2Block(dataclasses.replace(block.mixer.cfg, weight_grads_beside=True))
-    other.to(next(block.parameters()).dtype).load_state_dict(block.state_dict())
+    first = next(block.parameters())
+    other.to(device=first.device, dtype=first.dtype).load_state_dict(block.state_dict())
     return other
 
 

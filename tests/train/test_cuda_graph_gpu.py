@@ -85,19 +85,19 @@ def _same_transitions(a, b, n: int) -> None:
 
 
 @pytest.mark.parametrize("graphed,options", [
-    (False, {}), (True, {}), (True, {"prioritize_learner": True}),
+    (False, {}), (True, {}), (True, {"prioritize_learner": False}),
     (False, {"collect_beside_backward": True}), (True, {"collect_beside_backward": True}),
     (False, {"encoder": {"weight_grads_beside": True}}),
     (True, {"encoder": {"weight_grads_beside": True}})],
-    ids=["eager", "graphed", "graphed-priority", "eager-collect-late", "graphed-collect-late",
+    ids=["eager", "graphed", "graphed-no-priority", "eager-collect-late", "graphed-collect-late",
          "eager-weight-grads-beside", "graphed-weight-grads-beside"])
 def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed, options) -> None:
     """train.overlap_target (the target net's forward on a second stream) and
     train.overlap_collect (the learner's losses and backward on a third, beside the
     collect), parallel graph branches when captured, take the same steps as the
     one-stream step: the same kernels on the same inputs, and no piece writes what one
-    beside it reads; likewise with the side streams at a higher priority
-    (train.prioritize_learner), which changes the order in which the GPU runs them, and
+    beside it reads; with the side streams at a higher priority (train.prioritize_learner,
+    the default: it changes the order in which the GPU runs them) and without it, and
     with the collect held back until the learner's forwards are done
     (train.collect_beside_backward, an event between two branches), and with the
     projections' weight gradients on a fourth (encoder.weight_grads_beside, forked and

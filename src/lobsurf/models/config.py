@@ -136,8 +136,9 @@ class EncoderConfig:
     that runs them on a second CUDA stream, beside the data gradients of the layers below,
     joined into the backward's stream when the backward ends (``models/projection.py``);
     the compiled step then runs with Inductor's buffer reuse off (the op's inputs must
-    outlive its fork). The same products; elsewhere than CUDA in turn. Off by default until
-    timed on the GPU (benchmarks/RESULTS.md)."""
+    outlive its fork). The same products; elsewhere than CUDA in turn. Off: slower where
+    timed (H200, B = 256 / 4 layers, bf16, compiled: 730.5 -> 718.9 steps/s, 281 -> 318
+    graph nodes; benchmarks/RESULTS.md, thirtieth session)."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8

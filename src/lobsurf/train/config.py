@@ -147,14 +147,15 @@ class TrainConfig:
     """On CUDA with learner.sample_before_collect: the learner's losses and backward run
     on a stream of their own beside the collect (parallel branches of the CUDA graph;
     neither writes what the other reads: lobsurf.agent.step.learn_beside_collect)."""
-    prioritize_learner: bool = False
+    prioritize_learner: bool = True
     """On CUDA: the two side streams (the learner's forward and backward, the target net's
     forward) at the device's highest stream priority, the collect on the step's own stream
     at the default, so where both have work waiting the GPU runs the learner's first: the
     learner's chain is the step's critical path, and the collect only has to finish before
     the optimizer's update (lobsurf.streams.side_stream). The CUDA graph keeps the
-    priorities. Scheduling only: the kernels and the numbers are the same. Off by default
-    until timed on the GPU (benchmarks/RESULTS.md)."""
+    priorities. Scheduling only: the kernels and the numbers are the same. H200, bf16,
+    compiled: B = 256 / 4 layers 730.8 -> 738.4 steps/s, B = 1024 / 2 layers 523.1 -> 533.7
+    (benchmarks/RESULTS.md, thirtieth session)."""
     collect_beside_backward: bool = False
     """On CUDA with train.overlap_collect: the collect starts only once the learner's
     forwards (its own and the target net's, which the loss waits for) are done, so it runs
@@ -162,7 +163,9 @@ class TrainConfig:
     instead of taking SMs from the two forwards on the step's critical path (an event the
     learner's stream records after its losses: ``TrainState.forwards_done``). A firm order
     where train.prioritize_learner is a preference. Scheduling only: the kernels and the
-    numbers are the same. Off by default until timed on the GPU (benchmarks/RESULTS.md)."""
+    numbers are the same. Off: no faster where timed (H200, B = 256 / 4 layers, bf16,
+    compiled: 730.0 against 730.5 steps/s, 736.7 against 738.4 with the priority;
+    benchmarks/RESULTS.md, thirtieth session)."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the
