@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collect-beside-backward", action=argparse.BooleanOptionalAction,
                    default=COUNT.collect_beside_backward,
                    help="the collect after the learner's forwards (train.collect_beside_backward)")
+    p.add_argument("--split-target", action=argparse.BooleanOptionalAction,
+                   default=COUNT.split_target, help="the learner's target-net forward as two "
+                   "calls side by side (train.split_target)")
     p.add_argument("--weight-grads-beside", action=argparse.BooleanOptionalAction,
                    default=COUNT.weight_grads_beside, help="the projections' weight gradients "
                    "on a side stream (encoder.weight_grads_beside)")
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as root:
         cfg = dataclasses.replace(COUNT, prioritize_learner=args.prioritize_learner,
                                   collect_beside_backward=args.collect_beside_backward,
+                                  split_target=args.split_target,
                                   weight_grads_beside=args.weight_grads_beside)
         state, book, scfg = build("cuda", args.batch, args.layers, cfg, Path(root),
                                   args.precision)
@@ -161,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"B = {args.batch}, {args.layers} layers, {args.precision}, compiled, graphed"
           f"{'' if args.prioritize_learner else ', learner streams not prioritized'}"
           f"{', collect beside the backward' if args.collect_beside_backward else ''}"
-          f"{', weight gradients beside' if args.weight_grads_beside else ''}: "
+          f"{', weight gradients beside' if args.weight_grads_beside else ''}"
+          f"{', target net in two halves' if args.split_target else ''}: "
           f"{wall_ms:.3f} ms per step timed ({1e3 / wall_ms:.1f} steps/s), "
           f"{span_ms:.3f} ms per step profiled")
     print(f"device busy (union of streams) {union / 1e3 / n:.3f} ms, one stream alone "

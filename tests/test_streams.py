@@ -52,19 +52,28 @@ def test_side_stream_takes_the_highest_priority_when_asked(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("prioritize", [True, False])
+@pytest.mark.parametrize("split", [True, False])
 def test_build_state_asks_for_the_configured_priority(tiny_store, monkeypatch,
-                                                      prioritize) -> None:
+                                                      prioritize, split) -> None:
+    # every side stream (the learner's, the target net's and, with train.split_target,
+    # the target's s' half) at the configured priority; the half's only when asked
     from lobsurf.train import loop
     from lobsurf.train.data import load_training_data
     from tests.agent.conftest import tiny_config
 
-    asked: list[tuple[bool, bool]] = []
-    monkeypatch.setattr(loop, "side_stream",
-                        lambda wanted, device, high_priority=False:
-                        asked.append((wanted, high_priority)))
-    cfg = tiny_config(tiny_store.path, train={"prioritize_learner": prioritize})
-    loop.build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
-    assert asked == [(True, prioritize), (True, prioritize)]
+    monkeypatch.setattr(loop, "side_stream", lambda wanted, device, high_priority=False:
+                        _FakeStream(device, -5 if high_priority else 0) if wanted else None)
+    cfg = tiny_config(tiny_store.path, train={"prioritize_learner": prioritize,
+                                              "split_target": split})
+    state = loop.build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
+    want = -5 if prioritize else 0
+    assert state.learner_branch.priority == want and state.branch.priority == want
+    assert (state.target_halves is not None) == split
+    assert not split or state.target_halves.priority == want
+    # with train.overlap_target off, one stream: the halves in turn
+    cfg = tiny_config(tiny_store.path, train={"split_target": split, "overlap_target": False})
+    state = loop.build_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu")
+    assert state.branch is None and state.target_halves is None
 
 
 class _FakeEvent:

@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 import torch
 
-from lobsurf.agent.learn import losses
+from lobsurf.agent.learn import draw_sample, losses, target_logits
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import train_step
@@ -221,6 +221,52 @@ def test_the_step_with_weight_grads_beside_learns_as_the_plain_step(tiny_store):
     # their own (on CUDA on a side stream; on CPU in turn): the same products, so the same
     # steps, every parameter within rounding (tests/models/test_projection.py pins the op)
     _, _, states = _plain_and_changed_runs(tiny_store, {}, {"weight_grads_beside": True})
+    for f in fields(states[0].replay.storage):
+        assert torch.equal(getattr(states[0].replay.storage, f.name),
+                           getattr(states[1].replay.storage, f.name)), f.name
+    for (name, a), b in zip(states[0].online.named_parameters(),
+                            states[1].online.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("feature_table", [True, False])
+def test_target_logits_in_two_halves_equal_one_call(tiny_store, feature_table):
+    # train.split_target: the target net on s and on s' as two calls gives the batched
+    # call's logits, s first (each window's logits depend on that window alone)
+    cfg = tiny_config(tiny_store.path, train={"feature_table": feature_table})
+    data = load_training_data(cfg, "cpu", tiny_store.path)
+    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
+    for _ in range(4):
+        train_step(state, data.train_book, scfg, learning=False)
+    _, li = draw_sample(state, data.train_book, scfg)
+    with torch.no_grad():
+        whole = target_logits(state, li, split=False)
+        halves = target_logits(state, li, split=True)
+    b = li.online_inputs.shape[0]
+    assert whole.shape[0] == 2 * b
+    assert (whole[:b] - whole[b:]).abs().max() > 1e-3  # s and s' differ: a swap would show
+    torch.testing.assert_close(halves, whole, rtol=1e-5, atol=1e-6)
+
+
+def test_the_step_with_the_target_in_two_halves_learns_as_the_plain_step(tiny_store,
+                                                                         monkeypatch):
+    # train.split_target changes how the target net's forward is called, not what it
+    # computes: the same replay, every parameter within rounding
+    import lobsurf.agent.learn as learn_module
+
+    calls: list[bool] = []
+    real = learn_module.target_logits
+    monkeypatch.setattr(learn_module, "target_logits",
+                        lambda state, li, split: calls.append(split) or real(state, li, split))
+    cfgs = [tiny_config(tiny_store.path, train={"split_target": split})
+            for split in (False, True)]
+    data = load_training_data(cfgs[0], "cpu", tiny_store.path)
+    states = [build_state(cfg, data, "cpu") for cfg in cfgs]
+    for cfg, state in zip(cfgs, states):
+        for step in range(8):
+            train_step(state, data.train_book, step_config(cfg), learning=step >= 4)
+    assert calls == [False] * 4 + [True] * 4  # each run's learning steps took its path
+    assert float(states[1].metrics.learn_steps) == 4
     for f in fields(states[0].replay.storage):
         assert torch.equal(getattr(states[0].replay.storage, f.name),
                            getattr(states[1].replay.storage, f.name)), f.name

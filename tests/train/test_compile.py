@@ -20,6 +20,21 @@ def _losses_after(state, data, scfg, steps: int) -> list[torch.Tensor]:
             state.metrics.loss_frd.clone(), state.metrics.grad_norm.clone()]
 
 
+def _inductor_networks_learn_as_eager(state, data, scfg, options: tuple) -> None:
+    # a copy of ``state`` with its networks compiled by Inductor (with ``options``) takes
+    # the eager state's 7 steps (3 learning) to float rounding: losses and parameters
+    twin = copy.deepcopy(state)
+    torch._dynamo.reset()
+    compile_networks_(twin, CompileConfig(backend="inductor", kernels=(), options=options))
+    eager = _losses_after(state, data, scfg, 7)
+    compiled_losses = _losses_after(twin, data, scfg, 7)
+    assert bool(eager[0] > 0)  # the learning steps ran
+    for a, b in zip(eager, compiled_losses):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    for a, b in zip(state.online.parameters(), twin.online.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_compiled_step_matches_the_eager_step(tiny_setup, precision):
     import dataclasses
@@ -61,6 +76,20 @@ def test_phase_timer_keeps_the_compiled_methods(tiny_setup):
     assert {name: vars(state.target)[name] for name in COMPILED_METHODS} == before
 
 
+def test_inductor_networks_with_the_target_in_two_halves_match_the_eager_step(tiny_store):
+    # train.split_target calls the compiled target net on B-window halves of the 2B
+    # windows (views, the s' half at an offset): the compiled step learns as the eager one
+    from lobsurf.train.data import load_training_data
+    from lobsurf.train.loop import build_state, step_config
+    from tests.agent.conftest import tiny_config
+
+    cfg = tiny_config(tiny_store.path, train={"split_target": True})
+    data = load_training_data(cfg, "cpu", tiny_store.path)
+    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
+    assert scfg.split_target
+    _inductor_networks_learn_as_eager(state, data, scfg, ())
+
+
 def test_inductor_networks_with_weight_grads_beside_match_the_eager_step(tiny_store):
     # encoder.weight_grads_beside inside Inductor's compiled embedding (its backward calls
     # the weight-gradient op; Inductor's buffer reuse off, as compile_config sets it): the
@@ -75,14 +104,4 @@ def test_inductor_networks_with_weight_grads_beside_match_the_eager_step(tiny_st
                                                 "weight_grads_beside": True})
     data = load_training_data(cfg, "cpu", tiny_store.path)
     state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
-    twin = copy.deepcopy(state)
-    torch._dynamo.reset()
-    compile_networks_(twin, CompileConfig(backend="inductor", kernels=(),
-                                          options=INDUCTOR_OPTIONS))
-    eager = _losses_after(state, data, scfg, 7)
-    compiled_losses = _losses_after(twin, data, scfg, 7)
-    assert bool(eager[0] > 0)  # the learning steps ran
-    for a, b in zip(eager, compiled_losses):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
-    for a, b in zip(state.online.parameters(), twin.online.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    _inductor_networks_learn_as_eager(state, data, scfg, INDUCTOR_OPTIONS)

@@ -88,9 +88,11 @@ def _same_transitions(a, b, n: int) -> None:
     (False, {}), (True, {}), (True, {"prioritize_learner": False}),
     (False, {"collect_beside_backward": True}), (True, {"collect_beside_backward": True}),
     (False, {"encoder": {"weight_grads_beside": True}}),
-    (True, {"encoder": {"weight_grads_beside": True}})],
+    (True, {"encoder": {"weight_grads_beside": True}}),
+    (False, {"split_target": True}), (True, {"split_target": True})],
     ids=["eager", "graphed", "graphed-no-priority", "eager-collect-late", "graphed-collect-late",
-         "eager-weight-grads-beside", "graphed-weight-grads-beside"])
+         "eager-weight-grads-beside", "graphed-weight-grads-beside", "eager-split-target",
+         "graphed-split-target"])
 def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed, options) -> None:
     """train.overlap_target (the target net's forward on a second stream) and
     train.overlap_collect (the learner's losses and backward on a third, beside the
@@ -101,14 +103,18 @@ def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed, options
     with the collect held back until the learner's forwards are done
     (train.collect_beside_backward, an event between two branches), and with the
     projections' weight gradients on a fourth (encoder.weight_grads_beside, forked and
-    joined inside the backward). Losses within the tolerance of the module docstring (the
-    backward's atomic adds)."""
-    one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False)
+    joined inside the backward), and with the target net's s' half on a stream of its own
+    (train.split_target; the one-stream run splits too, in turn, so that only the streams
+    differ). Losses within the tolerance of the module docstring (the backward's atomic
+    adds)."""
+    split = {"split_target": True} if options.get("split_target") else {}
+    one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False, **split)
     two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True,
                                       **options)
     assert one.branch is None and one.learner_branch is None
     assert two.branch is not None and two.learner_branch is not None
     assert (two.forwards_done is not None) == options.get("collect_beside_backward", False)
+    assert (two.target_halves is not None) == bool(split)
     if graphed:
         assert runner.captured
     _same_transitions(one, two, STEPS * 32)

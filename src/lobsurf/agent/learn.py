@@ -75,11 +75,16 @@ class LearnerInputs(NamedTuple):
     gamma: float | torch.Tensor
 
 
+def window_rows(window: Window | FeatureRows, rows: slice) -> Window | FeatureRows:
+    """The windows ``rows`` of ``window`` (views)."""
+    if isinstance(window, FeatureRows):
+        return FeatureRows(window.table, window.rows[rows], window.cfg)
+    return Window(**{f.name: getattr(window, f.name)[rows] for f in fields(window)})
+
+
 def first_rows(window: Window | FeatureRows, n: int) -> Window | FeatureRows:
     """The first n windows of ``window`` (views)."""
-    if isinstance(window, FeatureRows):
-        return window.first(n)
-    return Window(**{f.name: getattr(window, f.name)[:n] for f in fields(window)})
+    return window_rows(window, slice(None, n))
 
 
 def learner_inputs(t: Transitions, index: torch.Tensor, storage: Transitions,
@@ -129,11 +134,10 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         li = sampled_inputs(state, book, sample, cfg)
 
     def target_side() -> tuple[torch.Tensor, torch.Tensor]:
-        # ---- target net at s (pi's distillation target) and s' (C51 target), one call
+        # ---- target net at s (pi's distillation target) and s' (C51 target)
         with torch.no_grad():
             with forward_precision(cfg.precision, li.z.device):
-                target_q = state.target.q_logits(state.target.embed(li.target_window),
-                                                 li.target_inputs)
+                target_q = target_logits(state, li, cfg.split_target)
             return state.kernels.c51_target(target_q, li.reward, li.done, li.gamma, li.z)
 
     def online_side() -> AgentOutput:
@@ -146,6 +150,25 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     return Losses(*state.kernels.loss_terms(out, target, target_mean_s, li.z, t,
                                             sample.weight, state.labels,
                                             state.tables.order_lots, ctl, cfg))
+
+
+def target_logits(state: TrainState, li: LearnerInputs, split: bool) -> torch.Tensor:
+    """The target net's Q logits [2B, A, N] at s then s': one call on the 2B windows, or,
+    where ``split`` (``train.split_target``), one call per half, the s' half on
+    ``state.target_halves`` beside the s half (in turn without that stream). Each window's
+    logits depend on that window alone, so the halves hold the batched call's values; on
+    CUDA the two calls are two chains of B-window kernels side by side instead of one chain
+    of 2B-window kernels, whose small kernels take about as long as those of B windows."""
+    net, window, inputs = state.target, li.target_window, li.target_inputs
+    if not split:
+        return net.q_logits(net.embed(window), inputs)
+    b = inputs.shape[0] // 2
+
+    def half(rows: slice) -> Callable[[], torch.Tensor]:
+        return lambda: net.q_logits(net.embed(window_rows(window, rows)), inputs[rows])
+
+    q_next, q_s = run_beside(state.target_halves, half(slice(b, None)), half(slice(None, b)))
+    return torch.cat((q_s, q_next))
 
 
 def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,

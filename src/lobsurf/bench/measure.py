@@ -83,6 +83,8 @@ class BenchConfig:
     """train.prioritize_learner: the learner's side streams at the highest priority."""
     collect_beside_backward: bool = TrainConfig.collect_beside_backward
     """train.collect_beside_backward: the collect starts after the learner's forwards."""
+    split_target: bool = TrainConfig.split_target
+    """train.split_target: the learner's target-net forward as two calls of B windows."""
     feature_table: bool = True
     """train.feature_table: the book's per-snapshot features computed once and gathered by
     row in each forward (lobsurf.models.feature_table)."""
@@ -140,6 +142,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                   "overlap_collect": cfg.overlap_collect,
                   "prioritize_learner": cfg.prioritize_learner,
                   "collect_beside_backward": cfg.collect_beside_backward,
+                  "split_target": cfg.split_target,
                   "feature_table": cfg.feature_table,
                   "compile_max_autotune": cfg.max_autotune,
                   "compile_inductor_options": list(cfg.inductor_options)},
@@ -257,6 +260,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "weight_grads_beside": cfg.weight_grads_beside,
                            "prioritize_learner": cfg.prioritize_learner,
                            "collect_beside_backward": cfg.collect_beside_backward,
+                           "split_target": cfg.split_target,
                            "scan_last_row": cfg.scan_last_row,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,

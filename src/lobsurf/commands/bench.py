@@ -39,6 +39,8 @@ SWITCHES = (
      "collect's at the default (train.prioritize_learner)"),
     ("collect_beside_backward", "the collect starts after the learner's forwards, beside its "
      "backward (train.collect_beside_backward)"),
+    ("split_target", "the learner's target-net forward as two calls of B windows, on CUDA "
+     "side by side (train.split_target)"),
     ("feature_table", "the book's per-snapshot features computed once and gathered by row in "
      "every forward, instead of computed per window (train.feature_table)"),
     ("max_autotune", "Inductor's GEMM autotuning in the compiled step "
@@ -287,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
           f"{', side streams at the highest priority' if cfg.prioritize_learner and cuda else ''}"
           f"{', collect beside the backward' if _collect_late(cfg, cuda) else ''}"
+          f"{', target net in two halves' if cfg.split_target else ''}"
           f", features "
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"

@@ -94,7 +94,7 @@ def step_config(cfg: RunConfig) -> StepConfig:
                       position_unit=max(cfg.sim.order_sizes_lots), batch_size=cfg.learner_batch,
                       num_envs=cfg.train.envs,
                       controller_ema_rate=cfg.train.controller_ema_rate,
-                      precision=cfg.train.precision)
+                      precision=cfg.train.precision, split_target=cfg.train.split_target)
 
 
 def _generator(device: torch.device | str, seed: int) -> torch.Generator:
@@ -159,6 +159,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         labels=compute_labels(data.train_book, cfg.labels),
         branch=side_stream(cfg.train.overlap_target, device, cfg.train.prioritize_learner),
         learner_branch=learner_branch,
+        target_halves=side_stream(cfg.train.split_target and cfg.train.overlap_target, device,
+                                  cfg.train.prioritize_learner),
         forwards_done=side_event(cfg.train.collect_beside_backward, learner_branch),
         flat_target=flat_target)
 
