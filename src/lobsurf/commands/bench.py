@@ -23,8 +23,6 @@ from pathlib import Path
 from lobsurf.errors import UserError
 from lobsurf.models.config import CONV_BACKENDS, SSD_BACKENDS
 
-
-
 #: the step's on/off switches, each a BenchConfig field and a --[no-]flag of its name
 SWITCHES = (
     ("overlap_target", "the target net's forward on a second CUDA stream beside the online "
@@ -50,6 +48,7 @@ SWITCHES = (
     ("weight_grads_beside", "the projections' weight gradients on a second CUDA stream "
      "beside the data gradients (encoder.weight_grads_beside)"),
 )
+
 
 def _ints(text: str) -> list[int]:
     try:

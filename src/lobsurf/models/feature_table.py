@@ -43,10 +43,6 @@ class FeatureRows(NamedTuple):
     rows: torch.Tensor
     cfg: FeatureConfig
 
-    def first(self, n: int) -> FeatureRows:
-        """The first n windows."""
-        return FeatureRows(self.table, self.rows[:n], self.cfg)
-
 
 def log_dt_column(cfg: FeatureConfig) -> int:
     """The column of log_dt: the features that read the predecessor snapshot are log_dt and

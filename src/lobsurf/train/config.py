@@ -172,10 +172,9 @@ class TrainConfig:
     that forward is the longest chain before the losses (its 2B-window kernels take little
     longer than B-window ones: each is a few microseconds of a mostly idle GPU), so two
     B-window chains beside each other should end sooner; the cost is a second chain of
-    launches and one concatenation.
-    The same values (each window's logits depend on that window alone; the products'
-    rounding may differ with the row count). Off by default until timed on the GPU
-    (benchmarks/RESULTS.md)."""
+    launches and one concatenation. The same values (each window's logits depend on that
+    window alone; the products' rounding may differ with the row count). Off by default
+    until timed on the GPU (benchmarks/RESULTS.md)."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the
