@@ -4,12 +4,12 @@ the tensor Adam against torch.optim.Adam, and the fused Adam's clip."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 import torch
 
-from lobsurf.agent.learn import draw_sample, losses, target_logits
+from lobsurf.agent.learn import draw_sample, losses, splits_target, target_logits
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import train_step
@@ -229,6 +229,19 @@ def test_the_step_with_weight_grads_beside_learns_as_the_plain_step(tiny_store):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_the_target_splits_only_where_its_half_has_a_stream(tiny_store):
+    # train.split_target (on by default) splits only beside a stream: on CPU, and on one
+    # stream, the target net is called once
+    cfg = tiny_config(tiny_store.path)
+    data = load_training_data(cfg, "cpu", tiny_store.path)
+    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
+    assert cfg.train.split_target and scfg.split_target and state.target_halves is None
+    assert not splits_target(state, scfg)
+    state.target_halves = object()  # stands in for the CUDA stream
+    assert splits_target(state, scfg)
+    assert not splits_target(state, replace(scfg, split_target=False))
+
+
 @pytest.mark.parametrize("feature_table", [True, False])
 def test_target_logits_in_two_halves_equal_one_call(tiny_store, feature_table):
     # train.split_target: the target net on s and on s' as two calls gives the batched
@@ -251,13 +264,15 @@ def test_target_logits_in_two_halves_equal_one_call(tiny_store, feature_table):
 def test_the_step_with_the_target_in_two_halves_learns_as_the_plain_step(tiny_store,
                                                                          monkeypatch):
     # train.split_target changes how the target net's forward is called, not what it
-    # computes: the same replay, every parameter within rounding
+    # computes: the same replay, every parameter within rounding. On CPU there is no
+    # stream for the s' half, so the split is forced here (the halves in turn)
     import lobsurf.agent.learn as learn_module
 
     calls: list[bool] = []
     real = learn_module.target_logits
     monkeypatch.setattr(learn_module, "target_logits",
                         lambda state, li, split: calls.append(split) or real(state, li, split))
+    monkeypatch.setattr(learn_module, "splits_target", lambda state, cfg: cfg.split_target)
     cfgs = [tiny_config(tiny_store.path, train={"split_target": split})
             for split in (False, True)]
     data = load_training_data(cfgs[0], "cpu", tiny_store.path)

@@ -35,7 +35,7 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
     for r in doc["rows"]:
         assert set(r) == ROW_KEYS and r["prioritize_learner"] is True  # the default
         assert r["collect_beside_backward"] is False and r["weight_grads_beside"] is False
-        assert r["split_target"] is False
+        assert r["split_target"] is True  # the default (one call on CPU: no side stream)
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
         assert r["compiled"] is None  # compiled only on CUDA unless --compile
@@ -67,11 +67,11 @@ def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
     assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                  "--repeats", "1", "--snapshots", "3000", "--peak-tflops", "2",
                  "--peak-tbs", "0.1", "--no-prioritize-learner", "--collect-beside-backward",
-                 "--weight-grads-beside", "--split-target", "--json", str(out)]) == 0
+                 "--weight-grads-beside", "--no-split-target", "--json", str(out)]) == 0
     r = json.loads(out.read_text())["rows"][0]
     # recorded as asked (inert on CPU)
     assert r["prioritize_learner"] is False and r["collect_beside_backward"] is True
-    assert r["weight_grads_beside"] is True and r["split_target"] is True
+    assert r["weight_grads_beside"] is True and r["split_target"] is False
     assert r["peaks"]["hbm_tb_s"] == 0.1 and r["peaks"]["tf32_tflops"] == 2
     assert abs(r["hbm_fraction"] - r["achieved_tb_s"] / 0.1) < 1e-12
     assert abs(r["tensor_core_fraction"] - r["achieved_tflops"] / 2) < 1e-12

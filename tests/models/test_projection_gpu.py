@@ -49,7 +49,7 @@ def test_weight_grads_run_on_the_side_stream_and_are_joined(monkeypatch) -> None
     assert joins == [(main, streams[0])] * 4
     want = _grads(plain, h, probe)
     for (name, _), g, w in zip(plain.named_parameters(), got, want):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_captured_backward_with_the_fork_replays_the_eager_gradients() -> None:
@@ -72,4 +72,4 @@ def test_captured_backward_with_the_fork_replays_the_eager_gradients() -> None:
         graph.replay()
         want = _grads(plain, h, probe)
         for (name, _), g, w in zip(plain.named_parameters(), captured, want):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=name)
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")

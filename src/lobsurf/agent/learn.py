@@ -137,7 +137,7 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         # ---- target net at s (pi's distillation target) and s' (C51 target)
         with torch.no_grad():
             with forward_precision(cfg.precision, li.z.device):
-                target_q = target_logits(state, li, cfg.split_target)
+                target_q = target_logits(state, li, splits_target(state, cfg))
             return state.kernels.c51_target(target_q, li.reward, li.done, li.gamma, li.z)
 
     def online_side() -> AgentOutput:
@@ -150,6 +150,14 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     return Losses(*state.kernels.loss_terms(out, target, target_mean_s, li.z, t,
                                             sample.weight, state.labels,
                                             state.tables.order_lots, ctl, cfg))
+
+
+def splits_target(state: TrainState, cfg: StepConfig) -> bool:
+    """Whether the learner calls the target net once per half (``target_logits``): where
+    ``train.split_target`` asks for it and the s' half has a stream of its own to run on
+    (CUDA with ``train.overlap_target``). The split only reorders work, so on one stream
+    (and on CPU) it would cost a second chain of calls for nothing."""
+    return cfg.split_target and state.target_halves is not None
 
 
 def target_logits(state: TrainState, li: LearnerInputs, split: bool) -> torch.Tensor:

@@ -90,9 +90,10 @@ class StepConfig:
     precision: str = "fp32"
     """Network forwards in "fp32" or under "bf16" autocast (train.precision; the heads'
     outputs, the C51 projection and every loss stay fp32: lobsurf.models.precision)."""
-    split_target: bool = False
-    """The target net's forward as two calls, on s and on s' (train.split_target;
-    ``lobsurf.agent.learn.target_logits``); false: one call on both."""
+    split_target: bool = True
+    """The target net's forward as two calls, on s and on s', where ``TrainState`` has a
+    stream for the s' half (train.split_target; ``lobsurf.agent.learn.splits_target``);
+    false: one call on both."""
 
 
 @dataclass
@@ -147,8 +148,8 @@ class TrainState:
     (``train.overlap_collect`` with ``learner.sample_before_collect``); None: in turn."""
     target_halves: torch.cuda.Stream | None = None
     """A CUDA stream on which the target net's forward on s' runs beside its forward on s
-    (``train.split_target`` with ``train.overlap_target``); None: the two halves in turn
-    (or one call, without the option)."""
+    (``train.split_target`` with ``train.overlap_target``, on CUDA); None: one call on
+    both (``lobsurf.agent.learn.splits_target``)."""
     forwards_done: torch.cuda.Event | None = None
     """Recorded on ``learner_branch`` once the learner's losses are enqueued (its forward
     and, joined into it, the target net's); the collect waits for it before it starts, so

@@ -138,6 +138,11 @@ def _collect_late(cfg, cuda: bool) -> bool:
     return cfg.collect_beside_backward and cfg.overlap_collect and cuda
 
 
+def _split(cfg, cuda: bool) -> bool:
+    # train.split_target takes effect only where the s' half has a stream of its own
+    return cfg.split_target and cfg.overlap_target and cuda
+
+
 def _adam_path(cfg, cuda: bool) -> str:
     """How the bench's step runs Adam (train.flat_parameters, train.fused_adam)."""
     if cfg.flat_parameters:
@@ -288,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
           f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
           f"{', side streams at the highest priority' if cfg.prioritize_learner and cuda else ''}"
           f"{', collect beside the backward' if _collect_late(cfg, cuda) else ''}"
-          f"{', target net in two halves' if cfg.split_target else ''}"
+          f"{', target net in two halves' if _split(cfg, cuda) else ''}"
           f", features "
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"

@@ -166,15 +166,18 @@ class TrainConfig:
     numbers are the same. Off: no faster where timed (H200, B = 256 / 4 layers, bf16,
     compiled: 730.0 against 730.5 steps/s, 736.7 against 738.4 with the priority;
     benchmarks/RESULTS.md, thirtieth session)."""
-    split_target: bool = False
+    split_target: bool = True
     """The learner's target-net forward as two calls of B windows (s, then s') instead of
-    one of 2B, on CUDA with train.overlap_target side by side on two streams. At B = 256
-    that forward is the longest chain before the losses (its 2B-window kernels take little
-    longer than B-window ones: each is a few microseconds of a mostly idle GPU), so two
-    B-window chains beside each other should end sooner; the cost is a second chain of
-    launches and one concatenation. The same values (each window's logits depend on that
-    window alone; the products' rounding may differ with the row count). Off by default
-    until timed on the GPU (benchmarks/RESULTS.md)."""
+    one of 2B, side by side on two streams: on CUDA with train.overlap_target only (on one
+    stream, and on CPU, one call: the split only reorders work). At B = 256 that forward is
+    the longest chain before the losses (its 2B-window kernels take little longer than
+    B-window ones: each is a few microseconds of a mostly idle GPU), so two B-window chains
+    beside each other end sooner; the cost is a second chain of launches (33 graph nodes at
+    4 layers) and one concatenation. The same values (each window's logits depend on that
+    window alone; the products' rounding may differ with the row count). Timed (H100, bf16,
+    compiled): B = 256 / 4 layers 676.9 and 675.0 steps/s against 665.6 and 667.1 without
+    it, B = 1024 / 2 layers 389.8 against 387.8 (benchmarks/RESULTS.md, thirty-first
+    session)."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the
