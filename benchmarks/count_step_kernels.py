@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         progress("counted the eager step")
         if not args.no_compiled:
             train = dataclasses.replace(TrainConfig(), compile_combo_kernels=not args.no_combo)
-            base = compile_config(train, device, cfg.weight_grads_beside)
+            base = compile_config(train, device)
             compile_networks_(state, dataclasses.replace(base, methods=()) if args.kernels_only
                               else base)
             results["compiled"] = count_steps(state, book, scfg, device, cfg)

@@ -108,9 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-target", action=argparse.BooleanOptionalAction,
                    default=COUNT.split_target, help="the learner's target-net forward as two "
                    "calls side by side (train.split_target)")
-    p.add_argument("--weight-grads-beside", action=argparse.BooleanOptionalAction,
-                   default=COUNT.weight_grads_beside, help="the projections' weight gradients "
-                   "on a side stream (encoder.weight_grads_beside)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here, with the "
                    "first profiled replay's device events in order (stream, start and end in "
                    "us from the replay's first event, name)")
@@ -122,12 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as root:
         cfg = dataclasses.replace(COUNT, prioritize_learner=args.prioritize_learner,
                                   collect_beside_backward=args.collect_beside_backward,
-                                  split_target=args.split_target,
-                                  weight_grads_beside=args.weight_grads_beside)
+                                  split_target=args.split_target)
         state, book, scfg = build("cuda", args.batch, args.layers, cfg, Path(root),
                                   args.precision)
-        compile_networks_(state, compile_config(TrainConfig(), "cuda",
-                                                args.weight_grads_beside))
+        compile_networks_(state, compile_config(TrainConfig(), "cuda"))
         graphed = GraphedStep(lambda: train_step(state, book, scfg, True), state,
                               step_generators(state), "cuda")
         for _ in range(graphed.cfg.warmup_steps + 3):
@@ -165,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"B = {args.batch}, {args.layers} layers, {args.precision}, compiled, graphed"
           f"{'' if args.prioritize_learner else ', learner streams not prioritized'}"
           f"{', collect beside the backward' if args.collect_beside_backward else ''}"
-          f"{', weight gradients beside' if args.weight_grads_beside else ''}"
           f"{', target net in two halves' if args.split_target else ''}: "
           f"{wall_ms:.3f} ms per step timed ({1e3 / wall_ms:.1f} steps/s), "
           f"{span_ms:.3f} ms per step profiled")

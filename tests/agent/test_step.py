@@ -216,19 +216,6 @@ def test_learner_half_and_collect_commute(tiny_store, monkeypatch, n_step):
     assert float(state.metrics.learn_steps) == 10
 
 
-def test_the_step_with_weight_grads_beside_learns_as_the_plain_step(tiny_store):
-    # encoder.weight_grads_beside computes the projections' weight gradients in one op of
-    # their own (on CUDA on a side stream; on CPU in turn): the same products, so the same
-    # steps, every parameter within rounding (tests/models/test_projection.py pins the op)
-    _, _, states = _plain_and_changed_runs(tiny_store, {}, {"weight_grads_beside": True})
-    for f in fields(states[0].replay.storage):
-        assert torch.equal(getattr(states[0].replay.storage, f.name),
-                           getattr(states[1].replay.storage, f.name)), f.name
-    for (name, a), b in zip(states[0].online.named_parameters(),
-                            states[1].online.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)
-
-
 def test_the_target_splits_only_where_its_half_has_a_stream(tiny_store):
     # train.split_target (on by default) splits only beside a stream: on CPU, and on one
     # stream, the target net is called once

@@ -11,7 +11,7 @@ from lobsurf.models.config import EncoderConfig
 
 ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
             "scan_z_proj", "fold_norm_weights", "prioritize_learner", "scan_last_row",
-            "collect_beside_backward", "weight_grads_beside", "split_target",
+            "collect_beside_backward", "split_target",
             "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
@@ -34,7 +34,7 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
     assert [r["batch"] for r in doc["rows"]] == [2, 4]
     for r in doc["rows"]:
         assert set(r) == ROW_KEYS and r["prioritize_learner"] is True  # the default
-        assert r["collect_beside_backward"] is False and r["weight_grads_beside"] is False
+        assert r["collect_beside_backward"] is False
         assert r["split_target"] is True  # the default (one call on CPU: no side stream)
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
@@ -67,11 +67,11 @@ def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
     assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                  "--repeats", "1", "--snapshots", "3000", "--peak-tflops", "2",
                  "--peak-tbs", "0.1", "--no-prioritize-learner", "--collect-beside-backward",
-                 "--weight-grads-beside", "--no-split-target", "--json", str(out)]) == 0
+                 "--no-split-target", "--json", str(out)]) == 0
     r = json.loads(out.read_text())["rows"][0]
     # recorded as asked (inert on CPU)
     assert r["prioritize_learner"] is False and r["collect_beside_backward"] is True
-    assert r["weight_grads_beside"] is True and r["split_target"] is False
+    assert r["split_target"] is False
     assert r["peaks"]["hbm_tb_s"] == 0.1 and r["peaks"]["tf32_tflops"] == 2
     assert abs(r["hbm_fraction"] - r["achieved_tb_s"] / 0.1) < 1e-12
     assert abs(r["tensor_core_fraction"] - r["achieved_tflops"] / 2) < 1e-12

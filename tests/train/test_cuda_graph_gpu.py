@@ -36,9 +36,8 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
 
 
 def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
-         overlap: bool = True, encoder: dict | None = None, **train_options):
+         overlap: bool = True, **train_options):
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
-                      encoder=encoder or {},
                       gates={"warmup_steps": GATE_WARMUP},
                       train={"envs": 32, "precision": precision, "compile": compiled,
                              "overlap_target": overlap, "overlap_collect": overlap,
@@ -87,10 +86,9 @@ def _same_transitions(a, b, n: int) -> None:
 @pytest.mark.parametrize("graphed,options", [
     (False, {}), (True, {}), (True, {"prioritize_learner": False}),
     (False, {"collect_beside_backward": True}), (True, {"collect_beside_backward": True}),
-    (False, {"encoder": {"weight_grads_beside": True}}),
-    (True, {"encoder": {"weight_grads_beside": True}}), (True, {"split_target": False})],
+    (True, {"split_target": False})],
     ids=["eager", "graphed", "graphed-no-priority", "eager-collect-late", "graphed-collect-late",
-         "eager-weight-grads-beside", "graphed-weight-grads-beside", "graphed-no-split"])
+         "graphed-no-split"])
 def test_streams_beside_each_other_equal_one_stream(tiny_store, monkeypatch, graphed,
                                                     options) -> None:
     """train.overlap_target (the target net's forward on a second stream) and
@@ -100,12 +98,11 @@ def test_streams_beside_each_other_equal_one_stream(tiny_store, monkeypatch, gra
     beside it reads; with the side streams at a higher priority (train.prioritize_learner,
     the default: it changes the order in which the GPU runs them) and without it, and
     with the collect held back until the learner's forwards are done
-    (train.collect_beside_backward, an event between two branches), and with the
-    projections' weight gradients on a fourth (encoder.weight_grads_beside, forked and
-    joined inside the backward), and with the target net's s' half on a stream of its own
-    (train.split_target, the default, and without it; where the two-stream run splits, the
-    one-stream run is made to split too, in turn, so that only the streams differ). Losses
-    within the tolerance of the module docstring (the backward's atomic adds)."""
+    (train.collect_beside_backward, an event between two branches), and with the target
+    net's s' half on a stream of its own (train.split_target, the default, and without it;
+    where the two-stream run splits, the one-stream run is made to split too, in turn, so
+    that only the streams differ). Losses within the tolerance of the module docstring (the
+    backward's atomic adds)."""
     import lobsurf.agent.learn as learn_module
 
     split = options.get("split_target", True)
@@ -128,18 +125,14 @@ def test_streams_beside_each_other_equal_one_stream(tiny_store, monkeypatch, gra
         torch.testing.assert_close(p2, p1, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("encoder", [{}, {"weight_grads_beside": True}],
-                         ids=["plain", "weight-grads-beside"])
-def test_compiled_graphed_steps_track_eager_steps(tiny_store, encoder) -> None:
+def test_compiled_graphed_steps_track_eager_steps(tiny_store) -> None:
     """train.compile inside the graph (Inductor's kernels) against the eager reference.
     Inductor reorders float sums, so this is not bit-exact: the actions and rewards taken
     (Thompson draws from the same uniforms) must agree until a near-tie flips one, the
     losses up to the first flip within 2e-3 relative, and at least the first two thirds of
-    the steps must come before any flip. Also with the projections' weight gradients forked
-    inside the compiled backward (encoder.weight_grads_beside; Inductor's reuse off)."""
+    the steps must come before any flip."""
     eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False)
-    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True, compiled=True,
-                                              encoder=encoder)
+    graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True, compiled=True)
     assert runner.captured and len(compiled_kernels(graph)) > 0
     assert int(graph.step_count) == STEPS and guard.read() is None
     envs = 32

@@ -103,8 +103,6 @@ class BenchConfig:
     """encoder.scan_z_proj: z of the gated scan's every-row calls computed in its kernel."""
     fold_norm_weights: bool = EncoderConfig.fold_norm_weights
     """encoder.fold_norm_weights: the block's RMSNorm weights inside the next products."""
-    weight_grads_beside: bool = EncoderConfig.weight_grads_beside
-    """encoder.weight_grads_beside: the projections' weight gradients on a side stream."""
     scan_last_row: str = EncoderConfig.scan_last_row
     """encoder.scan_last_row: the last layer's scan forward (tile kernel or vectors)."""
 
@@ -134,8 +132,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "encoder": {"n_layers": layers, "ssd_backend": cfg.ssd_backend,
                     "conv_backend": cfg.conv_backend, "scan_gate": cfg.scan_gate,
                     "scan_z_proj": cfg.scan_z_proj, "scan_last_row": cfg.scan_last_row,
-                    "fold_norm_weights": cfg.fold_norm_weights,
-                    "weight_grads_beside": cfg.weight_grads_beside},
+                    "fold_norm_weights": cfg.fold_norm_weights},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
@@ -257,7 +254,6 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "scan_gate": cfg.scan_gate,
                            "scan_z_proj": cfg.scan_z_proj,
                            "fold_norm_weights": cfg.fold_norm_weights,
-                           "weight_grads_beside": cfg.weight_grads_beside,
                            "prioritize_learner": cfg.prioritize_learner,
                            "collect_beside_backward": cfg.collect_beside_backward,
                            "split_target": cfg.split_target,
@@ -298,8 +294,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
     row["graph_phase_ms"] = (graphed_phases(state, book, scfg, device, cfg)
                              if graph_unsupported(device) is None else None)
     row["compiled"] = compiled_graph(state, step, device, batch, run_cfg.learner_batch,
-                                     cfg, compile_config(run_cfg.train, device,
-                                                         run_cfg.encoder.weight_grads_beside)
+                                     cfg, compile_config(run_cfg.train, device)
                                      ) if compile_ else None
     if row["compiled"] is not None and "ms_per_step" in row["compiled"]:
         # the per-op traffic against the fused step's time: an upper bound (roofline.py)

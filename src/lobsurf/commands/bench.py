@@ -45,8 +45,6 @@ SWITCHES = (
      "(train.compile_max_autotune; minutes more compilation)"),
     ("fold_norm_weights", "the Mamba2 block's RMSNorm weights inside the products after "
      "them (encoder.fold_norm_weights)"),
-    ("weight_grads_beside", "the projections' weight gradients on a second CUDA stream "
-     "beside the data gradients (encoder.weight_grads_beside)"),
 )
 
 
@@ -303,7 +301,6 @@ def run(args: argparse.Namespace) -> int:
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
           f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
           f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
-          f"{', weight gradients beside' if cfg.weight_grads_beside else ''}"
           f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "

@@ -130,15 +130,6 @@ class EncoderConfig:
     the B = 1024 / 2-layer step 489.1 -> 514.2 steps/s, with ``scan_z_proj`` 521.5; B = 256
     / 4 layers 655.0 -> 707.8 with both (benchmarks/RESULTS.md, twenty-seventh session).
     False applies the weights in the norms, as the paper's block writes them."""
-    weight_grads_beside: bool = False
-    """In forwards that record gradients, the in- and out-projections' weight gradients
-    (and, with ``fold_norm_weights``, the norm weights') computed by one op per projection
-    that runs them on a second CUDA stream, beside the data gradients of the layers below,
-    joined into the backward's stream when the backward ends (``models/projection.py``);
-    the compiled step then runs with Inductor's buffer reuse off (the op's inputs must
-    outlive its fork). The same products; elsewhere than CUDA in turn. Off: slower where
-    timed (H200, B = 256 / 4 layers, bf16, compiled: 730.5 -> 718.9 steps/s, 281 -> 318
-    graph nodes; benchmarks/RESULTS.md, thirtieth session)."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8

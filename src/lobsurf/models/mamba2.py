@@ -31,10 +31,8 @@ in-projection writes only x, B, C and dt; ``scan_last_row = "vector"`` (the defa
 the last layer's last row alone as vectors over the rows (``ssd_last_row_triton.py``).
 ``fold_norm_weights`` (the default) applies the two RMSNorm weights inside the products after
 them (W_in diag(w), W_out diag(w)): the same function, whose backward then takes the
-weights' gradients from the products' weight gradients. ``weight_grads_beside`` (opt-in)
-takes the in- and out-projections of forwards that record gradients through
-``models/projection.py``, whose backward computes their weight gradients on a second CUDA
-stream. The PyTorch code here stays the CPU path and the reference.
+weights' gradients from the products' weight gradients. The PyTorch code here stays the CPU
+path and the reference.
 """
 
 from __future__ import annotations
@@ -50,7 +48,6 @@ from lobsurf.models.align import device_multiple, linear_padded_out
 from lobsurf.models.config import CONV_AUTO_ON_CUDA, EncoderConfig
 from lobsurf.models.kernels import conv_dt_triton, conv_triton, ssd_triton, ssd_window_triton
 from lobsurf.models.kernels.triton_support import use_kernel
-from lobsurf.models.projection import Piece, project
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
 
@@ -266,9 +263,7 @@ class Mamba2Mixer(nn.Module):
         cfg = self.cfg
         E = cfg.d_inner
         align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
-        beside = self._weight_grads_beside()  # project() takes the weight and scale apart
-        w_in = None if beside else (self.in_proj.weight if in_scale is None
-                                    else self.in_proj.weight * in_scale)
+        w_in = self.in_proj.weight if in_scale is None else self.in_proj.weight * in_scale
         conv_dt = state is None and self._conv_dt(u)
         z_in_scan = state is None and not (last_only or conv_dt) and self._scan_z_proj(u)
         if last_only or conv_dt or z_in_scan:
@@ -276,13 +271,8 @@ class Mamba2Mixer(nn.Module):
             # on the conv_dt path so that its gradient and the one conv_dt writes for the
             # other columns never meet in one [rows, 648] tensor (conv_dt_triton.py); not at
             # all when the scan kernel computes it (scan_z_proj, only without autograd)
-            if beside:
-                z, xbc_dt = project(u, self.in_proj.weight, in_scale,
-                                    (Piece(0, E, last_row=last_only),
-                                     Piece(E, self.proj_width, align)))
-            else:
-                z = None if z_in_scan else F.linear(u[:, -1] if last_only else u, w_in[:E])
-                xbc_dt = linear_padded_out(u, w_in[E:self.proj_width], align)
+            z = None if z_in_scan else F.linear(u[:, -1] if last_only else u, w_in[:E])
+            xbc_dt = linear_padded_out(u, w_in[E:self.proj_width], align)
         if conv_dt:
             xbc, dt = conv_dt_triton.conv_dt(
                 xbc_dt, self.conv_weight.to(xbc_dt.dtype), self.conv_bias.to(xbc_dt.dtype),
@@ -290,10 +280,6 @@ class Mamba2Mixer(nn.Module):
         else:
             if last_only or z_in_scan:
                 xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
-            elif beside:
-                z, xbc, dt = self._split_proj(project(
-                    u, self.in_proj.weight, in_scale,
-                    (Piece(0, self.in_proj.weight.shape[0], align),))[0])
             else:
                 z, xbc, dt = self._split_proj(linear_padded_out(u, w_in, align))
             xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
@@ -309,20 +295,9 @@ class Mamba2Mixer(nn.Module):
         if cfg.fold_norm_weights:
             # the norm's weight in the out-projection's columns: the same product, and its
             # gradient comes from the product's weight gradient, not from a column sum
-            normed = gated_rms_norm(y, z, None, cfg.norm_eps)
-            if beside:
-                return project(normed, self.out_proj.weight, self.norm_weight,
-                               (Piece(0, cfg.d_model),))[0]
-            return F.linear(normed, self.out_proj.weight * self.norm_weight)
-        normed = gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps)
-        if beside:
-            return project(normed, self.out_proj.weight, None, (Piece(0, cfg.d_model),))[0]
-        return self.out_proj(normed)
-
-    def _weight_grads_beside(self) -> bool:
-        # weight_grads_beside: the projections' weight gradients on a side stream, for
-        # forwards that record gradients (models/projection.py)
-        return self.cfg.weight_grads_beside and torch.is_grad_enabled()
+            return F.linear(gated_rms_norm(y, z, None, cfg.norm_eps),
+                            self.out_proj.weight * self.norm_weight)
+        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
 
     def _scan_gate(self, xbc: torch.Tensor) -> bool:
         # scan_gate: a stateless forward without autograd where the one-chunk scan kernel

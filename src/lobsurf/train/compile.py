@@ -55,8 +55,6 @@ from typing import Any
 
 import torch
 
-from lobsurf.models.projection import INDUCTOR_OPTIONS
-
 #: the AgentNetwork methods the training step calls, compiled in place
 COMPILED_METHODS = ("embed", "heads", "q_logits")
 #: the StepKernels fields (lobsurf.agent.step) compiled in place
@@ -89,22 +87,17 @@ class CompileConfig:
                              dynamic=self.dynamic, options=options)
 
 
-def compile_config(train: Any, device: torch.device | str,
-                   weight_grads_beside: bool = False) -> CompileConfig:
+def compile_config(train: Any, device: torch.device | str) -> CompileConfig:
     """The CompileConfig of a run's ``train`` section (TrainConfig) on ``device``: combo
     kernels and GEMM autotuning on CUDA where ``train.compile_combo_kernels`` and
     ``train.compile_max_autotune`` ask (Inductor's CPU backend has no combo kernels), then
-    ``train.compile_inductor_options`` (which can override those two); last, where the
-    encoder forks its weight gradients (``encoder.weight_grads_beside``), Inductor's buffer
-    reuse off, which that fork needs (lobsurf.models.projection), on every device."""
-    required = INDUCTOR_OPTIONS if weight_grads_beside else ()
+    ``train.compile_inductor_options`` (which can override those two)."""
     if torch.device(device).type != "cuda":
-        return CompileConfig(options=required)
+        return CompileConfig()
     asked = {"combo_kernels": train.compile_combo_kernels,
              "max_autotune_gemm": train.compile_max_autotune}
     options = {name: True for name, on in asked.items() if on}
     options.update(parse_inductor_option(text) for text in train.compile_inductor_options)
-    options.update(required)
     return CompileConfig(options=tuple(options.items()))
 
 

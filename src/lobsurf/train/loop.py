@@ -403,8 +403,7 @@ def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     """build_state, then the networks compiled where train.compile asks for it."""
     state = build_state(cfg, data, device, pretrained, rank)
     if compile_wanted(cfg.train, device, processes):
-        compile_networks_(state, compile_config(cfg.train, device,
-                                                cfg.encoder.weight_grads_beside))
+        compile_networks_(state, compile_config(cfg.train, device))
     return state
 
 
