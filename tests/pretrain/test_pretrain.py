@@ -110,7 +110,8 @@ def test_config_dict_round_trip() -> None:
         config_from_dict({**config_to_dict(cfg), "surprise": 1})
     # a checkpoint saved with a since-retired kernel choice (models.config.RETIRED_FIELDS)
     saved = config_to_dict(cfg)
-    saved["encoder"] = {**saved["encoder"], "fused_training": "auto", "fused_warps": 4}
+    saved["encoder"] = {**saved["encoder"], "fused_training": "auto", "fused_warps": 4,
+                        "weight_grads_beside": False}
     assert config_from_dict(saved) == cfg
     with pytest.raises(TypeError):
         config_from_dict({**saved, "encoder": {**saved["encoder"], "surprise": 1}})

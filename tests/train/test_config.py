@@ -79,7 +79,8 @@ def test_a_saved_run_with_retired_kernel_choices_reads_back_without_them(tmp_pat
 
     path = tmp_path / "config.toml"
     old = run_config_to_toml(RunConfig()).replace(
-        "[encoder]\n", "[encoder]\nfused_inference = \"auto\"\nscan_conv_warps = 8\n")
+        "[encoder]\n", "[encoder]\nfused_inference = \"auto\"\nscan_conv_warps = 8\n"
+        "weight_grads_beside = false\n")
     path.write_text(old)
     assert "fused_inference" in load_toml(str(path))["encoder"]
     assert resolve_run_config(None, [], base=load_toml(str(path))) == RunConfig()
@@ -88,3 +89,6 @@ def test_a_saved_run_with_retired_kernel_choices_reads_back_without_them(tmp_pat
             resolve_run_config(None, [f"encoder.{name}=1"])
     with pytest.raises(UserError, match="encoder.fused_inference no longer exists"):
         resolve_run_config(str(path), [])
+    with pytest.raises(UserError, match="weight_grads_beside no longer exists: it was the "
+                                        "projections' weight gradients"):
+        resolve_run_config(None, ["encoder.weight_grads_beside=false"])

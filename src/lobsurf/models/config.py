@@ -22,14 +22,20 @@ CONV_BACKENDS: tuple[str, ...] = get_args(ConvBackend)
 """The causal conv + SiLU implementations ``EncoderConfig.conv_backend`` takes."""
 CONV_AUTO_ON_CUDA: ConvBackend = "triton_dx"
 """What ``conv_backend = "auto"`` runs on CUDA (benchmarks/RESULTS.md says why)."""
-RETIRED_FIELDS: tuple[str, ...] = (
-    "fused_inference", "fused_training", "fused_core_programs", "fused_core_no_grad",
-    "fused_warps", "fused_head_warps", "fused_in_proj", "scan_conv", "scan_conv_programs",
-    "scan_conv_warps")
-"""Fields older configs may hold that no longer exist: experimental Triton kernel choices,
-removed after the H200 measured each slower than the default path (benchmarks/RESULTS.md,
-twenty-sixth session). Each chose only which kernels computed the same values, so a saved
-config is read without them (``without_retired``)."""
+_KERNEL_CHOICE = ("an experimental Triton kernel choice, removed after the H200 measured it "
+                  "slower than the default path (benchmarks/RESULTS.md, twenty-sixth session)")
+
+RETIRED_FIELDS: dict[str, str] = {
+    **{name: _KERNEL_CHOICE for name in (
+        "fused_inference", "fused_training", "fused_core_programs", "fused_core_no_grad",
+        "fused_warps", "fused_head_warps", "fused_in_proj", "scan_conv", "scan_conv_programs",
+        "scan_conv_warps")},
+    "weight_grads_beside": "the projections' weight gradients on a second CUDA stream, "
+    "removed: slower where timed, and racy where a parameter's gradients are summed inside "
+    "the backward (benchmarks/RESULTS.md, thirty-first session)"}
+"""Fields older configs may hold that no longer exist, and why each went. Each chose only
+how the same values were computed (which kernels, which stream), so a saved config is read
+without them (``without_retired``)."""
 
 
 def without_retired(values: dict) -> dict:

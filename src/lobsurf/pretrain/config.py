@@ -123,7 +123,7 @@ def _tuples(d: dict[str, Any]) -> dict[str, Any]:
 
 def config_from_dict(d: dict[str, Any]) -> PretrainConfig:
     """Inverse of ``config_to_dict``; unknown keys raise (a checkpoint from another version),
-    except the encoder's retired kernel choices (``models.config.RETIRED_FIELDS``), dropped."""
+    except the encoder's retired fields (``models.config.RETIRED_FIELDS``), dropped."""
     known = {f.name for f in fields(PretrainConfig)}
     unknown = set(d) - known
     if unknown:

@@ -40,11 +40,9 @@ DEFAULT_FEE_PER_LOT = 1.0
 DEFAULT_STRIDE = 10
 
 #: Settings older runs may have saved that no longer exist, and why (models.config's
-#: RETIRED_FIELDS: kernel choices only, so a run saved with one is read without it).
+#: RETIRED_FIELDS: how values were computed only, so a run saved with one is read without it).
 RETIRED_SETTINGS: dict[str, str] = {
-    f"encoder.{name}": "an experimental Triton kernel choice, removed after the H200 measured "
-    "it slower than the default path (benchmarks/RESULTS.md, twenty-sixth session)"
-    for name in RETIRED_FIELDS}
+    f"encoder.{name}": why for name, why in RETIRED_FIELDS.items()}
 
 
 @dataclass(frozen=True)
