@@ -172,10 +172,10 @@ class TrainConfig:
     B-window ones: each is a few microseconds of a mostly idle GPU), so two B-window chains
     beside each other end sooner; the cost is a second chain of launches (33 graph nodes at
     4 layers) and one concatenation. The same values (each window's logits depend on that
-    window alone; the products' rounding may differ with the row count). Timed (H100, bf16,
-    compiled): B = 256 / 4 layers 676.9 and 675.0 steps/s against 665.6 and 667.1 without
-    it, B = 1024 / 2 layers 389.8 against 387.8 (benchmarks/RESULTS.md, thirty-first
-    session)."""
+    window alone; the products' rounding may differ with the row count). Timed on two H100s
+    (bf16, compiled, B = 256 / 4 layers): on one 676.9 and 675.0 steps/s against 665.6 and
+    667.1 without it (B = 1024 / 2 layers 389.8 against 387.8), on the other 672.8 against
+    672.6: a gain of up to 1.5 %, no loss (benchmarks/RESULTS.md, thirty-first session)."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the
