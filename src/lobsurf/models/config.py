@@ -22,6 +22,8 @@ CONV_BACKENDS: tuple[str, ...] = get_args(ConvBackend)
 """The causal conv + SiLU implementations ``EncoderConfig.conv_backend`` takes."""
 CONV_AUTO_ON_CUDA: ConvBackend = "triton_dx"
 """What ``conv_backend = "auto"`` runs on CUDA (benchmarks/RESULTS.md says why)."""
+
+#: why the retired kernel-choice fields below went (one reason for all of them)
 _KERNEL_CHOICE = ("an experimental Triton kernel choice, removed after the H200 measured it "
                   "slower than the default path (benchmarks/RESULTS.md, twenty-sixth session)")
 
