@@ -11,6 +11,8 @@ CUDA graph and replayed (GPU time), per batch of windows:
 - ``dx_r{rows}_c{channels}_w{warps}_s{stages}``: the ``triton_dx`` backward kernel per
   setting (rows whose loads issue together, channels per program, warps, pipelining
   stages), with its gradient's max relative error against the first setting's;
+- ``dx_z_ms``: the default setting with the z columns' gradient copied as well
+  (``encoder.one_in_projection``: the whole 648-column projection, d z of 256 columns);
 - ``bytes_floor_ms``: its bytes (x, d out, d dt read once, d x written once) at the HBM
   peak (4.8 TB/s).
 
@@ -30,7 +32,7 @@ from micro import graphed_ms, micro_args, report_rows  # noqa: E402
 #: (rows per step, channels per program, warps, stages) tried
 TILES = [(1, 128, 1, 3), (4, 128, 1, 3), (4, 128, 1, 1), (4, 128, 1, 2), (4, 64, 1, 3),
          (4, 128, 2, 3), (4, 256, 2, 3), (4, 64, 1, 1)]
-WINDOW, CHANNELS, HEADS, COLUMNS, WIDTH = 64, 384, 4, 392, 4
+WINDOW, CHANNELS, HEADS, COLUMNS, WIDTH, Z_WIDTH = 64, 384, 4, 392, 4, 256
 HBM_TB_S = 4.8
 
 
@@ -51,17 +53,25 @@ def main() -> None:
         x = xbcdt[..., :CHANNELS]
         row["dpre_ms"] = graphed_ms(lambda: conv_triton._conv_dpre_op(dxbc, x, w, b), args.reps)
         default = cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES
+
+        def bwd():
+            return cdt._conv_dt_bwd_op(dxbc, ddt, None, xbcdt, w, b, dt_bias, CHANNELS, 0)
+
         first = None
         for tile in TILES:
             cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES = tile
             key = "dx_r{}_c{}_w{}_s{}".format(*tile)
-            got = cdt._conv_dt_bwd_op(dxbc, ddt, xbcdt, w, b, dt_bias, CHANNELS)[0].double()
+            got = bwd()[0].double()
             first = got if first is None else first
             row[f"{key}_err"] = ((got - first).abs().max() / first.abs().max()).item()
-            row[f"{key}_ms"] = graphed_ms(
-                lambda: cdt._conv_dt_bwd_op(dxbc, ddt, xbcdt, w, b, dt_bias, CHANNELS),
-                args.reps)
+            row[f"{key}_ms"] = graphed_ms(bwd, args.reps)
         cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES = default
+        # the default tile with the z columns' gradient copied too (one_in_projection):
+        # the whole [z | xBC | dt | pad] projection, d z [rows, E]
+        proj = torch.randn(batch, WINDOW, Z_WIDTH + COLUMNS, device="cuda").bfloat16()
+        dz = torch.randn(batch, WINDOW, Z_WIDTH, device="cuda").bfloat16()
+        row["dx_z_ms"] = graphed_ms(lambda: cdt._conv_dt_bwd_op(
+            dxbc, ddt, dz, proj, w, b, dt_bias, CHANNELS, Z_WIDTH), args.reps)
         rows.append(row)
     report_rows(rows, "ms per call (CUDA graph replay), bf16; err = max relative difference "
                 "to the first setting", args.out, "conv_dt.json")

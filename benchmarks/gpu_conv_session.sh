@@ -6,7 +6,8 @@
 # "B:layers" of ROWS (default 1024:2) for each conv_backend of CONVS (default "auto
 # triton_dpre") and each conv forward form of WALKS (conv_triton.FWD_WALK_ROWS values,
 # default "4": the row walk; 0 the tile kernel), side by side; DX_MICRO=1 runs
-# bench_conv_dt.py first, CONV_MICRO=1 then bench_conv_dpre.py (the forward's forms too).
+# bench_conv_dt.py first, CONV_MICRO=1 then bench_conv_dpre.py (the forward's forms too), at
+# DX_BATCH (default 1024,2048) and MICRO_BATCH (default 1024) windows.
 # Usage (device machine, repo root, .whl carried):
 #   AUTO=triton_dx CONVS="auto triton_fwd" bash benchmarks/gpu_conv_session.sh
 set -u
@@ -24,13 +25,13 @@ if [ "${TESTS:-1}" = 1 ]; then
   echo "graph tests rc=$?"; grep -E "passed|failed|Error" "$OUT/graph_tests.log" | tail -3
 fi
 if [ "${DX_MICRO:-0}" = 1 ]; then
-  timeout 200 python3 benchmarks/bench_conv_dt.py --batch 1024,2048 --out "$OUT" \
+  timeout 200 python3 benchmarks/bench_conv_dt.py --batch "${DX_BATCH:-1024,2048}" --out "$OUT" \
     > "$OUT/conv_dt_micro.log" 2> "$OUT/conv_dt_micro.err"
   echo "conv_dt micro rc=$?"; tail -2 "$OUT/conv_dt_micro.err" | cut -c1-300
   cat "$OUT/conv_dt_micro.log"
 fi
 if [ "${CONV_MICRO:-0}" = 1 ]; then
-  timeout "${MICRO_LIMIT:-120}" python3 benchmarks/bench_conv_dpre.py --batch 1024 --out "$OUT" \
+  timeout "${MICRO_LIMIT:-120}" python3 benchmarks/bench_conv_dpre.py --batch "${MICRO_BATCH:-1024}" --out "$OUT" \
     > "$OUT/conv_micro.log" 2> "$OUT/conv_micro.err"
   echo "conv micro rc=$?"; tail -2 "$OUT/conv_micro.err" | cut -c1-300; cat "$OUT/conv_micro.log"
 fi

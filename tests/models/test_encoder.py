@@ -119,9 +119,12 @@ def test_conv_auto_keeps_pytorch_on_the_cpu_and_the_conv_kernels_match_it(monkey
     h = torch.randn(2, 12, 16)
     calls = {"dpre": [], "kernels": [], "dx": []}
     real = {"dpre": conv_triton.conv_silu_dpre, "kernels": conv_triton.conv_silu_fwd_dpre,
-            "dx": conv_dt_triton.conv_dt}
+            "dx": conv_dt_triton.conv_dt, "dx_z": conv_dt_triton.conv_dt_z}
+    # "triton_dx" takes conv_dt_z (encoder.one_in_projection) or conv_dt
     monkeypatch.setattr(conv_dt_triton, "conv_dt",
                         lambda *a: calls["dx"].append(1) or real["dx"](*a))
+    monkeypatch.setattr(conv_dt_triton, "conv_dt_z",
+                        lambda *a: calls["dx"].append(1) or real["dx_z"](*a))
     monkeypatch.setattr(conv_triton, "conv_silu_dpre",
                         lambda *a: calls["dpre"].append(1) or real["dpre"](*a))
     monkeypatch.setattr(conv_triton, "conv_silu_fwd_dpre",

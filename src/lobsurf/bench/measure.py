@@ -105,6 +105,9 @@ class BenchConfig:
     """encoder.fold_norm_weights: the block's RMSNorm weights inside the next products."""
     scan_last_row: str = EncoderConfig.scan_last_row
     """encoder.scan_last_row: the last layer's scan forward (tile kernel or vectors)."""
+    one_in_projection: bool = EncoderConfig.one_in_projection
+    """encoder.one_in_projection: under autograd the in-projection as one product each way,
+    z's gradient written by conv_dt's backward kernel."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -132,7 +135,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "encoder": {"n_layers": layers, "ssd_backend": cfg.ssd_backend,
                     "conv_backend": cfg.conv_backend, "scan_gate": cfg.scan_gate,
                     "scan_z_proj": cfg.scan_z_proj, "scan_last_row": cfg.scan_last_row,
-                    "fold_norm_weights": cfg.fold_norm_weights},
+                    "fold_norm_weights": cfg.fold_norm_weights,
+                    "one_in_projection": cfg.one_in_projection},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
@@ -254,6 +258,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "scan_gate": cfg.scan_gate,
                            "scan_z_proj": cfg.scan_z_proj,
                            "fold_norm_weights": cfg.fold_norm_weights,
+                           "one_in_projection": cfg.one_in_projection,
                            "prioritize_learner": cfg.prioritize_learner,
                            "collect_beside_backward": cfg.collect_beside_backward,
                            "split_target": cfg.split_target,

@@ -45,6 +45,8 @@ SWITCHES = (
      "(train.compile_max_autotune; minutes more compilation)"),
     ("fold_norm_weights", "the Mamba2 block's RMSNorm weights inside the products after "
      "them (encoder.fold_norm_weights)"),
+    ("one_in_projection", "under autograd the Mamba2 in-projection as one product each way, "
+     "z's gradient written by the conv + dt backward kernel (encoder.one_in_projection)"),
 )
 
 
@@ -301,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
           f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
           f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
           f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
+          f"{', one in-projection under autograd' if cfg.one_in_projection else ''}"
           f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "

@@ -138,6 +138,18 @@ class EncoderConfig:
     the B = 1024 / 2-layer step 489.1 -> 514.2 steps/s, with ``scan_z_proj`` 521.5; B = 256
     / 4 layers 655.0 -> 707.8 with both (benchmarks/RESULTS.md, twenty-seventh session).
     False applies the weights in the norms, as the paper's block writes them."""
+    one_in_projection: bool = False
+    """Where ``conv_backend`` runs conv_dt (forwards with autograd, on CUDA), the block's
+    in-projection as one product [z | xBC | dt] in the forward and in the backward: conv_dt's
+    backward kernel copies z's gradient into the z columns of the [rows, 648] gradient it
+    writes for xBC and dt (``conv_dt_triton.conv_dt_z``), so each layer but the last (whose
+    z is one row) takes one in-projection product fewer in the forward and one data- and one
+    weight-gradient product fewer in the backward, 10 graph nodes fewer at 4 layers. Off by
+    default: on an H100 (bf16, compiled, graphed, one machine) the B = 256 / 4-layer step
+    666.3 -> 666.2 steps/s, B = 1024 / 2 layers 439.5 -> 438.0 (benchmarks/RESULTS.md,
+    thirty-second session): the copy moves as many bytes as the products it saves, so
+    the backward's layers are bound by bytes moved, not by their number of kernels.
+    False: z by a product of its own."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8

@@ -21,7 +21,8 @@ so no [B, L, C] <-> [B, C, L] transposes are needed and torch.compile fuses it.
 of the stateless window call for Triton kernels: by default ("auto") on CUDA the one-chunk
 scan (``ssd_window_triton.py``), the conv's forward kernel (``conv_triton.py``) and, in
 forwards that record gradients, z projected apart and the conv + dt softplus with one
-backward kernel that writes their in-projection gradient (``conv_dt_triton.py``); "triton"
+backward kernel that writes their in-projection gradient (``conv_dt_triton.py``; with
+``one_in_projection`` z's columns too, the in-projection one product); "triton"
 selects older opt-in kernels. ``scan_gate`` (on by default on CUDA) has the one-chunk scan
 kernel of the forwards without autograd apply the gated norm's gate and weight and write
 each row's sums of squares, the norm's 1 / rms applied after the out-projection
@@ -266,24 +267,17 @@ class Mamba2Mixer(nn.Module):
         w_in = self.in_proj.weight if in_scale is None else self.in_proj.weight * in_scale
         conv_dt = state is None and self._conv_dt(u)
         z_in_scan = state is None and not (last_only or conv_dt) and self._scan_z_proj(u)
-        if last_only or conv_dt or z_in_scan:
-            # z by a product of its own: for one row only when that is all that is needed;
-            # on the conv_dt path so that its gradient and the one conv_dt writes for the
-            # other columns never meet in one [rows, 648] tensor (conv_dt_triton.py); not at
-            # all when the scan kernel computes it (scan_z_proj, only without autograd)
-            z = None if z_in_scan else F.linear(u[:, -1] if last_only else u, w_in[:E])
-            xbc_dt = linear_padded_out(u, w_in[E:self.proj_width], align)
-        if conv_dt:
-            xbc, dt = conv_dt_triton.conv_dt(
-                xbc_dt, self.conv_weight.to(xbc_dt.dtype), self.conv_bias.to(xbc_dt.dtype),
-                self.dt_bias, self.conv_channels, cfg.n_heads)
+        if conv_dt and not last_only and cfg.one_in_projection:
+            # one product for z, xBC and dt, each way: conv_dt's backward kernel writes the
+            # z columns' gradient beside its own (conv_dt_triton.conv_dt_z)
+            proj = linear_padded_out(u, w_in, align)
+            z, xbc, dt = conv_dt_triton.conv_dt_z(
+                proj, self.conv_weight.to(proj.dtype), self.conv_bias.to(proj.dtype),
+                self.dt_bias, E, self.conv_channels, cfg.n_heads)
+            new_context = None
         else:
-            if last_only or z_in_scan:
-                xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
-            else:
-                z, xbc, dt = self._split_proj(linear_padded_out(u, w_in, align))
-            xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
-            dt = F.softplus(dt + self.dt_bias)  # [B, L, H]
+            z, xbc, dt, new_context = self._project_apart(u, w_in, align, state, last_only,
+                                                          conv_dt, z_in_scan)
         if z_in_scan:
             return self._gated_scan_out(xbc, dt, None, False, u, w_in[:E])
         if state is None and self._scan_gate(xbc):
@@ -298,6 +292,33 @@ class Mamba2Mixer(nn.Module):
             return F.linear(gated_rms_norm(y, z, None, cfg.norm_eps),
                             self.out_proj.weight * self.norm_weight)
         return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+
+    def _project_apart(self, u: torch.Tensor, w_in: torch.Tensor, align: int,
+                       state: Mamba2State | None, last_only: bool, conv_dt: bool,
+                       z_in_scan: bool) -> tuple[torch.Tensor | None, ...]:
+        # (z, the conv's output xBC, dt after its softplus, the conv's new context or None)
+        # where the in-projection is not one product through conv_dt_z
+        cfg = self.cfg
+        E = cfg.d_inner
+        if last_only or conv_dt or z_in_scan:
+            # z by a product of its own: for one row only when that is all that is needed;
+            # on the conv_dt path without ``one_in_projection``, so that its gradient and the
+            # one conv_dt writes for the other columns never meet in one [rows, 648] tensor
+            # (conv_dt_triton.py); not at all when the scan kernel computes it (scan_z_proj,
+            # only without autograd)
+            z = None if z_in_scan else F.linear(u[:, -1] if last_only else u, w_in[:E])
+            xbc_dt = linear_padded_out(u, w_in[E:self.proj_width], align)
+        if conv_dt:
+            xbc, dt = conv_dt_triton.conv_dt(
+                xbc_dt, self.conv_weight.to(xbc_dt.dtype), self.conv_bias.to(xbc_dt.dtype),
+                self.dt_bias, self.conv_channels, cfg.n_heads)
+            return z, xbc, dt, None
+        if last_only or z_in_scan:
+            xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
+        else:
+            z, xbc, dt = self._split_proj(linear_padded_out(u, w_in, align))
+        xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
+        return z, xbc, F.softplus(dt + self.dt_bias), new_context  # dt [B, L, H]
 
     def _scan_gate(self, xbc: torch.Tensor) -> bool:
         # scan_gate: a stateless forward without autograd where the one-chunk scan kernel

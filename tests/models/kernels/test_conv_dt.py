@@ -88,6 +88,33 @@ def _run(case, dtype, device="cpu", seed=0):
     return (xbc, dt), grads, want_out, want_grads
 
 
+def _run_z(case, dtype, z_width, device="cpu", seed=0):
+    # conv_dt_z on [z | xbcdt] rows (a slice of wider rows, as the in-projection's output
+    # is), with gradients for z, xBC and dt
+    batch, length, channels, heads, width, pad = case
+    g = torch.Generator().manual_seed(seed + 7 * length)
+    cols = z_width + channels + heads + pad
+    proj = torch.randn(batch, length, cols + 8, generator=g)[..., 8:]
+    w, b = torch.randn(width, channels, generator=g), torch.randn(channels, generator=g)
+    dt_bias = torch.rand(heads, generator=g) * 4.0 - 2.0
+    dz = torch.randn(batch, length, z_width, generator=g)
+    dxbc = torch.randn(batch, length, channels, generator=g)
+    ddt = torch.randn(batch, length, heads, generator=g)
+    leaves = [t.to(device=device, dtype=dtype).requires_grad_() for t in (proj, w, b)]
+    leaves.append(dt_bias.to(device).requires_grad_())
+    z, xbc, dt = conv_dt_triton.conv_dt_z(leaves[0], *leaves[1:], z_width, channels, heads)
+    grads = torch.autograd.grad((z.float() * dz.to(device)).sum()
+                                + (xbc.float() * dxbc.to(device)).sum()
+                                + (dt * ddt.to(device)).sum(), leaves)
+    p64 = leaves[0].detach().double().cpu().numpy()
+    want_out, want_grads = numpy_conv_dt(
+        p64[..., z_width:], *(t.detach().double().cpu().numpy() for t in leaves[1:]),
+        dxbc.double().numpy(), ddt.double().numpy(), channels)
+    want_dproj = np.concatenate([dz.double().numpy(), want_grads[0]], axis=-1)
+    return ((z, p64[..., :z_width]), (xbc, dt), grads, want_out,
+            (want_dproj, *want_grads[1:]))
+
+
 def _rel(got: torch.Tensor, ref: np.ndarray) -> float:
     return float(np.abs(got.detach().double().cpu().numpy() - ref).max() / np.abs(ref).max())
 
@@ -120,6 +147,31 @@ def test_one_row_per_step_matches_numpy(case, monkeypatch) -> None:
     _check(case, torch.float32, *_run(case, torch.float32))
 
 
+#: z widths: none past one tile's 128 columns, two tiles with a ragged tail
+Z_CASES = [(CASES[0], 256), (CASES[1], 136), (CASES[4], 24)]
+
+
+def _check_z(case, dtype, z_width, out):
+    (z, want_z), outs, grads, want_out, want_grads = out
+    # z is the projection's own columns, passed through
+    assert z.shape[-1] == z_width and _rel(z, want_z) == 0.0
+    assert grads[0].shape == want_grads[0].shape
+    # the xBC, dt and padding columns as conv_dt's
+    _check(case, dtype, outs, (grads[0][..., z_width:], *grads[1:]), want_out,
+           (want_grads[0][..., z_width:], *want_grads[1:]))
+    # the z columns' gradient is d z as given (a copy: exact, in the projection's dtype)
+    assert _rel(grads[0][..., :z_width], want_grads[0][..., :z_width]) < (
+        1e-7 if dtype == torch.float32 else 4e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("case", "z_width"), Z_CASES)
+def test_conv_dt_z_writes_the_whole_projections_gradient(case, z_width, dtype) -> None:
+    """conv_dt_z: z passed through, and the one backward kernel writes d z into the z
+    columns beside the conv's and dt's gradient (numpy reference, the z columns d z)."""
+    _check_z(case, dtype, z_width, _run_z(case, dtype, z_width))
+
+
 def test_softplus_gradient_above_the_threshold() -> None:
     """Past PyTorch's softplus threshold (20) the derivative is exactly 1, as PyTorch's."""
     x = torch.zeros(1, 3, 16 + 4 + 4)
@@ -133,27 +185,34 @@ def test_softplus_gradient_above_the_threshold() -> None:
     assert torch.allclose(d_raw, want[..., 16:20], rtol=1e-6, atol=1e-12)
 
 
-def _blocks(conv_backend: str, seed: int = 3) -> tuple[Mamba2Block, Mamba2Block]:
+def _blocks(conv_backend: str, seed: int = 3, one_in_projection: bool = False
+            ) -> tuple[Mamba2Block, Mamba2Block]:
     cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend="torch",
                         conv_backend="torch")
     ref = perturbed_block(cfg, seed).double()
-    fast = Mamba2Block(EncoderConfig(**{**cfg.__dict__, "conv_backend": conv_backend}))
+    fast = Mamba2Block(EncoderConfig(**{**cfg.__dict__, "conv_backend": conv_backend,
+                                        "one_in_projection": one_in_projection}))
     fast.load_state_dict(ref.state_dict())
     return ref, fast
 
 
+@pytest.mark.parametrize("one_in_projection", [False, True])
 @pytest.mark.parametrize("last_only", [False, True])
-def test_block_on_triton_dx_matches_the_float64_block(last_only: bool, monkeypatch) -> None:
-    """The block with z projected apart and the conv + dt through conv_dt: its output and
-    every parameter's and the input's gradient against the PyTorch block in float64."""
-    ref, fast = _blocks("triton_dx")
+def test_block_on_triton_dx_matches_the_float64_block(last_only: bool, one_in_projection: bool,
+                                                      monkeypatch) -> None:
+    """The block with the conv + dt through conv_dt, z projected apart or (every row, with
+    ``one_in_projection``) through conv_dt_z: its output and every parameter's and the
+    input's gradient against the PyTorch block in float64."""
+    ref, fast = _blocks("triton_dx", one_in_projection=one_in_projection)
     h = torch.randn(3, 37, 32)
     calls = count_calls(monkeypatch, conv_dt_triton, "_conv_dt_bwd_op")
+    z_calls = count_calls(monkeypatch, conv_dt_triton, "conv_dt_z")
     hf = h.clone().requires_grad_()
     out = fast(hf, last_only=last_only)
     probe = torch.randn_like(out)  # a loss that weighs every output value
     grads = torch.autograd.grad((out * probe).sum(), [hf, *fast.parameters()])
     assert calls == [1]
+    assert z_calls == ([1] if one_in_projection and not last_only else [])
     hr = h.double().requires_grad_()
     out_ref = ref(hr, last_only=last_only)
     ref_grads = torch.autograd.grad((out_ref * probe.double()).sum(), [hr, *ref.parameters()])
@@ -190,3 +249,10 @@ def test_dispatch() -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_conv_dt_on_cuda_matches_numpy(case, dtype) -> None:
     _check(case, dtype, *_run(case, dtype, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("case", "z_width"), Z_CASES)
+def test_conv_dt_z_on_cuda_matches_numpy(case, z_width, dtype) -> None:
+    _check_z(case, dtype, z_width, _run_z(case, dtype, z_width, device="cuda"))

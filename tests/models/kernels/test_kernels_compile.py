@@ -31,10 +31,12 @@ EXPECTED = (
        for bf16 in (0, 1) for gated in (False, True)}
     | {(name, (("BF16", bf16),)) for bf16 in (0, 1)
        for name in ("_ssd_window_bwd_head", "_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
-    | {(name, (("ALIGN", align),)) for align in (4, 8)
-       for name in ("_conv_walk_fwd_kernel", "_conv_dt_bwd_kernel")})
+    | {("_conv_walk_fwd_kernel", (("ALIGN", align),)) for align in (4, 8)}
+    # every row: z's gradient copied too (one_in_projection); the last row: conv_dt alone
+    | {("_conv_dt_bwd_kernel", (("ALIGN", align), ("ZW", zw))) for align in (4, 8)
+       for zw in (0, 256)})
 #: the constexprs that tell the expected variants apart
-VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ")
+VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ", "ZW")
 
 
 def _variant(row: dict) -> tuple:

@@ -26,7 +26,11 @@ without the assembly), the step 358.7 -> 383.1 steps/s (B = 1024 / 2 layers), 18
 "auto"`` runs on CUDA (``models.config.CONV_AUTO_ON_CUDA``).
 
 The mixer computes z with a product of its own on this path (``Mamba2Mixer.forward``), so
-that autograd never adds a z gradient and this one into one [rows, 648] tensor.
+that autograd never adds a z gradient and this one into one [rows, 648] tensor. With
+``EncoderConfig.one_in_projection`` (opt-in) it instead passes the whole projection to
+``conv_dt_z``, whose backward kernel also copies d z into the z columns (one more program
+per window and 128 z columns), so the in-projection stays one product each way; on an H100
+that was no faster (benchmarks/RESULTS.md, thirty-second session).
 
 The forward is the conv's forward kernel (``conv_triton.conv_silu``) and PyTorch's
 softplus. The PyTorch conv stays the CPU path and the reference (tests compare the
@@ -56,6 +60,8 @@ STAGES = 3
 """Software-pipelining stages of the row loop."""
 MAX_WIDTH = 4
 """The widest conv (taps) the kernel holds in registers (Mamba2's d_conv is 4)."""
+Z_ROWS = 16
+"""Rows per step of the z columns' gradient copy (``conv_dt_z``)."""
 SOFTPLUS_THRESHOLD = 20.0
 """PyTorch's softplus threshold: above it softplus is the identity (derivative 1)."""
 
@@ -183,32 +189,62 @@ if triton is not None:
         tl.store(part_dt_ptr + b * H + k, tl.sum(g, 0), mask=k < H)
 
     @triton.jit
-    def _conv_dt_bwd_kernel(x_ptr, w_ptr, b_ptr, dt_bias_ptr, dout_ptr, ddt_ptr, dx_ptr,
+    def _z_tile(dz_ptr, dx_ptr, b, n, L, s_zb, s_zl, s_xb, s_xl, ZW: tl.constexpr,
+                BC: tl.constexpr, ZR: tl.constexpr):
+        # the z columns' gradient (``one_in_projection``): d z copied, ZR rows at a time, into
+        # columns n*BC.. of the in-projection's gradient, whose other columns the conv and
+        # dt tiles write
+        c = n * BC + tl.arange(0, BC)
+        cm = (c < ZW)[None, :]
+        for r0 in tl.range(0, L, ZR):
+            r = r0 + tl.arange(0, ZR)
+            m = (r < L)[:, None] & cm
+            v = tl.load(dz_ptr + b * s_zb + r[:, None] * s_zl + c[None, :], mask=m, other=0.0)
+            tl.store(dx_ptr + b * s_xb + r[:, None] * s_xl + c[None, :],
+                     v.to(dx_ptr.dtype.element_ty), mask=m)
+
+    @triton.jit
+    def _conv_dt_bwd_kernel(x_ptr, w_ptr, b_ptr, dt_bias_ptr, dout_ptr, ddt_ptr, dz_ptr, dx_ptr,
                             part_ptr, part_dt_ptr, L, C, H, CP, s_b, s_l, s_db, s_dl, s_tb,
-                            s_tl, s_xb, s_xl, W: tl.constexpr, BC: tl.constexpr,
+                            s_tl, s_zb, s_zl, s_xb, s_xl, W: tl.constexpr, BC: tl.constexpr,
                             LT: tl.constexpr, PT: tl.constexpr, ALIGN: tl.constexpr,
                             R: tl.constexpr, STAGES_: tl.constexpr,
-                            THRESHOLD: tl.constexpr):
-        # Grid (window, channel tiles + 1): the last program of a window takes the dt and
-        # padding columns. The row strides of x and d x come in units of ALIGN elements
-        # (Triton proves 16-byte alignment only for multiples of 16; 648 and 392 are not).
+                            THRESHOLD: tl.constexpr, ZW: tl.constexpr, ZR: tl.constexpr):
+        # Grid (window, channel tiles + 1 + z tiles): after a window's channel tiles one
+        # program takes the dt and padding columns, then (ZW > 0: the in-projection's z
+        # columns come first, ``one_in_projection``) one per BC z columns copies d z. The
+        # row strides of x and d x come in units of ALIGN elements (Triton proves 16-byte
+        # alignment only for multiples of 16; 648 and 392 are not).
         s_b = s_b * ALIGN
         s_l = s_l * ALIGN
         s_xb = s_xb * ALIGN
         s_xl = s_xl * ALIGN
         b = tl.program_id(0)
         n = tl.program_id(1)
-        if n < tl.num_programs(1) - 1:
-            _conv_tile(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, b, n, L, C, s_b, s_l,
-                       s_db, s_dl, s_xb, s_xl, W, BC, R, STAGES_)
+        n_conv = tl.cdiv(C, BC)
+        if n < n_conv:
+            _conv_tile(x_ptr + ZW, w_ptr, b_ptr, dout_ptr, dx_ptr + ZW, part_ptr, b, n, L, C,
+                       s_b, s_l, s_db, s_dl, s_xb, s_xl, W, BC, R, STAGES_)
+        elif n == n_conv:
+            _dt_tile(x_ptr + ZW, dt_bias_ptr, ddt_ptr, dx_ptr + ZW, part_dt_ptr, b, L, C, H, CP,
+                     s_b, s_l, s_tb, s_tl, s_xb, s_xl, THRESHOLD, LT, PT)
         else:
-            _dt_tile(x_ptr, dt_bias_ptr, ddt_ptr, dx_ptr, part_dt_ptr, b, L, C, H, CP, s_b,
-                     s_l, s_tb, s_tl, s_xb, s_xl, THRESHOLD, LT, PT)
-
+            _z_tile(dz_ptr, dx_ptr, b, n - n_conv - 1, L, s_zb, s_zl, s_xb, s_xl, ZW, BC, ZR)
 
 def supports(width: int) -> bool:
     """Whether the kernel holds a conv of ``width`` taps (at most ``MAX_WIDTH``)."""
     return 1 <= width <= MAX_WIDTH
+
+
+def _check_args(cols: int, weight: torch.Tensor, channels: int, heads: int,
+                z_width: int) -> None:
+    if ROWS_PER_STEP not in (1, 4):
+        raise ValueError(f"conv_dt: ROWS_PER_STEP must be 1 or 4, got {ROWS_PER_STEP}")
+    if not supports(weight.shape[0]):
+        raise ValueError(f"conv_dt: at most {MAX_WIDTH} taps, got {weight.shape[0]}")
+    if cols < z_width + channels + heads:
+        raise ValueError(f"conv_dt: {cols} columns, fewer than {z_width} z columns + "
+                         f"{channels} channels + {heads} heads")
 
 
 def conv_dt(xbcdt: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -226,16 +262,30 @@ def conv_dt(xbcdt: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         xBC [B, L, channels] in xbcdt's dtype and dt [B, L, heads] float32. Differentiable:
         the gradient of ``xbcdt`` comes whole (padding columns zero) from one kernel.
     """
-    if ROWS_PER_STEP not in (1, 4):
-        raise ValueError(f"conv_dt: ROWS_PER_STEP must be 1 or 4, got {ROWS_PER_STEP}")
-    if not supports(weight.shape[0]):
-        raise ValueError(f"conv_dt: at most {MAX_WIDTH} taps, got {weight.shape[0]}")
-    if xbcdt.shape[-1] < channels + heads:
-        raise ValueError(f"conv_dt: {xbcdt.shape[-1]} columns, fewer than {channels} "
-                         f"channels + {heads} heads")
+    _check_args(xbcdt.shape[-1], weight, channels, heads, 0)
     if not torch.is_grad_enabled():
         return _forward(xbcdt, weight, bias, dt_bias, channels, heads)
-    return _ConvDt.apply(xbcdt, weight, bias, dt_bias, channels, heads)
+    return _ConvDt.apply(xbcdt, weight, bias, dt_bias, channels, heads, 0)
+
+
+def conv_dt_z(proj: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+              dt_bias: torch.Tensor, z_width: int, channels: int, heads: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``conv_dt`` of the whole in-projection [z | xBC | dt | padding] (``EncoderConfig.
+    one_in_projection``): z passed through as a view of ``proj``'s first ``z_width``
+    columns, then ``conv_dt`` of the columns after them. Under autograd the one backward
+    kernel writes the gradient of all of ``proj``, d z copied into its z columns, so the
+    in-projection stays one product in the backward too (no [rows, width] sum or
+    concatenation of a z gradient and this one).
+
+    Returns:
+        (z [B, L, z_width], xBC [B, L, channels], dt [B, L, heads] float32).
+    """
+    _check_args(proj.shape[-1], weight, channels, heads, z_width)
+    if not torch.is_grad_enabled():
+        return (proj[..., :z_width],
+                *_forward(proj[..., z_width:], weight, bias, dt_bias, channels, heads))
+    return _ConvDt.apply(proj, weight, bias, dt_bias, channels, heads, z_width)
 
 
 def _forward(xbcdt, weight, bias, dt_bias, channels, heads):
@@ -246,53 +296,63 @@ def _forward(xbcdt, weight, bias, dt_bias, channels, heads):
 
 class _ConvDt(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xbcdt, weight, bias, dt_bias, channels, heads):
-        ctx.save_for_backward(xbcdt, weight, bias, dt_bias)
-        ctx.channels = channels
-        return _forward(xbcdt, weight, bias, dt_bias, channels, heads)
+    def forward(ctx, proj, weight, bias, dt_bias, channels, heads, z_width):
+        # proj: xbcdt itself (z_width 0) or [z | xbcdt], whose z comes out as a view
+        ctx.save_for_backward(proj, weight, bias, dt_bias)
+        ctx.channels, ctx.z_width = channels, z_width
+        outs = _forward(proj[..., z_width:], weight, bias, dt_bias, channels, heads)
+        return (proj[..., :z_width], *outs) if z_width else outs
 
     @staticmethod
-    def backward(ctx, dxbc, ddt):
-        xbcdt, weight, bias, dt_bias = ctx.saved_tensors
-        dx, part, part_dt = _conv_dt_bwd_op(dxbc, ddt, xbcdt, weight, bias, dt_bias,
-                                            ctx.channels)
+    def backward(ctx, *grads):
+        proj, weight, bias, dt_bias = ctx.saved_tensors
+        dz, dxbc, ddt = grads if ctx.z_width else (None, *grads)
+        dx, part, part_dt = _conv_dt_bwd_op(dxbc, ddt, dz, proj, weight, bias, dt_bias,
+                                            ctx.channels, ctx.z_width)
         # the windows' partial sums reduced in a fixed order (deterministic, no atomics)
         # here, outside the op: under torch.compile Inductor fuses these reductions and
         # casts with their neighbours (inside the op they were three PyTorch reductions and
         # two casts, each a launch of its own on the backward's serial path)
         width = weight.shape[0]
         return (dx, part[:, :width].sum(0).to(weight.dtype), part[:, width].sum(0).to(bias.dtype),
-                part_dt.sum(0).to(dt_bias.dtype), None, None)
+                part_dt.sum(0).to(dt_bias.dtype), None, None, None)
 
 
 @torch.library.custom_op("lobsurf::conv_dt_bwd", mutates_args=())
-def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, xbcdt: torch.Tensor,
-                    weight: torch.Tensor, bias: torch.Tensor, dt_bias: torch.Tensor,
-                    channels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # (d xbcdt, the windows' partial sums [B, W + 1, channels] of d weight (W taps) and d
-    # bias, and [B, H] of d dt_bias, fp32); ``_ConvDt.backward`` sums the partials
-    if xbcdt.stride(-1) != 1:
-        raise ValueError(f"conv_dt: column stride must be 1, got {xbcdt.stride()}")
+def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, dz: torch.Tensor | None,
+                    proj: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    dt_bias: torch.Tensor, channels: int, z_width: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # (d proj, the windows' partial sums [B, W + 1, channels] of d weight (W taps) and d
+    # bias, and [B, H] of d dt_bias, fp32); ``_ConvDt.backward`` sums the partials. proj is
+    # xbcdt (z_width 0, dz None) or [z | xbcdt], whose z columns' gradient is dz.
+    if proj.stride(-1) != 1:
+        raise ValueError(f"conv_dt: column stride must be 1, got {proj.stride()}")
     dxbc, ddt = dxbc.contiguous(), ddt.contiguous()
-    batch, length, width_p = xbcdt.shape
+    batch, length, width_p = proj.shape
     width, heads = weight.shape[0], dt_bias.shape[0]
-    dx = torch.empty(xbcdt.shape, device=xbcdt.device, dtype=xbcdt.dtype)
-    align = min(conv_triton.row_alignment(xbcdt), conv_triton.row_alignment(dx))
-    part = torch.empty(batch, width + 1, channels, device=xbcdt.device, dtype=torch.float32)
-    part_dt = torch.empty(batch, heads, device=xbcdt.device, dtype=torch.float32)
-    _conv_dt_bwd_kernel[(batch, triton.cdiv(channels, BLOCK_C) + 1)](
-        xbcdt, weight.contiguous(), bias.contiguous(), dt_bias.contiguous(), dxbc, ddt, dx,
-        part, part_dt, length, channels, heads, width_p, xbcdt.stride(0) // align,
-        xbcdt.stride(1) // align, dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
-        ddt.stride(1), dx.stride(0) // align, dx.stride(1) // align, W=width, BC=BLOCK_C,
+    dx = torch.empty(proj.shape, device=proj.device, dtype=proj.dtype)
+    # d z's row stride need not be aligned: the copy's loads are plain
+    dz = dx if dz is None else dz.contiguous()
+    align = min(conv_triton.row_alignment(proj), conv_triton.row_alignment(dx))
+    part = torch.empty(batch, width + 1, channels, device=proj.device, dtype=torch.float32)
+    part_dt = torch.empty(batch, heads, device=proj.device, dtype=torch.float32)
+    z_tiles = triton.cdiv(z_width, BLOCK_C)
+    _conv_dt_bwd_kernel[(batch, triton.cdiv(channels, BLOCK_C) + 1 + z_tiles)](
+        proj, weight.contiguous(), bias.contiguous(), dt_bias.contiguous(), dxbc, ddt, dz, dx,
+        part, part_dt, length, channels, heads, width_p - z_width, proj.stride(0) // align,
+        proj.stride(1) // align, dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
+        ddt.stride(1), dz.stride(0), dz.stride(1), dx.stride(0) // align,
+        dx.stride(1) // align, W=width, BC=BLOCK_C,
         LT=max(16, triton.next_power_of_2(length)),
-        PT=max(16, triton.next_power_of_2(width_p - channels)), ALIGN=align,
-        R=ROWS_PER_STEP, STAGES_=STAGES, THRESHOLD=SOFTPLUS_THRESHOLD, num_warps=WARPS)
+        PT=max(16, triton.next_power_of_2(width_p - z_width - channels)), ALIGN=align,
+        R=ROWS_PER_STEP, STAGES_=STAGES, THRESHOLD=SOFTPLUS_THRESHOLD, ZW=z_width,
+        ZR=Z_ROWS, num_warps=WARPS)
     return dx, part, part_dt
 
 
 @_conv_dt_bwd_op.register_fake
-def _(dxbc, ddt, xbcdt, weight, bias, dt_bias, channels):
+def _(dxbc, ddt, dz, xbcdt, weight, bias, dt_bias, channels, z_width):
     partial = dict(device=xbcdt.device, dtype=torch.float32)
     return (torch.empty(xbcdt.shape, device=xbcdt.device, dtype=xbcdt.dtype),
             torch.empty(xbcdt.shape[0], weight.shape[0] + 1, channels, **partial),
