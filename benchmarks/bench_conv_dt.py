@@ -11,8 +11,9 @@ CUDA graph and replayed (GPU time), per batch of windows:
 - ``dx_r{rows}_c{channels}_w{warps}_s{stages}``: the ``triton_dx`` backward kernel per
   setting (rows whose loads issue together, channels per program, warps, pipelining
   stages), with its gradient's max relative error against the first setting's;
-- ``dx_z_ms``: the default setting with the z columns' gradient copied as well
-  (``encoder.one_in_projection``: the whole 648-column projection, d z of 256 columns);
+- ``dx_z_ms``: the default setting (its channel block by the batch) with the z columns'
+  gradient copied as well (``encoder.one_in_projection``: the whole 648-column
+  projection, d z of 256 columns);
 - ``bytes_floor_ms``: its bytes (x, d out, d dt read once, d x written once) at the HBM
   peak (4.8 TB/s).
 
@@ -52,20 +53,24 @@ def main() -> None:
         row = {"batch": batch, "bytes_floor_ms": moved / HBM_TB_S / 1e9}
         x = xbcdt[..., :CHANNELS]
         row["dpre_ms"] = graphed_ms(lambda: conv_triton._conv_dpre_op(dxbc, x, w, b), args.reps)
-        default = cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES
+        # a tile's channels apply at every batch (both the small batches' block and the
+        # large ones'); restored after
+        default = cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.BLOCK_C_SMALL, cdt.WARPS, cdt.STAGES
 
         def bwd():
             return cdt._conv_dt_bwd_op(dxbc, ddt, None, xbcdt, w, b, dt_bias, CHANNELS, 0)
 
         first = None
         for tile in TILES:
-            cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES = tile
+            rows_step, block, warps, stages = tile
+            cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.BLOCK_C_SMALL = rows_step, block, block
+            cdt.WARPS, cdt.STAGES = warps, stages
             key = "dx_r{}_c{}_w{}_s{}".format(*tile)
             got = bwd()[0].double()
             first = got if first is None else first
             row[f"{key}_err"] = ((got - first).abs().max() / first.abs().max()).item()
             row[f"{key}_ms"] = graphed_ms(bwd, args.reps)
-        cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.WARPS, cdt.STAGES = default
+        cdt.ROWS_PER_STEP, cdt.BLOCK_C, cdt.BLOCK_C_SMALL, cdt.WARPS, cdt.STAGES = default
         # the default tile with the z columns' gradient copied too (one_in_projection):
         # the whole [z | xBC | dt | pad] projection, d z [rows, E]
         proj = torch.randn(batch, WINDOW, Z_WIDTH + COLUMNS, device="cuda").bfloat16()

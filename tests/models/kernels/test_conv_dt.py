@@ -172,6 +172,24 @@ def test_conv_dt_z_writes_the_whole_projections_gradient(case, z_width, dtype) -
     _check_z(case, dtype, z_width, _run_z(case, dtype, z_width))
 
 
+@pytest.mark.parametrize("case", [CASES[0], CASES[1]])
+def test_wide_channel_block_matches_numpy(case, monkeypatch) -> None:
+    """The channel block of large batches (``BLOCK_C``; the tests' few windows otherwise
+    take ``BLOCK_C_SMALL``), with and without the z columns."""
+    monkeypatch.setattr(conv_dt_triton, "SMALL_BATCH", 1)
+    assert conv_dt_triton.block_channels(case[0]) == conv_dt_triton.BLOCK_C
+    _check(case, torch.float32, *_run(case, torch.float32))
+    _check_z(case, torch.float32, 136, _run_z(case, torch.float32, 136))
+
+
+def test_channel_block_by_batch() -> None:
+    """Below SMALL_BATCH windows half the channels per program, from it on the full block."""
+    small = conv_dt_triton.SMALL_BATCH
+    assert conv_dt_triton.block_channels(small - 1) == conv_dt_triton.BLOCK_C_SMALL
+    assert conv_dt_triton.block_channels(small) == conv_dt_triton.BLOCK_C
+    assert conv_dt_triton.BLOCK_C_SMALL < conv_dt_triton.BLOCK_C
+
+
 def test_softplus_gradient_above_the_threshold() -> None:
     """Past PyTorch's softplus threshold (20) the derivative is exactly 1, as PyTorch's."""
     x = torch.zeros(1, 3, 16 + 4 + 4)

@@ -64,17 +64,20 @@ SCRIPT = textwrap.dedent("""
                       ZPROJ=zproj, ZK=min(zproj, sw.Z_PROJ_COLUMNS), BF16=1, PREC="ieee")
         fn, warps = sw._ssd_window_fwd, 4
         extra_fp32 = ("dt_ptr", "a_ptr", "d_ptr", "w_ptr", "ss_ptr")
-    elif which == "dx":  # conv_dt_triton's backward: [B, 64, 392] GEMM output and gradient
+    elif which in ("dx", "dx_small"):  # conv_dt_triton's backward: [B, 64, 392] GEMM
+        # output and gradient, at its channel block from SMALL_BATCH windows up and below
         from lobsurf.models.kernels import conv_dt_triton as cdt
 
         xbcdt = torch.zeros(2, 64, 392, dtype=torch.bfloat16)
         align = ct.row_alignment(xbcdt)
         ints = dict(L=64, C=384, H=4, CP=392, s_b=xbcdt.stride(0) // align,
                     s_l=xbcdt.stride(1) // align, s_db=dout.stride(0), s_dl=out_row,
-                    s_tb=256, s_tl=4, s_xb=xbcdt.stride(0) // align,
+                    s_tb=256, s_tl=4, s_zb=64 * 256, s_zl=256, s_xb=xbcdt.stride(0) // align,
                     s_xl=xbcdt.stride(1) // align)
-        consts = dict(W=4, BC=cdt.BLOCK_C, LT=64, PT=16, ALIGN=align, R=cdt.ROWS_PER_STEP,
-                      STAGES_=cdt.STAGES, THRESHOLD=cdt.SOFTPLUS_THRESHOLD)
+        block = cdt.BLOCK_C_SMALL if which == "dx_small" else cdt.BLOCK_C
+        consts = dict(W=4, BC=block, LT=64, PT=16, ALIGN=align, R=cdt.ROWS_PER_STEP,
+                      STAGES_=cdt.STAGES, THRESHOLD=cdt.SOFTPLUS_THRESHOLD, ZW=0,
+                      ZR=cdt.Z_ROWS)
         fn, warps = cdt._conv_dt_bwd_kernel, cdt.WARPS
     elif which == "walk":  # the forward's row walk (FWD_WALK_ROWS rows a step)
         consts = dict(W=4, BC=ct.FWD_WALK_BLOCK_C, ALIGN=align, R=ct.FWD_WALK_ROWS,
@@ -136,14 +139,17 @@ def test_d_pre_kernel_loads_the_in_proj_slice_a_thread_row_at_a_time() -> None:
     assert set(loads) == {LOAD_OF_BYTES[min(run_bytes, 16)]}, loads
 
 
-def test_dx_kernel_loads_the_rows_a_thread_run_at_a_time() -> None:
+@pytest.mark.parametrize("which", ["dx", "dx_small"])
+def test_dx_kernel_loads_the_rows_a_thread_run_at_a_time(which: str) -> None:
     # conv_dt_triton's backward (conv_backend "triton_dx"): its row loop's loads of x and d
-    # out are pipelined copies of a thread's whole run of channels (4 bf16: 8 bytes), as are
-    # the loads before the loop; only the dt tile's loads (4 of 16 columns) are scalar
+    # out are pipelined copies of a thread's whole run of channels (4 bf16: 8 bytes at 128
+    # channels a program, 2 bf16 at the small batches' 64), as are the loads before the
+    # loop; only the dt tile's loads (4 of 16 columns) are scalar
     from lobsurf.models.kernels import conv_dt_triton as cdt
 
-    run_bytes = 2 * cdt.BLOCK_C // (32 * cdt.WARPS)
-    loads = _global_loads("dx")
+    block = cdt.BLOCK_C_SMALL if which == "dx_small" else cdt.BLOCK_C
+    run_bytes = 2 * block // (32 * cdt.WARPS)
+    loads = _global_loads(which)
     copies = {k for k in loads if k.startswith("cp.async")}
     assert copies == {f"cp.async {run_bytes} bytes"}, loads
     assert loads[LOAD_OF_BYTES[run_bytes]] >= 8, loads  # 3 x rows, 4 taps, the bias

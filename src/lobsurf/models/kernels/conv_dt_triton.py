@@ -12,12 +12,12 @@ gradient, [rows, C]) and Inductor then reads it back at the W shifts of d x and 
 the whole in-projection gradient [rows, 648] with d z and d dt in one flat pointwise kernel:
 in the B = 1024 / 2-layer step that assembly took 147 µs for the first layer and 56 µs for
 the last, on top of the d pre kernel's ~64 µs per layer. Here one program per (window, 128
-channels) walks the window's rows backwards, R rows a step: d pre[t] from x (the
-pre-activation recomputed) and d out, then d x[t] = sum_m w[W-1-m] d pre[t+m] from the last
-W-1 d pre rows it holds in registers, written once per row straight into the gradient of
-``xbcdt``; one more program per window writes the dt columns' gradient (softplus'
-derivative) and zeros the padding. The window's sums of the conv weight's, its bias' and
-dt_bias' gradients stay in each thread's registers.
+channels; 64 below ``SMALL_BATCH`` windows) walks the window's rows backwards, R rows a
+step: d pre[t] from x (the pre-activation recomputed) and d out, then d x[t] = sum_m
+w[W-1-m] d pre[t+m] from the last W-1 d pre rows it holds in registers, written once per
+row straight into the gradient of ``xbcdt``; one more program per window writes the dt
+columns' gradient (softplus' derivative) and zeros the padding. The window's sums of the
+conv weight's, its bias' and dt_bias' gradients stay in each thread's registers.
 
 Measured (H200, bf16, B = 1024, benchmarks/RESULTS.md, seventeenth session): the kernel
 0.092 ms per layer alone (one row a step: 0.131; the d pre kernel it replaces 0.085,
@@ -51,7 +51,18 @@ except ImportError:  # CPU-only installs: the PyTorch conv is used instead
     triton = None
 
 BLOCK_C = 128
-"""Channels per program (one window's rows, 256 bytes each in bf16)."""
+"""Channels per program (one window's rows, 256 bytes each in bf16) from ``SMALL_BATCH``
+windows up."""
+BLOCK_C_SMALL = 64
+"""Channels per program below ``SMALL_BATCH`` windows: twice the programs, each walking
+half the channels. With one warp per program a small batch leaves the GPU mostly idle
+while each program walks its rows; at B = 256 the kernel took 23.7 µs alone against
+27.0 with 128 channels, at B = 1024 94.7 against 86.9 (H100, bf16, bench_conv_dt.py), and
+the B = 256 / 4-layer step 666.2 -> 675.8 steps/s, B = 1024 / 2 layers 446.1 -> 442.3
+(benchmarks/RESULTS.md, thirty-second session)."""
+SMALL_BATCH = 512
+"""Windows below which the backward takes ``BLOCK_C_SMALL`` channels per program (the
+crossover lies between the measured 256 and 1024)."""
 WARPS = 1
 """Triton warps per program."""
 ROWS_PER_STEP = 4
@@ -231,6 +242,11 @@ if triton is not None:
         else:
             _z_tile(dz_ptr, dx_ptr, b, n - n_conv - 1, L, s_zb, s_zl, s_xb, s_xl, ZW, BC, ZR)
 
+def block_channels(batch: int) -> int:
+    """Channels per program of the backward kernel for ``batch`` windows."""
+    return BLOCK_C_SMALL if batch < SMALL_BATCH else BLOCK_C
+
+
 def supports(width: int) -> bool:
     """Whether the kernel holds a conv of ``width`` taps (at most ``MAX_WIDTH``)."""
     return 1 <= width <= MAX_WIDTH
@@ -337,13 +353,14 @@ def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, dz: torch.Tensor | No
     align = min(conv_triton.row_alignment(proj), conv_triton.row_alignment(dx))
     part = torch.empty(batch, width + 1, channels, device=proj.device, dtype=torch.float32)
     part_dt = torch.empty(batch, heads, device=proj.device, dtype=torch.float32)
-    z_tiles = triton.cdiv(z_width, BLOCK_C)
-    _conv_dt_bwd_kernel[(batch, triton.cdiv(channels, BLOCK_C) + 1 + z_tiles)](
+    block = block_channels(batch)
+    z_tiles = triton.cdiv(z_width, block)
+    _conv_dt_bwd_kernel[(batch, triton.cdiv(channels, block) + 1 + z_tiles)](
         proj, weight.contiguous(), bias.contiguous(), dt_bias.contiguous(), dxbc, ddt, dz, dx,
         part, part_dt, length, channels, heads, width_p - z_width, proj.stride(0) // align,
         proj.stride(1) // align, dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
         ddt.stride(1), dz.stride(0), dz.stride(1), dx.stride(0) // align,
-        dx.stride(1) // align, W=width, BC=BLOCK_C,
+        dx.stride(1) // align, W=width, BC=block,
         LT=max(16, triton.next_power_of_2(length)),
         PT=max(16, triton.next_power_of_2(width_p - z_width - channels)), ALIGN=align,
         R=ROWS_PER_STEP, STAGES_=STAGES, THRESHOLD=SOFTPLUS_THRESHOLD, ZW=z_width,
