@@ -10,7 +10,8 @@ from lobsurf.cli import main
 from lobsurf.models.config import EncoderConfig
 
 ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
-            "scan_z_proj", "fold_norm_weights", "one_in_projection", "prioritize_learner",
+            "scan_z_proj", "fold_norm_weights", "one_in_projection", "scan_scores_in_head",
+            "prioritize_learner",
             "scan_last_row",
             "collect_beside_backward", "split_target",
             "inductor_options",
@@ -38,6 +39,7 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
         assert r["collect_beside_backward"] is False
         assert r["split_target"] is True  # the default (one call on CPU: no side stream)
         assert r["one_in_projection"] is False  # the default
+        assert r["scan_scores_in_head"] is False  # the default
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
         assert r["compiled"] is None  # compiled only on CUDA unless --compile

@@ -47,6 +47,9 @@ SWITCHES = (
      "them (encoder.fold_norm_weights)"),
     ("one_in_projection", "under autograd the Mamba2 in-projection as one product each way, "
      "z's gradient written by the conv + dt backward kernel (encoder.one_in_projection)"),
+    ("scan_scores_in_head", "the Mamba2 scan backward's d B and d C formed in its per-head "
+     "kernel by each window's last program, not by a kernel of their own "
+     "(encoder.scan_scores_in_head)"),
 )
 
 
@@ -304,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
           f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
           f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
           f"{', one in-projection under autograd' if cfg.one_in_projection else ''}"
+          f"{', scan scores in the head kernel' if cfg.scan_scores_in_head else ''}"
           f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "

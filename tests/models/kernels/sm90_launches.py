@@ -164,10 +164,12 @@ def block_calls() -> None:
 
 def _block_calls(cfg: EncoderConfig) -> None:
     # the gated scan's every-row call reads z (the first pass) or computes it (the second);
-    # under autograd z by a product of its own (the first) or through conv_dt_z (the second)
+    # under autograd z by a product of its own (the first) or through conv_dt_z (the second),
+    # and the scan's d B and d C by a kernel of their own (the first) or in the head kernel
     for last_row, z_proj, one_proj in (("tile", "torch", False), ("vector", "triton", True)):
         block = Mamba2Block(dataclasses.replace(cfg, scan_last_row=last_row,
-                                                scan_z_proj=z_proj, one_in_projection=one_proj))
+                                                scan_z_proj=z_proj, one_in_projection=one_proj,
+                                                scan_scores_in_head=one_proj))
         for dtype in (torch.float32, torch.bfloat16):
             h = torch.randn(2, 64, cfg.d_model, requires_grad=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):

@@ -30,13 +30,16 @@ EXPECTED = (
     | {("_ssd_window_fwd_last", (("BF16", bf16), ("GATED", gated)))
        for bf16 in (0, 1) for gated in (False, True)}
     | {(name, (("BF16", bf16),)) for bf16 in (0, 1)
-       for name in ("_ssd_window_bwd_head", "_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
+       for name in ("_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
+    # d B and d C in the head kernel or in a kernel of their own (scan_scores_in_head)
+    | {("_ssd_window_bwd_head", (("BF16", bf16), ("SCORES", scores))) for bf16 in (0, 1)
+       for scores in (False, True)}
     | {("_conv_walk_fwd_kernel", (("ALIGN", align),)) for align in (4, 8)}
     # every row: z's gradient copied too (one_in_projection); the last row: conv_dt alone
     | {("_conv_dt_bwd_kernel", (("ALIGN", align), ("ZW", zw))) for align in (4, 8)
        for zw in (0, 256)})
 #: the constexprs that tell the expected variants apart
-VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ", "ZW")
+VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ", "ZW", "SCORES")
 
 
 def _variant(row: dict) -> tuple:
