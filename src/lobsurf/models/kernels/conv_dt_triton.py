@@ -242,6 +242,7 @@ if triton is not None:
         else:
             _z_tile(dz_ptr, dx_ptr, b, n - n_conv - 1, L, s_zb, s_zl, s_xb, s_xl, ZW, BC, ZR)
 
+
 def block_channels(batch: int) -> int:
     """Channels per program of the backward kernel for ``batch`` windows."""
     return BLOCK_C_SMALL if batch < SMALL_BATCH else BLOCK_C
@@ -369,8 +370,8 @@ def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, dz: torch.Tensor | No
 
 
 @_conv_dt_bwd_op.register_fake
-def _(dxbc, ddt, dz, xbcdt, weight, bias, dt_bias, channels, z_width):
-    partial = dict(device=xbcdt.device, dtype=torch.float32)
-    return (torch.empty(xbcdt.shape, device=xbcdt.device, dtype=xbcdt.dtype),
-            torch.empty(xbcdt.shape[0], weight.shape[0] + 1, channels, **partial),
-            torch.empty(xbcdt.shape[0], dt_bias.shape[0], **partial))
+def _(dxbc, ddt, dz, proj, weight, bias, dt_bias, channels, z_width):
+    partial = dict(device=proj.device, dtype=torch.float32)
+    return (torch.empty(proj.shape, device=proj.device, dtype=proj.dtype),
+            torch.empty(proj.shape[0], weight.shape[0] + 1, channels, **partial),
+            torch.empty(proj.shape[0], dt_bias.shape[0], **partial))
