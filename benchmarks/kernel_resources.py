@@ -36,9 +36,7 @@ ACTIVATIONS = ("xbc_ptr", "z_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr", "wz_
 #: the gated forwards' constexprs: with the gate (z read), with z = u W_z^T computed inside
 #: (ZPROJ = d_model 128, ``ssd_window_gated_projected``)
 VARIANTS = {"scan fwd gated": {"GATED": 1, "ZALIGN": 8},
-            "scan fwd zproj": {"GATED": 1, "ZALIGN": 8, "ZPROJ": 128, "ZK": 64},
-            # the backward's d B and d C in the head kernel (scan_scores_in_head)
-            "scan head bwd scores": {"SCORES": 1}}
+            "scan fwd zproj": {"GATED": 1, "ZALIGN": 8, "ZPROJ": 128, "ZK": 64}}
 #: Hopper, compute capability 9.0
 ARCH = 90
 
@@ -49,7 +47,6 @@ def kernels() -> dict:
 
     return {"scan fwd": scan._ssd_window_fwd, "scan fwd gated": scan._ssd_window_fwd,
             "scan fwd zproj": scan._ssd_window_fwd, "scan head bwd": scan._ssd_window_bwd_head,
-            "scan head bwd scores": scan._ssd_window_bwd_head,
             "scan scores bwd": scan._ssd_window_bwd_scores,
             "scan last bwd": last._ssd_window_bwd_last,
             "scan last fwd": last._ssd_window_fwd_last}
@@ -80,8 +77,7 @@ def signature(fn, activation: str, consts: dict) -> tuple[dict, dict, dict]:
         if name in consts:
             sig[name], cx[name] = "constexpr", consts[name]
         elif name.endswith("_ptr"):
-            sig[name] = (activation if name in ACTIVATIONS
-                         else "*i32" if name == "count_ptr" else "*fp32")
+            sig[name] = activation if name in ACTIVATIONS else "*fp32"
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             sig[name] = "fp32" if name == "eps" else "i32"
@@ -99,9 +95,7 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               "E": SHAPE["H"] * SHAPE["P"], "Q": window,
               "PREC": "tf32" if precision == "tf32" else "ieee", "LAST_ONLY": 0,
               # the scan forward without its gate (ssd_window_gated)
-              "GATED": 0, "ZALIGN": 1, "ZPROJ": 0, "ZK": 0,
-              # the scan backward's d B and d C in a kernel of their own
-              "SCORES": 0, **(variant or {})}
+              "GATED": 0, "ZALIGN": 1, "ZPROJ": 0, "ZK": 0, **(variant or {})}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     sig, cx, attrs = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()

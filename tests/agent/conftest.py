@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import torch
 
 from lobsurf.train.config import run_config_from_dict
 from lobsurf.train.data import load_training_data
@@ -36,3 +38,15 @@ def tiny_setup(tiny_store):
     cfg = tiny_config(tiny_store.path)
     data = load_training_data(cfg, "cpu", tiny_store.path)
     return cfg, data, build_state(cfg, data, "cpu"), step_config(cfg)
+
+
+def assert_same_learning(plain, changed, learn_steps: int) -> None:
+    """Two runs' states after the same steps from one seed, one of them with a setting that
+    changes how, not what, the step computes: ``learn_steps`` learning steps each, the same
+    replay bit for bit, every online parameter within rounding."""
+    assert float(plain.metrics.learn_steps) == float(changed.metrics.learn_steps) == learn_steps
+    for f in fields(plain.replay.storage):
+        assert torch.equal(getattr(plain.replay.storage, f.name),
+                           getattr(changed.replay.storage, f.name)), f.name
+    for (name, a), b in zip(plain.online.named_parameters(), changed.online.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)

@@ -15,7 +15,7 @@ from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import train_step
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state, step_config
-from tests.agent.conftest import TINY, tiny_config
+from tests.agent.conftest import TINY, assert_same_learning, tiny_config
 
 
 @contextlib.contextmanager
@@ -217,9 +217,9 @@ def test_learner_half_and_collect_commute(tiny_store, monkeypatch, n_step):
 
 
 def test_the_target_splits_only_where_its_half_has_a_stream(tiny_store):
-    # train.split_target (on by default) splits only beside a stream: on CPU, and on one
-    # stream, the target net is called once
-    cfg = tiny_config(tiny_store.path)
+    # train.split_target splits only beside a stream: on CPU, and on one stream, the
+    # target net is called once
+    cfg = tiny_config(tiny_store.path, train={"split_target": True})
     data = load_training_data(cfg, "cpu", tiny_store.path)
     state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
     assert cfg.train.split_target and scfg.split_target and state.target_halves is None
@@ -268,13 +268,7 @@ def test_the_step_with_the_target_in_two_halves_learns_as_the_plain_step(tiny_st
         for step in range(8):
             train_step(state, data.train_book, step_config(cfg), learning=step >= 4)
     assert calls == [False] * 4 + [True] * 4  # each run's learning steps took its path
-    assert float(states[1].metrics.learn_steps) == 4
-    for f in fields(states[0].replay.storage):
-        assert torch.equal(getattr(states[0].replay.storage, f.name),
-                           getattr(states[1].replay.storage, f.name)), f.name
-    for (name, a), b in zip(states[0].online.named_parameters(),
-                            states[1].online.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)
+    assert_same_learning(*states, learn_steps=4)
 
 
 class _OrderEvent:

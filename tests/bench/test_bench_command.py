@@ -10,10 +10,9 @@ from lobsurf.cli import main
 from lobsurf.models.config import EncoderConfig
 
 ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
-            "scan_z_proj", "fold_norm_weights", "one_in_projection", "scan_scores_in_head",
-            "prioritize_learner",
+            "scan_z_proj", "fold_norm_weights", "one_in_projection", "prioritize_learner",
             "scan_last_row",
-            "collect_beside_backward", "split_target",
+            "collect_beside_backward", "split_target", "c51_kernel",
             "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
@@ -37,9 +36,9 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
     for r in doc["rows"]:
         assert set(r) == ROW_KEYS and r["prioritize_learner"] is True  # the default
         assert r["collect_beside_backward"] is False
-        assert r["split_target"] is True  # the default (one call on CPU: no side stream)
+        assert r["split_target"] is False  # the default
+        assert r["c51_kernel"] == "auto"  # the default (PyTorch on CPU)
         assert r["one_in_projection"] is False  # the default
-        assert r["scan_scores_in_head"] is False  # the default
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
         assert r["compiled"] is None  # compiled only on CUDA unless --compile
@@ -71,11 +70,11 @@ def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
     assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                  "--repeats", "1", "--snapshots", "3000", "--peak-tflops", "2",
                  "--peak-tbs", "0.1", "--no-prioritize-learner", "--collect-beside-backward",
-                 "--no-split-target", "--json", str(out)]) == 0
+                 "--split-target", "--json", str(out)]) == 0
     r = json.loads(out.read_text())["rows"][0]
     # recorded as asked (inert on CPU)
     assert r["prioritize_learner"] is False and r["collect_beside_backward"] is True
-    assert r["split_target"] is False
+    assert r["split_target"] is True
     assert r["peaks"]["hbm_tb_s"] == 0.1 and r["peaks"]["tf32_tflops"] == 2
     assert abs(r["hbm_fraction"] - r["achieved_tb_s"] / 0.1) < 1e-12
     assert abs(r["tensor_core_fraction"] - r["achieved_tflops"] / 2) < 1e-12

@@ -86,9 +86,9 @@ def _same_transitions(a, b, n: int) -> None:
 @pytest.mark.parametrize("graphed,options", [
     (False, {}), (True, {}), (True, {"prioritize_learner": False}),
     (False, {"collect_beside_backward": True}), (True, {"collect_beside_backward": True}),
-    (True, {"split_target": False})],
+    (True, {"split_target": True})],
     ids=["eager", "graphed", "graphed-no-priority", "eager-collect-late", "graphed-collect-late",
-         "graphed-no-split"])
+         "graphed-split"])
 def test_streams_beside_each_other_equal_one_stream(tiny_store, monkeypatch, graphed,
                                                     options) -> None:
     """train.overlap_target (the target net's forward on a second stream) and
@@ -99,13 +99,13 @@ def test_streams_beside_each_other_equal_one_stream(tiny_store, monkeypatch, gra
     the default: it changes the order in which the GPU runs them) and without it, and
     with the collect held back until the learner's forwards are done
     (train.collect_beside_backward, an event between two branches), and with the target
-    net's s' half on a stream of its own (train.split_target, the default, and without it;
+    net's s' half on a stream of its own (train.split_target) and without it (the default;
     where the two-stream run splits, the one-stream run is made to split too, in turn, so
     that only the streams differ). Losses within the tolerance of the module docstring (the
     backward's atomic adds)."""
     import lobsurf.agent.learn as learn_module
 
-    split = options.get("split_target", True)
+    split = options.get("split_target", False)
     with monkeypatch.context() as patch:
         if split:  # one stream has no stream for the s' half: the split forced
             patch.setattr(learn_module, "splits_target", lambda state, cfg: cfg.split_target)

@@ -18,9 +18,9 @@ cuBLAS's Hopper kernels need 16-byte rows; the gaps hold zeros (a zero gradient,
 moments: Adam leaves them zero).
 
 The gradients' buffer gets the same layout and each ``p.grad`` is its segment. Autograd's
-gradients are written into it by ``write_gradients_`` (one concatenation kernel, with the
-gaps' zeros among its inputs), so a caller must not assign ``p.grad`` itself: ``check``
-says when one did.
+gradients are written into it by ``write_gradients_`` (one multi-tensor copy, the gaps'
+zeros among its sources), so a caller must not assign ``p.grad`` itself: ``check`` says
+when one did.
 """
 
 from __future__ import annotations
@@ -106,20 +106,27 @@ class FlatParameters:
 
     @torch.no_grad()
     def write_gradients_(self, grads: Sequence[torch.Tensor | None]) -> None:
-        """Write one gradient per parameter (None: zero) into ``grad``, gaps zero, as one
-        concatenation."""
+        """Write one gradient per parameter (None: zero) into ``grad``, gaps zero (a
+        diverged step's division leaves NaN there), as one multi-tensor copy of 1-d
+        pieces. On CUDA that is one launch over every piece; a concatenation into the
+        buffer took 20 us for its 0.44 M values at the default shape, on the step's
+        critical path (benchmarks/RESULTS.md, thirty-third session)."""
         if self.grad is None:
             raise ValueError("these parameters were flattened without gradients")
+        into: list[torch.Tensor] = []
         pieces: list[torch.Tensor] = []
         at, zeros = 0, self.zeros
         for p, o, g in zip(self.params, self.offsets, grads, strict=True):
             if o > at:
+                into.append(self.grad[at:o])
                 pieces.append(zeros[:o - at])
+            into.append(self.grad[o:o + p.numel()])
             pieces.append(zeros[:p.numel()] if g is None else g.reshape(-1))
             at = o + p.numel()
         if at < self.grad.numel():
+            into.append(self.grad[at:])
             pieces.append(zeros[:self.grad.numel() - at])
-        torch.cat(pieces, out=self.grad)
+        torch._foreach_copy_(into, pieces)
 
 
 def gaps(numels: Sequence[int], offsets: Sequence[int], total: int) -> list[tuple[int, int]]:

@@ -414,7 +414,7 @@ def clip_gradients_(params: list[torch.Tensor], max_norm: float,
 def flat_gradients_(loss: torch.Tensor, params: list[torch.Tensor], flat: FlatParameters,
                     seed: torch.Tensor | None = None) -> list[torch.Tensor]:
     """The gradients of ``loss`` written into ``flat``'s gradient buffer, all at once (one
-    concatenation; a parameter the loss does not reach gets a zero gradient, which leaves
+    multi-tensor copy; a parameter the loss does not reach gets a zero gradient, which leaves
     it, with its zero Adam moments, where it is); returns ``params``. ``seed``: d loss / d
     loss, a 0-d one made once (None: autograd makes one)."""
     flat.write_gradients_(torch.autograd.grad(loss, params, grad_outputs=seed,

@@ -90,7 +90,7 @@ class StepConfig:
     precision: str = "fp32"
     """Network forwards in "fp32" or under "bf16" autocast (train.precision; the heads'
     outputs, the C51 projection and every loss stay fp32: lobsurf.models.precision)."""
-    split_target: bool = True
+    split_target: bool = False
     """The target net's forward as two calls, on s and on s', where ``TrainState`` has a
     stream for the s' half (train.split_target; ``lobsurf.agent.learn.splits_target``);
     false: one call on both."""

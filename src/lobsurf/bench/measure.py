@@ -85,6 +85,8 @@ class BenchConfig:
     """train.collect_beside_backward: the collect starts after the learner's forwards."""
     split_target: bool = TrainConfig.split_target
     """train.split_target: the learner's target-net forward as two calls of B windows."""
+    c51_kernel: str = TrainConfig.c51_kernel
+    """train.c51_kernel: the learner's C51 target side as one Triton kernel (auto: on CUDA)."""
     feature_table: bool = True
     """train.feature_table: the book's per-snapshot features computed once and gathered by
     row in each forward (lobsurf.models.feature_table)."""
@@ -108,9 +110,6 @@ class BenchConfig:
     one_in_projection: bool = EncoderConfig.one_in_projection
     """encoder.one_in_projection: under autograd the in-projection as one product each way,
     z's gradient written by conv_dt's backward kernel."""
-    scan_scores_in_head: bool = EncoderConfig.scan_scores_in_head
-    """encoder.scan_scores_in_head: the scan backward's d B and d C formed in its head kernel
-    by each window's last program."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -139,15 +138,14 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "conv_backend": cfg.conv_backend, "scan_gate": cfg.scan_gate,
                     "scan_z_proj": cfg.scan_z_proj, "scan_last_row": cfg.scan_last_row,
                     "fold_norm_weights": cfg.fold_norm_weights,
-                    "one_in_projection": cfg.one_in_projection,
-                    "scan_scores_in_head": cfg.scan_scores_in_head},
+                    "one_in_projection": cfg.one_in_projection},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
                   "overlap_collect": cfg.overlap_collect,
                   "prioritize_learner": cfg.prioritize_learner,
                   "collect_beside_backward": cfg.collect_beside_backward,
-                  "split_target": cfg.split_target,
+                  "split_target": cfg.split_target, "c51_kernel": cfg.c51_kernel,
                   "feature_table": cfg.feature_table,
                   "compile_max_autotune": cfg.max_autotune,
                   "compile_inductor_options": list(cfg.inductor_options)},
@@ -263,10 +261,9 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "scan_z_proj": cfg.scan_z_proj,
                            "fold_norm_weights": cfg.fold_norm_weights,
                            "one_in_projection": cfg.one_in_projection,
-                           "scan_scores_in_head": cfg.scan_scores_in_head,
                            "prioritize_learner": cfg.prioritize_learner,
                            "collect_beside_backward": cfg.collect_beside_backward,
-                           "split_target": cfg.split_target,
+                           "split_target": cfg.split_target, "c51_kernel": cfg.c51_kernel,
                            "scan_last_row": cfg.scan_last_row,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,

@@ -47,9 +47,6 @@ SWITCHES = (
      "them (encoder.fold_norm_weights)"),
     ("one_in_projection", "under autograd the Mamba2 in-projection as one product each way, "
      "z's gradient written by the conv + dt backward kernel (encoder.one_in_projection)"),
-    ("scan_scores_in_head", "the Mamba2 scan backward's d B and d C formed in its per-head "
-     "kernel by each window's last program, not by a kernel of their own "
-     "(encoder.scan_scores_in_head)"),
 )
 
 
@@ -118,6 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-z-proj", choices=["auto", "torch", "triton"],
                         default=d.scan_z_proj, help="z of the gated scan's every-row calls "
                         "computed inside the scan kernel (encoder.scan_z_proj)")
+    parser.add_argument("--c51-kernel", choices=["auto", "torch", "triton"],
+                        default=d.c51_kernel, help="the learner's C51 target side as one "
+                        "Triton kernel (train.c51_kernel; auto: on CUDA)")
     parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,
                         help="the last layer's one-chunk scan forward: the [Q, Q] tile kernel or "
                         "the last row as vectors (encoder.scan_last_row)")
@@ -167,7 +167,7 @@ def _config(args: argparse.Namespace):
                            inductor_options=tuple(args.inductor_options),
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
                            scan_gate=args.scan_gate, scan_z_proj=args.scan_z_proj,
-                           scan_last_row=args.scan_last_row,
+                           scan_last_row=args.scan_last_row, c51_kernel=args.c51_kernel,
                            **{field: getattr(args, field) for field, _ in SWITCHES})
     except ValueError as exc:
         raise UserError(str(exc)) from exc
@@ -297,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
           f"{', side streams at the highest priority' if cfg.prioritize_learner and cuda else ''}"
           f"{', collect beside the backward' if _collect_late(cfg, cuda) else ''}"
           f"{', target net in two halves' if _split(cfg, cuda) else ''}"
+          f"{', C51 target one kernel' if cfg.c51_kernel != 'torch' and cuda else ''}"
           f", features "
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
@@ -307,7 +308,6 @@ def run(args: argparse.Namespace) -> int:
           f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
           f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
           f"{', one in-projection under autograd' if cfg.one_in_projection else ''}"
-          f"{', scan scores in the head kernel' if cfg.scan_scores_in_head else ''}"
           f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "

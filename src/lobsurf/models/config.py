@@ -34,7 +34,10 @@ RETIRED_FIELDS: dict[str, str] = {
         "scan_conv_warps")},
     "weight_grads_beside": "the projections' weight gradients on a second CUDA stream, "
     "removed: slower where timed, and racy where a parameter's gradients are summed inside "
-    "the backward (benchmarks/RESULTS.md, thirty-first session)"}
+    "the backward (benchmarks/RESULTS.md, thirty-first session)",
+    "scan_scores_in_head": "the scan backward's d B and d C formed by each window's last "
+    "head program, removed: slower where timed and faulting on the GPU (benchmarks/RESULTS.md, "
+    "thirty-third session)"}
 """Fields older configs may hold that no longer exist, and why each went. Each chose only
 how the same values were computed (which kernels, which stream), so a saved config is read
 without them (``without_retired``)."""
@@ -150,16 +153,6 @@ class EncoderConfig:
     thirty-second session): the copy moves as many bytes as the products it saves, so
     the backward's layers are bound by bytes moved, not by their number of kernels.
     False: z by a product of its own."""
-    scan_scores_in_head: bool = False
-    """In the one-chunk scan's backward over every row (the learner's layers before the
-    last), d B and d C formed inside the per-(window, head) kernel: each head program counts
-    itself in a per-window counter once its d scores term is stored, and the window's last
-    one sums the heads' terms (read back from L2, in head order, so the same sums) and forms
-    d B = dS^T C and d C = dS B there. One launch fewer per layer, and the terms need not
-    travel to HBM and back (8 MB each way per layer at B = 256 in bf16); the cost is a
-    zeroed counter per call and the last program's longer tail. Off by default: not yet
-    timed (benchmarks/RESULTS.md, thirty-second session). False: a kernel of its own, one
-    program per window, after the head kernel."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8

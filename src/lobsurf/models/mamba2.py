@@ -388,8 +388,7 @@ class Mamba2Mixer(nn.Module):
             vector = self._vector_last(last_only)
             warps_fwd = cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd
             y = ssd_window_triton.ssd_window(xbc, dt, A, self.D, P, cfg.d_state, warps_fwd,
-                                             warps_bwd, last_only, vector,
-                                             cfg.scan_scores_in_head)
+                                             warps_bwd, last_only, vector)
         elif last_only:
             final = ssd_final_state(xh, dt, A, B, cfg.chunk_size, init)  # [B, H, P, N]
             y = (final.to(C.dtype) @ C[:, -1, None, :, None]).squeeze(-1)  # [B, H, P]

@@ -164,7 +164,7 @@ class TrainConfig:
     numbers are the same. Off: no faster where timed (H200, B = 256 / 4 layers, bf16,
     compiled: 730.0 against 730.5 steps/s, 736.7 against 738.4 with the priority;
     benchmarks/RESULTS.md, thirtieth session)."""
-    split_target: bool = True
+    split_target: bool = False
     """The learner's target-net forward as two calls of B windows (s, then s') instead of
     one of 2B, side by side on two streams: on CUDA with train.overlap_target only (on one
     stream, and on CPU, one call: the split only reorders work). At B = 256 that forward is
@@ -175,7 +175,10 @@ class TrainConfig:
     window alone; the products' rounding may differ with the row count). Timed on two H100s
     (bf16, compiled, B = 256 / 4 layers): on one 676.9 and 675.0 steps/s against 665.6 and
     667.1 without it (B = 1024 / 2 layers 389.8 against 387.8), on the other 672.8 against
-    672.6: a gain of up to 1.5 %, no loss (benchmarks/RESULTS.md, thirty-first session)."""
+    672.6: a gain of up to 1.5 %, no loss (benchmarks/RESULTS.md, thirty-first session).
+    Off by default since it was timed on an H200, where it loses: at B = 256 / 4 layers
+    733.2, 733.8 and 731.6 steps/s against 741.9, 744.2, 745.1 and 743.9 without it, at
+    B = 1024 / 2 even (529.4 and 530.9 against 529.3; thirty-third session)."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the
@@ -189,6 +192,14 @@ class TrainConfig:
     """Without ``flat_parameters``, on CUDA: Adam's update as one fused multi-tensor kernel
     (torch._fused_adam_) instead of nine; CPU keeps the multi-tensor reference
     (lobsurf.agent.optim)."""
+    c51_kernel: Literal["auto", "torch", "triton"] = "auto"
+    """The learner's C51 target side (the target net's softmaxes at s and s', the greedy
+    action at s', the categorical projection) as one Triton kernel
+    (lobsurf.agent.c51_triton): "auto" on CUDA, "torch" the PyTorch functions (compiled
+    with train.compile; the CPU path), "triton" insists. The same numbers to fp32
+    rounding; on the H200 the compiled functions were eight kernels and 34 us on the
+    step's critical path at B = 256 / 4 layers (benchmarks/RESULTS.md, thirty-third
+    session)."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Network forwards (acting, target, online) in fp32, or under bf16 autocast (CUDA and
     CPU); the SSD decay, softmaxes, the C51 projection and every loss stay fp32 and the
@@ -208,6 +219,8 @@ class TrainConfig:
             raise ValueError(f"rollback_lr_factor must be in (0, 1), got {self.rollback_lr_factor}")
         if self.check_params_every < 0:
             raise ValueError(f"check_params_every must be >= 0, got {self.check_params_every}")
+        if self.c51_kernel not in ("auto", "torch", "triton"):
+            raise ValueError(f"c51_kernel must be auto, torch or triton, got {self.c51_kernel!r}")
         if self.compile not in ("auto", True, False):
             raise ValueError(f"compile must be auto, true or false, got {self.compile!r}")
         if self.precision not in ("fp32", "bf16"):

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 import lobsurf
+from lobsurf.agent.c51_triton import c51_target_triton, kernel_applies
 from lobsurf.agent.controllers import ControllerState, controller_table
 from lobsurf.agent.flat import flatten_parameters_
 from lobsurf.agent.metrics import MetricSums
@@ -52,7 +53,7 @@ from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.policy import reference_log_probs
 from lobsurf.agent.replay import PrioritizedReplay
-from lobsurf.agent.step import StepConfig, StepTables, TrainState, train_step
+from lobsurf.agent.step import StepConfig, StepKernels, StepTables, TrainState, train_step
 from lobsurf.data.labels import compute_labels
 from lobsurf.errors import UserError
 from lobsurf.pretrain.loop import last_snapshot
@@ -146,8 +147,13 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     env.reset()
     learner_branch = side_stream(cfg.train.overlap_collect and cfg.learner.sample_before_collect,
                                  device, cfg.train.prioritize_learner)
+    # train.c51_kernel: the learner's C51 target side as one kernel (else the PyTorch one,
+    # which train.compile compiles)
+    kernels = StepKernels()
+    if kernel_applies(cfg.train.c51_kernel, device):
+        kernels.c51_target = c51_target_triton
     return TrainState(
-        online=online, target=target, optimizer=optimizer,
+        online=online, target=target, optimizer=optimizer, kernels=kernels,
         controllers=ControllerState.bootstrap(device, {"per_beta": cfg.replay.beta_start}),
         replay=PrioritizedReplay(cfg.replay, device, seed + SEED_OFFSETS["replay"]),
         env=env,

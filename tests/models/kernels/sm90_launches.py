@@ -1,4 +1,5 @@
-"""Every Triton launch a Mamba2 block makes on the default CUDA path, compiled for Hopper
+"""Every Triton launch a Mamba2 block and the learner's C51 target make on the default CUDA
+path, compiled for Hopper
 (sm_90) without a GPU: run as a script (``python -m tests.models.kernels.sm90_launches``)
 with TRITON_INTERPRET unset, it prints one JSON line per distinct launch.
 
@@ -26,6 +27,7 @@ import sys
 
 import torch
 
+from lobsurf.agent import c51_triton
 from lobsurf.models import mamba2
 from lobsurf.models.align import elements_per_alignment
 from lobsurf.models.config import EncoderConfig
@@ -35,7 +37,7 @@ from lobsurf.models.mamba2 import Mamba2Block
 
 #: the modules whose launched kernels are recorded (every module-level JITFunction of theirs)
 KERNEL_MODULES = (ssd_window_triton, ssd_last_row_triton, conv_triton, conv_dt_triton,
-                  ssd_triton)
+                  ssd_triton, c51_triton)
 #: PyTorch dtype -> Triton pointer type
 POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16",
            torch.int64: "*i64", torch.int32: "*i32", torch.bool: "*i1"}
@@ -164,12 +166,10 @@ def block_calls() -> None:
 
 def _block_calls(cfg: EncoderConfig) -> None:
     # the gated scan's every-row call reads z (the first pass) or computes it (the second);
-    # under autograd z by a product of its own (the first) or through conv_dt_z (the second),
-    # and the scan's d B and d C by a kernel of their own (the first) or in the head kernel
+    # under autograd z by a product of its own (the first) or through conv_dt_z (the second)
     for last_row, z_proj, one_proj in (("tile", "torch", False), ("vector", "triton", True)):
         block = Mamba2Block(dataclasses.replace(cfg, scan_last_row=last_row,
-                                                scan_z_proj=z_proj, one_in_projection=one_proj,
-                                                scan_scores_in_head=one_proj))
+                                                scan_z_proj=z_proj, one_in_projection=one_proj))
         for dtype in (torch.float32, torch.bfloat16):
             h = torch.randn(2, 64, cfg.d_model, requires_grad=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
@@ -205,10 +205,24 @@ def opt_in_calls() -> None:
                             ).float().sum().backward()
 
 
+def learner_calls() -> None:
+    """The learner's C51 target kernel (``train.c51_kernel``): fp32 and bf16 logits as the
+    heads' aligned product leaves them (a view of wider rows), the discount a float (one
+    step) and per sample (n-step returns), the terminal flags bool."""
+    b, actions, atoms = 4, 11, 21
+    for dtype in (torch.float32, torch.bfloat16):
+        q = torch.randn(2 * b, actions * atoms + 7, dtype=dtype)[:, :actions * atoms]
+        q = q.unflatten(-1, (actions, atoms))
+        for gamma in (0.99, torch.rand(b)):
+            c51_triton.c51_target_triton(q, torch.randn(b), torch.zeros(b, dtype=torch.bool),
+                                         gamma, torch.linspace(-1.0, 1.0, atoms))
+
+
 def all_calls() -> None:
-    """``block_calls`` then ``opt_in_calls``."""
+    """``block_calls``, ``opt_in_calls`` and ``learner_calls``."""
     block_calls()
     opt_in_calls()
+    learner_calls()
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """Every kernel launch of the default CUDA path, and every other kernel of
-``lobsurf.models.kernels``, compiles for Hopper (sm_90), checked on the CPU:
+``lobsurf.models.kernels`` and ``lobsurf.agent.c51_triton``, compiles for Hopper (sm_90),
+checked on the CPU:
 ``sm90_launches.py`` records the launches a Mamba2 block makes (forward and backward, the
 no-grad forwards, every row and the last, fp32 and bf16, the last row's forward as the tile
 kernel and as vectors, z read by the gated scan or computed in it) and those of the opt-in
@@ -30,16 +31,15 @@ EXPECTED = (
     | {("_ssd_window_fwd_last", (("BF16", bf16), ("GATED", gated)))
        for bf16 in (0, 1) for gated in (False, True)}
     | {(name, (("BF16", bf16),)) for bf16 in (0, 1)
-       for name in ("_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
-    # d B and d C in the head kernel or in a kernel of their own (scan_scores_in_head)
-    | {("_ssd_window_bwd_head", (("BF16", bf16), ("SCORES", scores))) for bf16 in (0, 1)
-       for scores in (False, True)}
+       for name in ("_ssd_window_bwd_head", "_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
     | {("_conv_walk_fwd_kernel", (("ALIGN", align),)) for align in (4, 8)}
     # every row: z's gradient copied too (one_in_projection); the last row: conv_dt alone
     | {("_conv_dt_bwd_kernel", (("ALIGN", align), ("ZW", zw))) for align in (4, 8)
-       for zw in (0, 256)})
+       for zw in (0, 256)}
+    # the learner's C51 target (train.c51_kernel), the discount a float or per sample
+    | {("_c51_target_kernel", (("GAMMA_PER_ROW", rows),)) for rows in (False, True)})
 #: the constexprs that tell the expected variants apart
-VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ", "ZW", "SCORES")
+VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ", "ZW", "GAMMA_PER_ROW")
 
 
 def _variant(row: dict) -> tuple:

@@ -49,16 +49,13 @@ def _inputs(batch, length, heads, headdim, d_state, dtype, device, seed):
 
 
 def _op_errors(batch, length, heads, headdim, d_state, dtype, device, last_only=False,
-               vector_last=False, scores_in_head=False, grads_out=None):
+               vector_last=False):
     cpu, leaves = _inputs(batch, length, heads, headdim, d_state, dtype, device, seed=length)
     leaves = [t.clone().requires_grad_() for t in leaves]
-    y = ssd_window(*leaves, headdim, d_state, last_only=last_only, vector_last=vector_last,
-                   scores_in_head=scores_in_head)
+    y = ssd_window(*leaves, headdim, d_state, last_only=last_only, vector_last=vector_last)
     dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
     grads = torch.autograd.grad((y.float() * dy.to(device)).sum(), leaves)
     assert y.dtype == dtype and grads[0].dtype == dtype
-    if grads_out is not None:
-        grads_out.extend(grads)
 
     ref = [t.double().requires_grad_() for t in cpu]
     E = heads * headdim
@@ -105,31 +102,9 @@ def test_kernels_match_the_float64_recurrence_inside_their_tensors(batch, length
     _check(errors, TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
-def test_scores_in_the_head_kernel_match_the_recurrence_and_the_scores_kernel(
-        batch, length, heads, headdim, d_state, dtype) -> None:
-    """``scan_scores_in_head``: one backward kernel, the window's last head program forming
-    d B and d C; against the float64 recurrence, and the same gradients, to the bit, as the
-    two-kernel backward (the heads' terms summed in the same order)."""
-    from tests.models.kernels.triton_bounds import bounds_checked
-
-    if torch.cuda.is_available():
-        pytest.skip("interpreter test (CPU); the GPU test below runs the compiled kernels")
-    fused, apart = [], []
-    with bounds_checked() as launches:
-        errors = _op_errors(batch, length, heads, headdim, d_state, dtype, "cpu",
-                            scores_in_head=True, grads_out=fused)
-    assert launches == ["_ssd_window_fwd", "_ssd_window_bwd_head"]
-    _check(errors, TOL[dtype])
-    _op_errors(batch, length, heads, headdim, d_state, dtype, "cpu", grads_out=apart)
-    for name, got, want in zip(NAMES[1:], fused, apart):
-        assert torch.equal(got, want), name
-
-
-def _blocks(length, backend, device, last_row="tile", scores_in_head=False):
+def _blocks(length, backend, device, last_row="tile"):
     cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend=backend,
-                        scan_last_row=last_row, scan_scores_in_head=scores_in_head)
+                        scan_last_row=last_row)
     fast = perturbed_block(cfg, seed=length)
     ref = Mamba2Block(dataclasses.replace(cfg, ssd_backend="torch")).double()
     ref.load_state_dict(fast.state_dict())
@@ -146,12 +121,11 @@ def _block_grads(block, h, last_only=False):
     return {k: v.cpu().double() for k, v in grads.items()}
 
 
-@pytest.mark.parametrize("last_only,last_row,scores_in_head",
-                         [(False, "tile", False), (True, "tile", False), (True, "vector", False),
-                          (False, "tile", True)])
+@pytest.mark.parametrize("last_only,last_row", [(False, "tile"), (True, "tile"),
+                                                (True, "vector")])
 @pytest.mark.parametrize("length", [37, 64])
 def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_only, last_row,
-                                                                scores_in_head, monkeypatch):
+                                                                monkeypatch):
     # every parameter's gradient goes through the kernels' d xbc, d dt, d A and d D
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
@@ -159,7 +133,7 @@ def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_onl
     from lobsurf.models.kernels import ssd_last_row_triton
 
     vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
-    fast, ref = _blocks(length, "triton_window", device, last_row, scores_in_head)
+    fast, ref = _blocks(length, "triton_window", device, last_row)
     fp32_torch, _ = _blocks(length, "torch", device)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
     got = _block_grads(fast, h.to(device), last_only)
@@ -211,29 +185,6 @@ def _gpu_check(precision, shape, label, **kwargs):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_compiled_kernels_match_the_float64_recurrence_on_the_gpu(shape, precision):
     _gpu_check(precision, shape, "")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["ieee", "bf16"])
-@pytest.mark.parametrize("shape", SHAPES)
-def test_scores_in_the_head_kernel_match_the_float64_recurrence_on_the_gpu(shape, precision):
-    _gpu_check(precision, shape, "scores in the head kernel, ", scores_in_head=True)
-
-
-@pytest.mark.gpu
-def test_scores_in_the_head_kernel_equal_the_scores_kernel_on_the_gpu():
-    # many windows' head programs at once (a race on the per-window count, or a read of a
-    # head's d scores before it is stored, would show as a difference, or as runs differing)
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    shape = (512, 64, 4, 64, 64)
-    apart = []
-    _op_errors(*shape, torch.bfloat16, "cuda", grads_out=apart)
-    for _ in range(3):
-        fused = []
-        _op_errors(*shape, torch.bfloat16, "cuda", scores_in_head=True, grads_out=fused)
-        for name, got, want in zip(NAMES[1:], fused, apart):
-            assert torch.equal(got, want), name
 
 
 @pytest.mark.gpu

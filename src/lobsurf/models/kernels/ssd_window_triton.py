@@ -22,9 +22,7 @@ read back (in the backward too). Here the [Q, Q] tiles live in registers, except
 - backward in two kernels: one program per (window, head) computes d(dt x), d cum (row
   minus column sums of d m o m, then the reverse cumsum), d dt, d x and the head's partial
   sums of d A and d D, and stores its d scores term [Q, Q]; then one program per window sums
-  those over heads in a fixed order (no atomics) and forms d C = dS B and d B = dS^T C
-  (with ``EncoderConfig.scan_scores_in_head``, opt-in, the window's last head program to
-  store its term does that instead, in the same order, found by a per-window atomic count).
+  those over heads in a fixed order (no atomics) and forms d C = dS B and d B = dS^T C.
   d x, d B and d C are written into one d xbc [B, L, E + 2N] in the input's layout.
   (A single program per window looping over the heads, d scores kept in registers, was
   measured too: 255 registers with spills, 0.168 against 0.156 ms forward + backward at
@@ -226,16 +224,13 @@ if triton is not None:
 
     @triton.jit
     def _ssd_window_bwd_head(xbc_ptr, dt_ptr, a_ptr, d_ptr, dy_ptr, dxbc_ptr, ddt_ptr, da_ptr,
-                             dd_ptr, ds_ptr, count_ptr, L, H, s_b, s_l, s_dtb, s_dtl, s_dyb,
-                             s_dyl, s_gb, s_gl, s_gtb, s_gtl, E: tl.constexpr,
-                             N: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
-                             BF16: tl.constexpr, PREC: tl.constexpr, SCORES: tl.constexpr):
+                             dd_ptr, ds_ptr, L, H, s_b, s_l, s_dtb, s_dtl, s_dyb, s_dyl, s_gb,
+                             s_gl, s_gtb, s_gtl, E: tl.constexpr, N: tl.constexpr,
+                             P: tl.constexpr, Q: tl.constexpr, BF16: tl.constexpr,
+                             PREC: tl.constexpr):
         # One (window, head): d(dt x), d x, d dt and the head's partial d A, d D; the head's
         # d scores term (dL/d(C B^T), shared by every head's B and C) is stored to
-        # ds [B, H, Q, Q] for ``_ssd_window_bwd_scores`` to sum over heads, or (SCORES,
-        # ``EncoderConfig.scan_scores_in_head``) for the window's last head program to sum
-        # here: each program counts itself in count[b] (zeros before the launch) once its
-        # d scores are stored, and the one that counts last forms d B and d C.
+        # ds [B, H, Q, Q] for ``_ssd_window_bwd_scores`` to sum over heads.
         # (The operand loads repeat the forward's on purpose: one helper shared by both
         # kernels, loading in another order, measured 5 % slower on the H200.)
         pid = tl.program_id(0)
@@ -274,36 +269,21 @@ if triton is not None:
         tl.store(ddt_ptr + b * s_gtb + i * s_gtl + h, ddt, mask=in_window)
         tl.store(da_ptr + pid, tl.sum(da * dt, 0))
         tl.store(dd_ptr + pid, tl.sum(tl.sum(dyf * xf, 1), 0))
-        if SCORES:
-            # every thread's d scores stores done before the count (release at GPU scope);
-            # the last to count reads the others' from L2 (.cg: not this SM's L1)
-            tl.debug_barrier()
-            counted = tl.atomic_add(count_ptr + b, 1, sem="acq_rel", scope="gpu")
-            if counted == H - 1:
-                _window_scores(xbc_ptr, ds_ptr, dxbc_ptr, b, L, H, s_b, s_l, s_gb, s_gl, E, N,
-                               Q, BF16, PREC, ".cg")
 
     @triton.jit
     def _ssd_window_bwd_scores(xbc_ptr, ds_ptr, dxbc_ptr, L, H, s_b, s_l, s_gb, s_gl,
                                E: tl.constexpr, N: tl.constexpr, Q: tl.constexpr,
                                BF16: tl.constexpr, PREC: tl.constexpr):
-        # One program per window: ``_window_scores``.
-        _window_scores(xbc_ptr, ds_ptr, dxbc_ptr, tl.program_id(0), L, H, s_b, s_l, s_gb,
-                       s_gl, E, N, Q, BF16, PREC, "")
-
-    @triton.jit
-    def _window_scores(xbc_ptr, ds_ptr, dxbc_ptr, b, L, H, s_b, s_l, s_gb, s_gl,
-                       E: tl.constexpr, N: tl.constexpr, Q: tl.constexpr, BF16: tl.constexpr,
-                       PREC: tl.constexpr, CACHE: tl.constexpr):
-        # Window b: dS = the heads' d scores summed in head order, then d C = dS B and
+        # One window: dS = the heads' d scores summed in head order, then d C = dS B and
         # d B = dS^T C into d xbc.
+        b = tl.program_id(0)
         i = tl.arange(0, Q)
         n = tl.arange(0, N)
         valid = (i < L)[:, None]
         d_scores = tl.zeros((Q, Q), dtype=tl.float32)
         for h in range(H):
-            d_scores += tl.load(ds_ptr + ((b * H + h) * Q + i[:, None]) * Q + i[None, :],
-                                cache_modifier=CACHE).to(tl.float32)
+            d_scores += tl.load(ds_ptr + ((b * H + h) * Q + i[:, None]) * Q + i[None, :]).to(
+                tl.float32)
         row = xbc_ptr + b * s_b + i[:, None] * s_l
         Bm = tl.load(row + E + n[None, :], mask=valid, other=0.0)
         Cm = tl.load(row + E + N + n[None, :], mask=valid, other=0.0)
@@ -327,8 +307,7 @@ def _check(xbc: torch.Tensor, dt: torch.Tensor, heads: int, headdim: int, d_stat
 
 def ssd_window(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                headdim: int, d_state: int, warps_fwd: int = 4, warps_bwd: int = 4,
-               last_only: bool = False, vector_last: bool = False,
-               scores_in_head: bool = False) -> torch.Tensor:
+               last_only: bool = False, vector_last: bool = False) -> torch.Tensor:
     """y [B, L, H*P] = SSD(x, dt, A, B, C) + D x over windows of one chunk, differentiable
     in xbc, dt, A and D; its last row only, [B, H*P], when ``last_only`` (the encoder's
     last layer).
@@ -338,18 +317,15 @@ def ssd_window(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Te
     ``last_only``, ``warps_bwd`` is the last-row backward's, ``ssd_last_row_triton``).
     ``vector_last``: with ``last_only``, the forward as vectors over the rows
     (``ssd_last_row_triton``, at ``warps_fwd``) instead of the [Q, Q] tile kernel.
-    ``scores_in_head``: the backward's d B and d C formed inside its head kernel
-    (``EncoderConfig.scan_scores_in_head``; every row only).
     """
     return _ssd_window_op(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only,
-                          vector_last, scores_in_head)
+                          vector_last)
 
 
 @torch.library.custom_op("lobsurf::ssd_window", mutates_args=())
 def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                    headdim: int, d_state: int, warps_fwd: int, warps_bwd: int,
-                   last_only: bool, vector_last: bool, scores_in_head: bool = False
-                   ) -> torch.Tensor:
+                   last_only: bool, vector_last: bool) -> torch.Tensor:
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     _check(xbc, dt, heads, headdim, d_state)
@@ -369,8 +345,7 @@ def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torc
 
 
 @_ssd_window_op.register_fake
-def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only, vector_last,
-      scores_in_head=False):
+def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only, vector_last):
     batch, length, _ = xbc.shape
     E = A.shape[0] * headdim
     return xbc.new_empty((batch, E) if last_only else (batch, length, E))
@@ -520,13 +495,10 @@ def grad_buffers(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, heads: i
 
 @torch.library.custom_op("lobsurf::ssd_window_bwd", mutates_args=())
 def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
-                       D: torch.Tensor, headdim: int, d_state: int, warps: int,
-                       scores_in_head: bool = False
+                       D: torch.Tensor, headdim: int, d_state: int, warps: int
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # (d dt fp32, d xbc, per-window partial sums of d A and d D [B, H] fp32) given dy
-    # [B, L, H*P] (the fake below returns the same); ``_backward`` sums the partials.
-    # scores_in_head: d B and d C formed in the head kernel by each window's last program
-    # (``EncoderConfig.scan_scores_in_head``) instead of by a kernel of their own
+    # [B, L, H*P] (the fake below returns the same); ``_backward`` sums the partials
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     E = heads * headdim
@@ -536,24 +508,19 @@ def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A:
     # each head's d scores, bf16 under autocast (the scores kernel sums them in fp32)
     ds = torch.empty(batch, heads, q, q, device=xbc.device,
                      dtype=torch.float32 if xbc.dtype == torch.float32 else xbc.dtype)
-    # each window's count of head programs done (scores_in_head; otherwise never read: a
-    # placeholder, so the default path has no fill of its own)
-    count = torch.zeros(batch, device=xbc.device, dtype=torch.int32) if scores_in_head else da
     _ssd_window_bwd_head[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), dy, dxbc, ddt, da, dd, ds,
-        count, length, heads, xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1),
+        length, heads, xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1),
         dy.stride(0), dy.stride(1), dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
-        ddt.stride(1), E=E, N=d_state, P=headdim, **flags, SCORES=scores_in_head,
-        num_warps=warps)
-    if not scores_in_head:
-        _ssd_window_bwd_scores[(batch,)](
-            xbc, ds, dxbc, length, heads, xbc.stride(0), xbc.stride(1), dxbc.stride(0),
-            dxbc.stride(1), E=E, N=d_state, **flags, num_warps=warps)
+        ddt.stride(1), E=E, N=d_state, P=headdim, **flags, num_warps=warps)
+    _ssd_window_bwd_scores[(batch,)](
+        xbc, ds, dxbc, length, heads, xbc.stride(0), xbc.stride(1), dxbc.stride(0),
+        dxbc.stride(1), E=E, N=d_state, **flags, num_warps=warps)
     return ddt, dxbc, da, dd
 
 
 @_ssd_window_bwd_op.register_fake
-def _(dy, xbc, dt, A, D, headdim, d_state, warps, scores_in_head=False):
+def _(dy, xbc, dt, A, D, headdim, d_state, warps):
     return partial_grads_like(xbc, dt, A)
 
 
@@ -573,11 +540,10 @@ def _last_row():
 
 
 def _setup_context(ctx, inputs, output):
-    (xbc, dt, A, D, headdim, d_state, _warps_fwd, warps_bwd, last_only, _vector,
-     scores_in_head) = inputs
+    xbc, dt, A, D, headdim, d_state, _warps_fwd, warps_bwd, last_only, _vector = inputs
     ctx.save_for_backward(xbc, dt, A, D)
     ctx.sizes = (headdim, d_state, warps_bwd)
-    ctx.last_only, ctx.scores_in_head = last_only, scores_in_head
+    ctx.last_only = last_only
 
 
 def _backward(ctx, dy):
@@ -585,14 +551,13 @@ def _backward(ctx, dy):
     if ctx.last_only:  # the last row's gradient only: the backward as vectors over the rows
         ddt, dxbc, dA, dD = _last_row().ssd_window_bwd_last(dy, xbc, dt, A, D, *ctx.sizes)
     else:
-        ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes,
-                                               ctx.scores_in_head)
+        ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes)
     # the per-window partial sums of d A and d D reduced in a fixed order (deterministic, no
     # atomics) here, outside the ops: under torch.compile Inductor fuses these reductions
     # and casts with their neighbours (inside an op each was a PyTorch reduction launch of
     # its own on the backward's serial path)
     return (dxbc, ddt.to(dt.dtype), dA.sum(0).to(A.dtype), dD.sum(0).to(D.dtype), None, None,
-            None, None, None, None, None)
+            None, None, None, None)
 
 
 _ssd_window_op.register_autograd(_backward, setup_context=_setup_context)
