@@ -142,6 +142,14 @@ def test_odd_or_too_small_logits_are_refused():
     q = torch.zeros(3, 2, 5)
     with pytest.raises(ValueError, match="2B, A, N"):
         c51_target_triton(q, torch.zeros(1), torch.zeros(1), 0.9, torch.linspace(-1, 1, 5))
+    # a value per sample is read by index: anything but [B] is refused, not read past
+    q, z = torch.zeros(4, 2, 5), torch.linspace(-1, 1, 5)
+    for reward, done, gamma, name in ((torch.zeros(1), torch.zeros(2), 0.9, "reward"),
+                                      (torch.zeros(2), torch.zeros(2, 1), 0.9, "done"),
+                                      (torch.zeros(2), torch.zeros(2), torch.tensor(0.9),
+                                       "gamma")):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            c51_target_triton(q, reward, done, gamma, z)
 
 
 @pytest.mark.gpu

@@ -121,9 +121,15 @@ def c51_target_triton(target_q: torch.Tensor, reward: torch.Tensor, done: torch.
         raise ValueError(f"c51_target_triton needs [2B, A, N >= 2] logits, got "
                          f"{tuple(target_q.shape)}")
     b = two_b // 2
+    per_row = isinstance(gamma, torch.Tensor)
+    # one value per sample is read by index: a shorter tensor would be read past its end
+    for name, values in (("reward", reward), ("done", done)) + (
+            (("gamma", gamma),) if per_row else ()):
+        if tuple(values.shape) != (b,):
+            raise ValueError(f"c51_target_triton: {name} must be [B] = [{b}] for {two_b} "
+                             f"logit rows, got {tuple(values.shape)}")
     mean = torch.empty(b, num_actions, dtype=torch.float32, device=target_q.device)
     out = torch.empty(b, num_atoms, dtype=torch.float32, device=target_q.device)
-    per_row = isinstance(gamma, torch.Tensor)
     # the kernel reads one value per sample and the support at unit strides (no-ops for
     # the step's tensors, which are contiguous)
     reward, done, z = reward.contiguous(), done.contiguous(), z.contiguous()
