@@ -5,16 +5,17 @@ CUDA the kernel runs in Triton's CPU interpreter (tests/conftest.py)."""
 from __future__ import annotations
 
 import math
+from typing import get_args, get_type_hints
 
 import numpy as np
 import pytest
 import torch
 
-from lobsurf.agent import c51_triton
 from lobsurf.agent.c51_triton import c51_target_triton, kernel_applies
 from lobsurf.agent.learn import c51_target
 from lobsurf.errors import UserError
 from lobsurf.models.kernels.triton_support import available_for
+from lobsurf.train.config import TrainConfig, resolve_run_config
 
 needs_kernel = pytest.mark.skipif(not available_for(torch.device("cpu")),
                                   reason="needs Triton (its CPU interpreter without CUDA)")
@@ -134,7 +135,10 @@ def test_the_choice_of_kernel():
     else:
         with pytest.raises(UserError, match="needs Triton"):
             kernel_applies("triton", "cpu")
-    assert c51_triton.C51_KERNELS == ("auto", "torch", "triton")
+    # the config takes the same choices and names the field for any other
+    assert get_args(get_type_hints(TrainConfig)["c51_kernel"]) == ("auto", "torch", "triton")
+    with pytest.raises(UserError, match="train.c51_kernel"):
+        resolve_run_config(None, ["train.c51_kernel=fast"])
 
 
 @needs_kernel

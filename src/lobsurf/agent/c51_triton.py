@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from lobsurf.agent.config import C51_KERNELS
 from lobsurf.errors import UserError
 from lobsurf.models.kernels.triton_support import available_for
 
@@ -30,9 +31,6 @@ except ImportError:  # installs without Triton: the PyTorch c51_target runs inst
 
 #: warps per program: a program's tiles are [A, N] and [N, N], a few hundred values
 C51_WARPS = 1
-
-#: train.c51_kernel's choices: "auto" (the kernel on CUDA), "torch" (never), "triton"
-C51_KERNELS = ("auto", "torch", "triton")
 
 
 if triton is not None:
@@ -133,7 +131,7 @@ def c51_target_triton(target_q: torch.Tensor, reward: torch.Tensor, done: torch.
     # the kernel reads one value per sample and the support at unit strides (no-ops for
     # the step's tensors, which are contiguous)
     reward, done, z = reward.contiguous(), done.contiguous(), z.contiguous()
-    gamma_rows = gamma.contiguous() if per_row else reward
+    gamma_rows = gamma.contiguous() if per_row else reward  # unread with a float gamma
     _c51_target_kernel[(b,)](
         target_q, reward, done, gamma_rows, z, mean, out,
         b, num_actions, num_atoms, *target_q.stride(), 0.0 if per_row else float(gamma),

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+#: how the learner's C51 target side runs (``train.c51_kernel``, lobsurf.agent.c51_triton):
+#: "auto" one Triton kernel on CUDA, "torch" the PyTorch functions, "triton" the kernel always
+C51Kernel = Literal["auto", "torch", "triton"]
+C51_KERNELS: tuple[str, ...] = get_args(C51Kernel)
 
 
 def _check_positive(obj: object, names: tuple[str, ...]) -> None:

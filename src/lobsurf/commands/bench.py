@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lobsurf.agent.config import C51_KERNELS
 from lobsurf.errors import UserError
 from lobsurf.models.config import CONV_BACKENDS, SSD_BACKENDS
 
@@ -115,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-z-proj", choices=["auto", "torch", "triton"],
                         default=d.scan_z_proj, help="z of the gated scan's every-row calls "
                         "computed inside the scan kernel (encoder.scan_z_proj)")
-    parser.add_argument("--c51-kernel", choices=["auto", "torch", "triton"],
+    parser.add_argument("--c51-kernel", choices=C51_KERNELS,
                         default=d.c51_kernel, help="the learner's C51 target side as one "
                         "Triton kernel (train.c51_kernel; auto: on CUDA)")
     parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,

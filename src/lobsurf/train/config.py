@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 import tomli_w
 
-from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkConfig,
-                                  PolicyConfig, ReplayConfig, RewardConfig)
+from lobsurf.agent.config import (C51_KERNELS, AuxConfig, C51Kernel, GateConfig, LearnerConfig,
+                                  NetworkConfig, PolicyConfig, ReplayConfig, RewardConfig)
 from lobsurf.data.labels import LabelConfig
 from lobsurf.errors import UserError
 from lobsurf.models.config import RETIRED_FIELDS, EncoderConfig
@@ -192,7 +192,7 @@ class TrainConfig:
     """Without ``flat_parameters``, on CUDA: Adam's update as one fused multi-tensor kernel
     (torch._fused_adam_) instead of nine; CPU keeps the multi-tensor reference
     (lobsurf.agent.optim)."""
-    c51_kernel: Literal["auto", "torch", "triton"] = "auto"
+    c51_kernel: C51Kernel = "auto"
     """The learner's C51 target side (the target net's softmaxes at s and s', the greedy
     action at s', the categorical projection) as one Triton kernel
     (lobsurf.agent.c51_triton): "auto" on CUDA, "torch" the PyTorch functions (compiled
@@ -219,8 +219,9 @@ class TrainConfig:
             raise ValueError(f"rollback_lr_factor must be in (0, 1), got {self.rollback_lr_factor}")
         if self.check_params_every < 0:
             raise ValueError(f"check_params_every must be >= 0, got {self.check_params_every}")
-        if self.c51_kernel not in ("auto", "torch", "triton"):
-            raise ValueError(f"c51_kernel must be auto, torch or triton, got {self.c51_kernel!r}")
+        if self.c51_kernel not in C51_KERNELS:
+            raise ValueError(f"c51_kernel must be one of {', '.join(C51_KERNELS)}, got "
+                             f"{self.c51_kernel!r}")
         if self.compile not in ("auto", True, False):
             raise ValueError(f"compile must be auto, true or false, got {self.compile!r}")
         if self.precision not in ("fp32", "bf16"):
