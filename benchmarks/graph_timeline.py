@@ -73,11 +73,14 @@ def coverage(events: list[tuple[int, float, float, str]]) -> tuple[float, float,
     return union, single, dict(alone)
 
 
-def first_replay(events: list[tuple[int, float, float, str]], replays: int
-                 ) -> list[tuple[int, float, float, str]]:
-    """The first of ``replays`` back-to-back replays' events, in start order, times in us
-    from its first event (each replay has the same number of events)."""
-    ordered = sorted(events, key=lambda e: e[1])[:len(events) // replays]
+def one_replay(events: list[tuple[int, float, float, str]], replays: int, index: int = 0
+               ) -> list[tuple[int, float, float, str]]:
+    """Replay ``index`` of ``replays`` back-to-back replays' events, in start order, times in
+    us from its first event (each replay has the same number of events). The first one
+    profiled starts late on the profiler's own set-up, so a later one shows the steady
+    state's start of a step."""
+    per = len(events) // replays
+    ordered = sorted(events, key=lambda e: e[1])[index * per:(index + 1) * per]
     t0 = ordered[0][1]
     return [(s, round(a - t0, 2), round(b - t0, 2), name[:90]) for s, a, b, name in ordered]
 
@@ -108,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-target", action=argparse.BooleanOptionalAction,
                    default=COUNT.split_target, help="the learner's target-net forward as two "
                    "calls side by side (train.split_target)")
+    p.add_argument("--replay", type=int, default=0, help="which profiled replay's events the "
+                   "per-stream spans and the JSON list (0: the first)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here, with the "
-                   "first profiled replay's device events in order (stream, start and end in "
+                   "--replay profiled replay's device events in order (stream, start and end in "
                    "us from the replay's first event, name)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -165,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{span_ms:.3f} ms per step profiled")
     print(f"device busy (union of streams) {union / 1e3 / n:.3f} ms, one stream alone "
           f"{single / 1e3 / n:.3f} ms, events {len(events) / n:.0f} per step")
-    first = first_replay(events, n)
+    first = one_replay(events, n, min(max(args.replay, 0), n - 1))
     spans = stream_spans(first)
-    print("stream   busy ms   alone ms   events   first replay: from .. to ms")
+    print(f"stream   busy ms   alone ms   events   replay {args.replay}: from .. to ms")
     for stream, us in busy.most_common():
         lo, hi = spans.get(stream, (float("nan"), float("nan")))
         print(f"{stream:6d} {us / 1e3 / n:9.3f} {alone.get(stream, 0.0) / 1e3 / n:10.3f} "

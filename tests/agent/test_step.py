@@ -4,6 +4,7 @@ the tensor Adam against torch.optim.Adam, and the fused Adam's clip."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import fields, replace
 
 import pytest
@@ -189,31 +190,130 @@ def test_the_step_with_folded_norm_weights_learns_as_the_plain_step(tiny_store):
     assert moved > 0  # the folded norm weights learned
 
 
+class _Turns:
+    """A deterministic stand-in for run_beside's two CUDA streams: the two pieces in two
+    threads, one running at a time, so that one can run as far ahead of the other as the
+    events allow. The running piece hands the turn over where it waits for an event not yet
+    recorded, where it records one the other waits for, and where it ends.
+
+    What CUDA allows is modelled too: run_beside issues the side piece (the learner's half)
+    first on the host, and a stream waiting for an event that no work issued before has
+    recorded does not wait at all. So the side piece may only wait for its own events;
+    one waiting for the main piece's fails here."""
+
+    def __init__(self, first: str, stream: object):
+        self.first, self.stream = first, stream
+        self.cond = threading.Condition()
+        self.running: str | None = None
+        self.done: set[str] = set()
+        self.waiting: dict[str, _TurnEvent] = {}
+        self.errors: list[BaseException] = []
+        self.piece = threading.local()  # which piece this thread runs
+
+    def hand_over(self, me: str) -> None:
+        """Give the turn to the other piece unless it has ended (hold self.cond)."""
+        other = "side" if me == "main" else "main"
+        self.running = me if other in self.done else other
+        self.cond.notify_all()
+
+    def event(self) -> _TurnEvent:
+        return _TurnEvent(self)
+
+    def run_beside(self, stream, side, main):
+        if stream is not self.stream:  # another fork (none on CPU): in turn, as run_beside
+            return side(), main()
+        results: dict[str, object] = {}
+
+        def body(name, fn):
+            self.piece.name = name
+            with self.cond:
+                self.cond.wait_for(lambda: self.running == name)
+            try:
+                results[name] = fn()
+            except BaseException as exc:  # re-raised in the test's thread
+                self.errors.append(exc)
+            with self.cond:
+                self.done.add(name)
+                self.hand_over(name)
+
+        self.done.clear()
+        self.running = self.first
+        threads = [threading.Thread(target=body, args=(name, fn))
+                   for name, fn in (("side", side), ("main", main))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if self.errors:
+            raise self.errors[0]
+        return results["side"], results["main"]
+
+
+class _TurnEvent:
+    """A CUDA event under ``_Turns``."""
+
+    def __init__(self, turns: _Turns):
+        self.turns, self.recorded_by = turns, None
+
+    def record(self):
+        turns = self.turns
+        with turns.cond:
+            me = self.recorded_by = turns.piece.name
+            other = "side" if me == "main" else "main"
+            if turns.waiting.get(other) is self:  # the waiter runs on at once
+                turns.hand_over(me)
+                turns.cond.wait_for(lambda: turns.running == me)
+
+    def wait(self):
+        turns = self.turns
+        with turns.cond:
+            me = turns.piece.name
+            if me == "side" and self.recorded_by != "side":
+                raise AssertionError("the learner's half waits for an event of the collect's: "
+                                     "on CUDA that wait is issued first and orders nothing")
+            if self.recorded_by is not None:
+                return
+            turns.waiting[me] = self
+            turns.hand_over(me)
+            turns.cond.wait_for(lambda: turns.running == me and (
+                self.recorded_by is not None or "side" in turns.done))
+            del turns.waiting[me]
+            if self.recorded_by is None:
+                raise AssertionError("the collect waits for an event nothing records")
+
+
 @pytest.mark.parametrize("n_step", [1, 3])
-def test_learner_half_and_collect_commute(tiny_store, monkeypatch, n_step):
-    # learn_beside_collect runs the learner's losses and backward beside collect (two CUDA
-    # streams): sound only if neither writes what the other reads. Run in either order on
-    # CPU, every tensor the steps write must come out the same, bit for bit.
+def test_learner_half_and_collect_keep_their_order_on_two_streams(tiny_store, monkeypatch,
+                                                                  n_step):
+    # learn_beside_collect on CUDA: the learner's half (noise, draw, forwards, backward)
+    # beside the collect (acting, simulator, replay write). Sound only if neither writes
+    # what the other reads before the events allow it: the collect's acting after the
+    # noise, its replay write after the draw (which reads those slots and their labels).
+    # Each half run as far ahead of the other as the events allow (two threads taking
+    # turns) must give what the one-stream order gives, bit for bit.
     import lobsurf.agent.step as step_module
     from tests.train.test_compile_kernels import _setup, _state_tensors
 
-    def collect_first(stream, side, main):
-        main_result = main()
-        return side(), main_result
-
-    finals = []
-    for order in ("learner first", "collect first"):
-        if order == "collect first":
-            monkeypatch.setattr(step_module, "run_beside", collect_first)
+    def run(first: str | None) -> dict[str, torch.Tensor]:
         data, state, scfg = _setup(tiny_store, n_step)
         assert scfg.learner.sample_before_collect
+        if first is not None:
+            state.learner_branch = object()  # stands in for the learner's CUDA stream
+            turns = _Turns(first, state.learner_branch)
+            monkeypatch.setattr(step_module.torch.cuda, "Event", turns.event)
+            monkeypatch.setattr(step_module, "run_beside", turns.run_beside)
         for step in range(14):
             train_step(state, data.train_book, scfg, learning=step >= 4)
-        finals.append(_state_tensors(state))
-    assert finals[0].keys() == finals[1].keys()
-    for name, a in finals[0].items():
-        assert torch.equal(a, finals[1][name]), name
-    assert float(state.metrics.learn_steps) == 10
+        monkeypatch.undo()
+        assert float(state.metrics.learn_steps) == 10
+        return _state_tensors(state)
+
+    in_turn = run(None)
+    for first in ("main", "side"):  # the collect, then the learner, as far ahead as can be
+        finals = run(first)
+        assert finals.keys() == in_turn.keys()
+        for name, a in in_turn.items():
+            assert torch.equal(a, finals[name]), f"{first} ahead: {name}"
 
 
 def test_the_target_splits_only_where_its_half_has_a_stream(tiny_store):

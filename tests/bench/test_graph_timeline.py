@@ -56,11 +56,14 @@ def test_device_events_keep_kernels_copies_and_sets_with_their_streams():
     assert graph_timeline.device_events(trace) == [(7, 1.0, 3.0, "k"), (9, 4.0, 5.0, "m")]
 
 
-def test_first_replay_and_stream_spans():
-    # two back-to-back replays of three events each: the first three by start, times from
-    # the first event; each stream's first start and last end
+def test_one_replay_and_stream_spans():
+    # two back-to-back replays of three events each: replay 0 is the first three by start,
+    # replay 1 the next three, times from each one's first event; each stream's first start
+    # and last end
     events = [(1, 40.0, 41.0, "c"), (2, 11.0, 15.0, "b"), (1, 10.0, 12.0, "a"),
               (1, 30.0, 31.0, "a"), (2, 31.0, 35.0, "b"), (1, 20.0, 21.0, "c")]
-    first = graph_timeline.first_replay(events, 2)
+    first = graph_timeline.one_replay(events, 2)
     assert first == [(1, 0.0, 2.0, "a"), (2, 1.0, 5.0, "b"), (1, 10.0, 11.0, "c")]
     assert graph_timeline.stream_spans(first) == {1: (0.0, 11.0), 2: (1.0, 5.0)}
+    second = graph_timeline.one_replay(events, 2, 1)
+    assert second == [(1, 0.0, 1.0, "a"), (2, 1.0, 5.0, "b"), (1, 10.0, 11.0, "c")]

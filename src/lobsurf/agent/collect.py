@@ -217,11 +217,13 @@ def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transition
     return batch
 
 
-def collect_deferred(state: TrainState, book: BookTensors, cfg: StepConfig
+def collect_deferred(state: TrainState, book: BookTensors, cfg: StepConfig,
+                     before_write: torch.cuda.Event | None = None
                      ) -> tuple[Transitions, list[tuple[torch.Tensor, torch.Tensor]]]:
     """``collect`` less its last write: the new controllers and metric sums come back as
     (destination, value) pairs for ``copy_values_``, so a learner running beside it reads
-    the controllers as they were."""
+    the controllers as they were. ``before_write``: an event the replay write waits for
+    (a learner's draw on another stream, which reads the slots and labels it writes)."""
     env, ctl, kernels = state.env, state.controllers, state.kernels
     # ---- observe: K-window at each cursor plus the agent's own state
     obs = kernels.observe(env.state, book, ctl, cfg)
@@ -234,6 +236,8 @@ def collect_deferred(state: TrainState, book: BookTensors, cfg: StepConfig
     upd = kernels.collect_updates(obs, acted.actions, acted.gated, result, env.state, ctl,
                                   state.tables, state.metrics, state.replay,
                                   state.online.num_actions, cfg)
+    if before_write is not None:
+        before_write.wait()
     state.replay.write_(upd.replay)
     state.step_count.add_(1)
     return upd.batch, (named_pairs(ctl, acted.controllers | upd.controllers)

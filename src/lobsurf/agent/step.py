@@ -18,8 +18,9 @@ Read top to bottom, a step is:
 
 By default (``learner.sample_before_collect``) the learner draws its sample before the
 collect writes, from the transitions of the steps before, so everything up to its
-backward runs beside the collect (on CUDA on a stream of its own) and only clip, Adam and
-what follows wait for both (``learn_beside_collect``).
+backward runs beside the collect (on CUDA on a stream of its own; the collect from the
+draw on, its replay write after the draw's reads) and only clip, Adam and what follows
+wait for both (``learn_beside_collect``).
 
 Capture-ready: static shapes, buffers updated in place, no ``.item()``/``.cpu()``/
 ``.tolist()`` and no Python branch on a device value (tests patch those to raise): the gate
@@ -51,8 +52,8 @@ from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkC
                                   PolicyConfig, ReplayConfig, RewardConfig)
 from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.flat import FlatParameters
-from lobsurf.agent.learn import (GradientSync, LearnerInputs, LearnUpdates, apply_gradients,
-                                 c51_target, clip_coefficient, draw_sample,
+from lobsurf.agent.learn import (GradientSync, LearnerInputs, LearnUpdates, Losses,
+                                 apply_gradients, c51_target, clip_coefficient, draw_sample,
                                  flat_clip_coefficient, gradients, learn, learn_updates,
                                  learner_inputs, loss_terms)
 from lobsurf.agent.metrics import MetricSums
@@ -218,29 +219,49 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
     """A learning step whose learner samples before the step's collect writes
     (``learner.sample_before_collect``), so its losses and backward need nothing collect
     makes and run beside it (on ``state.learner_branch``, a second CUDA stream; in turn
-    without one: the learner's half first). The noise is resampled beside the draw.
+    without one: the noise, the draw, the learner's losses and backward, then the collect).
 
-    The learner's half reads the replay sample it gathered first (never one of the slots
-    this collect overwrites), the networks' parameters and the controllers as they were
+    The learner's half resamples the noise (beside its draw, on ``state.branch``), draws
+    its replay sample and gathers its inputs (never one of the slots this collect
+    overwrites), then reads the networks' parameters and the controllers as they were
     before collect; collect reads the parameters and writes the simulator, the replay and
     (deferred to the join) the controllers and metric sums; neither writes what the other
-    reads. After the join: clip, Adam, priorities, the learner's controllers, Polyak.
-    With ``state.forwards_done`` the collect starts only after the learner's forwards, beside
-    its backward.
+    reads. With a stream the collect starts once the noise is in, beside the draw (a chain
+    of small kernels that everything of the learner waits for), and its replay write waits
+    for the end of the draw, which reads those slots and their labels. After the join:
+    clip, Adam, priorities, the learner's controllers, Polyak. With ``state.forwards_done``
+    the collect waits for the learner's forwards too, and runs beside its backward.
     """
-    # the noise draws touch nothing the sample reads: beside it on state.branch
-    _, (sample, li) = run_beside(state.branch, lambda: fresh_noise_(state),
-                                 lambda: draw_sample(state, book, cfg, reserved=cfg.num_envs))
     forwards_done = state.forwards_done
+    beside = state.learner_branch is not None
+    # A stream only waits for an event recorded by work issued (on the host) before the
+    # wait; run_beside issues the learner's half first, so the collect waits for events of
+    # the learner's half, never the other way round.
+    noised = torch.cuda.Event() if beside else None  # this step's noise in the parameters
+    drawn = torch.cuda.Event() if beside else None  # the draw's reads of the replay done
 
-    def deferred_collect():
+    def fresh_noise():
+        fresh_noise_(state)
+        if noised is not None:
+            noised.record()
+
+    def learner_half() -> tuple[Sample, tuple[Losses, list[torch.Tensor]]]:
+        # the noise draws touch nothing the sample reads: beside it on state.branch
+        _, (sample, li) = run_beside(state.branch, fresh_noise,
+                                     lambda: draw_sample(state, book, cfg, reserved=cfg.num_envs))
+        if drawn is not None:
+            drawn.record()
+        return sample, gradients(state, book, sample, cfg, li, forwards_done)
+
+    def collect_half():
+        if noised is not None:
+            noised.wait()  # its acting forward reads this step's noise
         if forwards_done is not None:
             forwards_done.wait()  # the learner's forwards first (train.collect_beside_backward)
-        return collect_deferred(state, book, cfg)
+        return collect_deferred(state, book, cfg, before_write=drawn)
 
-    (ls, params), (_, pending) = run_beside(
-        state.learner_branch, lambda: gradients(state, book, sample, cfg, li, forwards_done),
-        deferred_collect)
+    (sample, (ls, params)), (_, pending) = run_beside(state.learner_branch, learner_half,
+                                                      collect_half)
     copy_values_(pending)
     if sync is not None:
         sync.controllers_(state.controllers)
