@@ -18,8 +18,8 @@ Read top to bottom, a step is:
 
 By default (``learner.sample_before_collect``) the learner draws its sample before the
 collect writes, from the transitions of the steps before, so everything up to its
-backward runs beside the collect (on CUDA on a stream of its own; the collect from the
-draw on, its replay write after the draw's reads) and only clip, Adam and what follows
+backward runs beside the collect (on CUDA on a stream of its own; the collect beside the
+draw too, its replay write after the draw's reads) and only clip, Adam and what follows
 wait for both (``learn_beside_collect``).
 
 Capture-ready: static shapes, buffers updated in place, no ``.item()``/``.cpu()``/
