@@ -82,6 +82,21 @@ def test_kernel_matches_the_float64_loop(dtype, gamma_kind, padded):
 
 
 @needs_kernel
+def test_per_sample_values_read_at_their_strides():
+    # in the step, reward, done and a per-row gamma are columns of the replay's packed rows
+    # (lobsurf.agent.replay.unpack): views with a row stride, read as such
+    q, reward, done, z = _inputs(b=6)
+    gamma = torch.linspace(0.5, 0.99, 6)
+    packed = torch.stack((torch.zeros(6), reward, done.float(), gamma, torch.ones(6)), 1)
+    columns = packed[:, 1], packed[:, 2], packed[:, 3]
+    assert all(c.stride(0) == 5 for c in columns)
+    want = numpy_c51_target(q.numpy(), reward.numpy(), done.numpy(), gamma.numpy(),
+                            z.numpy())
+    for got, w in zip(c51_target_triton(q, *columns, z), want):
+        np.testing.assert_allclose(got.numpy(), w, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
 def test_the_greedy_action_is_the_first_of_equal_maxima():
     # at s' action 1 has all its mass on z = 0 and action 3 half on -0.5, half on +0.5:
     # equal expectations (0, exactly: -inf logits give exact zeros) and different

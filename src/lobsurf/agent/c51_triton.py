@@ -54,7 +54,7 @@ if triton is not None:
 
     @triton.jit
     def _c51_target_kernel(q_ptr, reward_ptr, done_ptr, gamma_ptr, z_ptr, mean_ptr, out_ptr,
-                           B, A, N, s_row, s_a, s_n, gamma_value,
+                           B, A, N, s_row, s_a, s_n, s_reward, s_done, s_gamma, gamma_value,
                            GAMMA_PER_ROW: tl.constexpr, BLOCK_A: tl.constexpr,
                            BLOCK_N: tl.constexpr):
         b = tl.program_id(0)
@@ -72,10 +72,10 @@ if triton is not None:
         best = tl.argmax(means, 0, tie_break_left=True)
         chosen = tl.sum(tl.where(a[:, None] == best, probs, 0.0), 0)
         # Tz_j = r + gamma (1 - done) z_j, clipped to the support (project_categorical)
-        reward = tl.load(reward_ptr + b).to(tl.float32)
-        not_done = 1.0 - tl.load(done_ptr + b).to(tl.float32)
+        reward = tl.load(reward_ptr + b * s_reward).to(tl.float32)
+        not_done = 1.0 - tl.load(done_ptr + b * s_done).to(tl.float32)
         if GAMMA_PER_ROW:
-            not_done = not_done * tl.load(gamma_ptr + b).to(tl.float32)
+            not_done = not_done * tl.load(gamma_ptr + b * s_gamma).to(tl.float32)
             coef = 1.0
         else:
             coef = gamma_value
@@ -105,7 +105,7 @@ def kernel_applies(choice: str, device: torch.device | str) -> bool:
         return device.type == "cuda" and available_for(device)
     if not available_for(device):
         raise UserError("train.c51_kernel='triton' needs Triton with a CUDA device (or "
-                           f"Triton's CPU interpreter, TRITON_INTERPRET=1); got {device.type}")
+                        f"Triton's CPU interpreter, TRITON_INTERPRET=1); got {device.type}")
     return True
 
 
@@ -128,13 +128,15 @@ def c51_target_triton(target_q: torch.Tensor, reward: torch.Tensor, done: torch.
                              f"logit rows, got {tuple(values.shape)}")
     mean = torch.empty(b, num_actions, dtype=torch.float32, device=target_q.device)
     out = torch.empty(b, num_atoms, dtype=torch.float32, device=target_q.device)
-    # the kernel reads one value per sample and the support at unit strides (no-ops for
-    # the step's tensors, which are contiguous)
-    reward, done, z = reward.contiguous(), done.contiguous(), z.contiguous()
-    gamma_rows = gamma.contiguous() if per_row else reward  # unread with a float gamma
+    # the per-sample values are read at their strides: in the step they are columns of
+    # the replay's packed rows (lobsurf.agent.replay.unpack), and a copy to unit stride
+    # would be a kernel on the critical path; the support is read at unit stride
+    z = z.contiguous()
+    gamma_rows = gamma if per_row else reward  # unread with a float gamma
     _c51_target_kernel[(b,)](
         target_q, reward, done, gamma_rows, z, mean, out,
-        b, num_actions, num_atoms, *target_q.stride(), 0.0 if per_row else float(gamma),
+        b, num_actions, num_atoms, *target_q.stride(), reward.stride(0), done.stride(0),
+        gamma_rows.stride(0), 0.0 if per_row else float(gamma),
         GAMMA_PER_ROW=per_row, BLOCK_A=triton.next_power_of_2(num_actions),
         BLOCK_N=triton.next_power_of_2(num_atoms), num_warps=C51_WARPS)
     return mean, out
