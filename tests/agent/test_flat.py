@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+import lobsurf.agent.flat as flat_module
 from lobsurf.agent.flat import SEGMENT_ALIGN_BYTES, flatten_parameters_, segment_offsets
 
 
@@ -48,7 +49,12 @@ def test_flattened_module_keeps_values_outputs_and_state_dict() -> None:
         sum(float(p.detach().abs().sum()) for p in net.parameters()))
 
 
-def test_written_gradients_equal_autograd_and_none_writes_zeros() -> None:
+@pytest.mark.parametrize("piece", [None, 3])
+def test_written_gradients_equal_autograd_and_none_writes_zeros(monkeypatch, piece) -> None:
+    # piece 3: every segment and gap copied in pieces of at most 3 values (on CUDA the
+    # pieces are what spreads the copy over blocks: GRAD_COPY_PIECE)
+    if piece is not None:
+        monkeypatch.setattr(flat_module, "GRAD_COPY_PIECE", piece)
     net, ref = _net(), _net()
     flat = flatten_parameters_(net.parameters(), with_grads=True)
     flat.grad.fill_(9.0)  # stale values everywhere, gaps included: all must be overwritten

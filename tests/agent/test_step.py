@@ -283,19 +283,80 @@ class _TurnEvent:
 
 
 @pytest.mark.parametrize("n_step", [1, 3])
+def test_drawing_ahead_learns_as_drawing_first(tiny_store, n_step):
+    # train.draw_ahead: each learning step draws the next one's indices at its end (after
+    # its collect's write and its priorities), the next starts from that draw; nothing
+    # between writes what the draw reads, so every step learns from the same sample, from
+    # the same uniforms, bit for bit
+    from tests.train.test_compile_kernels import _setup, _state_tensors
+
+    def run(draw_ahead: bool) -> dict[str, torch.Tensor]:
+        data, state, scfg = _setup(tiny_store, n_step, draw_ahead=draw_ahead)
+        assert scfg.learner.sample_before_collect and scfg.draw_ahead == draw_ahead
+        draws = []
+        name = "sample_drawn" if draw_ahead else "sample"
+        real = getattr(state.replay, name)
+
+        def logged(*args, **kwargs):
+            sample = real(*args, **kwargs)
+            draws.append(sample.index.clone())
+            return sample
+
+        setattr(state.replay, name, logged)
+        for step in range(14):
+            train_step(state, data.train_book, scfg, learning=step >= 4)
+        assert state.replay.drawn_ahead == draw_ahead  # the last step drew the next ahead
+        assert float(state.metrics.learn_steps) == 10 == len(draws)
+        out = _state_tensors(state)
+        out["draws"] = torch.stack(draws)
+        return {k: v for k, v in out.items() if not k.startswith("replay.ahead.")}
+
+    first, ahead = run(False), run(True)
+    assert first.keys() == ahead.keys()
+    assert len(set(map(tuple, first["draws"].tolist()))) == 10  # a fresh sample each step
+    for name, a in first.items():
+        assert torch.equal(a, ahead[name]), name
+
+
+def test_a_collect_without_a_learner_discards_the_draw_made_ahead(tiny_store):
+    # the draw made ahead is stale once a step collects without learning (the replay moved
+    # on): the next learning step draws first again, from where the writes left the replay
+    from tests.train.test_compile_kernels import _setup
+
+    data, state, scfg = _setup(tiny_store, draw_ahead=True)
+    for step in range(6):
+        train_step(state, data.train_book, scfg, learning=step >= 4)
+    assert state.replay.drawn_ahead
+    train_step(state, data.train_book, scfg, learning=False)
+    assert not state.replay.drawn_ahead
+    with pytest.raises(RuntimeError, match="no draw made ahead"):
+        state.replay.sample_drawn(state.controllers.per_beta)
+    primed = []
+    real = state.replay.draw_ahead_
+    state.replay.draw_ahead_ = lambda *a, **k: primed.append(int(state.replay.pointer)) or real(
+        *a, **k)
+    train_step(state, data.train_book, scfg, learning=True)
+    pointer = int(state.replay.pointer)
+    # one draw before this step's write (the priming), one after it (the next step's)
+    assert primed == [(pointer - scfg.num_envs) % state.replay.capacity, pointer]
+    assert state.replay.drawn_ahead
+
+
+@pytest.mark.parametrize("n_step,draw_ahead", [(1, False), (3, False), (3, True)])
 def test_learner_half_and_collect_keep_their_order_on_two_streams(tiny_store, monkeypatch,
-                                                                  n_step):
-    # learn_beside_collect on CUDA: the learner's half (noise, draw, forwards, backward)
-    # beside the collect (acting, simulator, replay write). Sound only if neither writes
-    # what the other reads before the events allow it: the collect's acting after the
-    # noise, its replay write after the draw (which reads those slots and their labels).
+                                                                  n_step, draw_ahead):
+    # learn_beside_collect on CUDA: the learner's half (noise, draw, forwards, priorities,
+    # backward) beside the collect (acting, simulator, replay write; with train.draw_ahead
+    # the next step's draw). Sound only if neither writes what the other reads before the
+    # events allow it: the collect's acting after the noise, its replay write after the
+    # draw (which reads those slots and their labels), the next draw after the priorities.
     # Each half run as far ahead of the other as the events allow (two threads taking
     # turns) must give what the one-stream order gives, bit for bit.
     import lobsurf.agent.step as step_module
     from tests.train.test_compile_kernels import _setup, _state_tensors
 
     def run(first: str | None) -> dict[str, torch.Tensor]:
-        data, state, scfg = _setup(tiny_store, n_step)
+        data, state, scfg = _setup(tiny_store, n_step, draw_ahead=draw_ahead)
         assert scfg.learner.sample_before_collect
         if first is not None:
             state.learner_branch = object()  # stands in for the learner's CUDA stream

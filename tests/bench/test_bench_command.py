@@ -12,7 +12,8 @@ from lobsurf.models.config import EncoderConfig
 ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
             "scan_z_proj", "fold_norm_weights", "one_in_projection", "prioritize_learner",
             "scan_last_row",
-            "collect_beside_backward", "split_target", "c51_kernel",
+            "collect_beside_backward", "split_target", "c51_kernel", "shared_generator",
+            "draw_ahead",
             "inductor_options",
             "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
@@ -39,6 +40,7 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
         assert r["split_target"] is False  # the default
         assert r["c51_kernel"] == "auto"  # the default (PyTorch on CPU)
         assert r["one_in_projection"] is False  # the default
+        assert r["shared_generator"] is False and r["draw_ahead"] is False  # the defaults
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
         assert r["compiled"] is None  # compiled only on CUDA unless --compile

@@ -36,10 +36,10 @@ RTOL, ATOL = 1e-5, 1e-6
 KERNELS_ONLY = CompileConfig(backend="inductor", methods=())
 
 
-def _setup(tiny_store, n_step: int = 1, flat: bool = True):
+def _setup(tiny_store, n_step: int = 1, flat: bool = True, draw_ahead: bool = False):
     cfg = tiny_config(tiny_store.path, gates={"warmup_steps": GATE_WARMUP},
                       learner={"learning_starts": PREFILL, "n_step": n_step},
-                      train={"flat_parameters": flat})
+                      train={"flat_parameters": flat, "draw_ahead": draw_ahead})
     data = load_training_data(cfg, "cpu", tiny_store.path)
     return data, build_state(cfg, data, "cpu"), step_config(cfg)
 
@@ -137,11 +137,14 @@ def _checked(name: str, kernel, called: set[str] | None = None):
 #: only the flat one
 PER_TENSOR_ONLY, FLAT_ONLY = {"clip_coefficient", "adam_scalars"}, {"flat_clip_coefficient",
                                                                      "flat_adam"}
+#: the replay sample's kernels in one piece, and in two with train.draw_ahead
+DRAW_FIRST_ONLY, DRAW_AHEAD_ONLY = {"sample"}, {"draw", "sample_at"}
 
 
-@pytest.mark.parametrize("n_step,flat", [(1, True), (3, True), (1, False)])
-def test_compiled_kernels_match_the_eager_step(tiny_store, n_step, flat):
-    data, state, scfg = _setup(tiny_store, n_step, flat)
+@pytest.mark.parametrize("n_step,flat,draw_ahead", [(1, True, False), (3, True, False),
+                                                    (1, False, False), (3, True, True)])
+def test_compiled_kernels_match_the_eager_step(tiny_store, n_step, flat, draw_ahead):
+    data, state, scfg = _setup(tiny_store, n_step, flat, draw_ahead)
     twin = copy.deepcopy(state)
     torch._dynamo.reset()
     counters.clear()
@@ -156,7 +159,8 @@ def test_compiled_kernels_match_the_eager_step(tiny_store, n_step, flat):
     assert bool(eager["metrics.loss_q"] > 0)
     assert bool(eager["metrics.trades"] > 0), "no trade closed: the reward pipeline untested"
     _compare(eager, traced)
-    assert called == set(COMPILED_KERNELS) - (PER_TENSOR_ONLY if flat else FLAT_ONLY)
+    assert called == (set(COMPILED_KERNELS) - (PER_TENSOR_ONLY if flat else FLAT_ONLY)
+                      - (DRAW_FIRST_ONLY if draw_ahead else DRAW_AHEAD_ONLY))
     # one Dynamo graph per kernel called (one shape each, no recompile) and no graph break
     assert counters["stats"]["unique_graphs"] == len(called)
     assert sum(counters["graph_break"].values()) == 0
@@ -220,9 +224,9 @@ def test_phase_timer_patches_stay_out_of_compiled_kernels(tiny_store):
     with timed_phases(state, "cpu") as timer:
         for _ in range(PREFILL + 1):
             train_step(state, data.train_book, scfg, learning=True)
-    # the learn kernels (sample, learner inputs, C51 target, losses, clip, Adam, bookkeeping),
-    # first called here
-    assert counters["stats"]["unique_graphs"] == 7
+    # the learn kernels (sample, learner inputs, C51 target, losses, priority weights, clip,
+    # Adam, bookkeeping), first called here
+    assert counters["stats"]["unique_graphs"] == 8
     assert sum(counters["graph_break"].values()) == 0
     bookkeeping = "collect/rewards, replay plan, controllers, metrics"
     assert bookkeeping in timer.seconds  # the kernel is timed as one piece ...

@@ -4,6 +4,8 @@ step that rebinds a tensor or moves a host value (which a graph would freeze).""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -19,7 +21,7 @@ from lobsurf.train.cuda_graph import (
     state_fingerprint,
     step_generators,
 )
-from lobsurf.train.loop import _graph_enabled
+from lobsurf.train.loop import _graph_enabled, build_state
 
 
 def _learning_steps(state, data, scfg, n):
@@ -66,12 +68,40 @@ def test_generators_are_every_custom_generator_of_the_state(tiny_setup) -> None:
     assert {id(g) for g in gens} == found
 
 
+def test_one_shared_generator_is_registered_once(tiny_setup) -> None:
+    # train.shared_generator (CUDA only: a CPU state keeps four) puts one generator in all
+    # four roles; a graph registers it once (each registered generator costs two fill
+    # kernels before every replay)
+    cfg, data, state, scfg = tiny_setup
+    assert cfg.train.shared_generator is False
+    shared = build_state(dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, shared_generator=True)), data, "cpu")
+    assert len({id(g) for g in step_generators(shared)}) == 4  # on CPU: four
+    g = state.noise_generator
+    state.acting_generator = state.replay.generator = state.env.generator = g
+    assert step_generators(state) == [g]
+
+
 def test_real_step_keeps_every_address_and_host_value(tiny_setup) -> None:
     cfg, data, state, scfg = tiny_setup
     _learning_steps(state, data, scfg, 2)  # gradients and caches exist from here on
     before = state_fingerprint(state)
     assert sum(v[0] == "tensor" for v in before.values()) > 100
     assert any(k.endswith(".grad") for k in before)
+    _learning_steps(state, data, scfg, 1)
+    assert fingerprint_changes(before, state_fingerprint(state)) == []
+
+
+def test_the_step_drawing_ahead_keeps_every_address_and_host_value(tiny_store) -> None:
+    # train.draw_ahead: the draw made ahead lives in buffers made at the first learning
+    # step (eager, before any capture) and written in place after; its host flag stays set
+    from tests.train.test_compile_kernels import _setup
+
+    data, state, scfg = _setup(tiny_store, draw_ahead=True)
+    _learning_steps(state, data, scfg, 2)
+    before = state_fingerprint(state)
+    assert before["state.replay.ahead.ready"] == ("value", True)
+    assert "state.replay.ahead.index" in before
     _learning_steps(state, data, scfg, 1)
     assert fingerprint_changes(before, state_fingerprint(state)) == []
 

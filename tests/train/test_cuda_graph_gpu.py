@@ -58,11 +58,17 @@ def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
     return state, torch.stack(per_step), runner, guard
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_graphed_steps_equal_eager_steps(tiny_store, precision) -> None:
-    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False, precision=precision)
+@pytest.mark.parametrize("precision,options", [
+    ("fp32", {}), ("bf16", {}),
+    # the next step's draw made beside the backward, every draw from one generator
+    ("fp32", {"draw_ahead": True, "shared_generator": True})])
+def test_graphed_steps_equal_eager_steps(tiny_store, precision, options) -> None:
+    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False, precision=precision,
+                                     **options)
     graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True,
-                                              precision=precision)
+                                              precision=precision, **options)
+    assert len(step_generators(graph)) == (1 if options else 4)
+    assert graph.replay.drawn_ahead == bool(options)
     assert runner.captured and runner.nodes is not None and runner.nodes[1] > 100
     _same_transitions(eager, graph, STEPS * 32)
     for ge, gg in zip(step_generators(eager), step_generators(graph)):

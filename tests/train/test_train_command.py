@@ -73,17 +73,22 @@ def _tensors(tree, prefix=""):
             yield from _tensors(v, f"{prefix}[{i}]")
 
 
-def test_resume_is_bit_exact(tiny_store, tiny_toml, tmp_path):
+@pytest.mark.parametrize("options", [(), ("--set", "train.draw_ahead=true")])
+def test_resume_is_bit_exact(tiny_store, tiny_toml, tmp_path, options):
+    # with train.draw_ahead the checkpoint keeps the draw made for the next step (the
+    # replay's generator has moved past it)
     straight, split = tmp_path / "straight", tmp_path / "split"
-    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", straight) == 0
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", straight,
+                 *options) == 0
     assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", split,
-                 "--steps", 10) == 0
+                 "--steps", 10, *options) == 0
     assert train("--resume", split, "--steps", 20) == 0
     a = load_payload(list_checkpoints(straight)[-1])
     b = load_payload(list_checkpoints(split)[-1])
     assert a["step"] == b["step"] == 20
     ta, tb = dict(_tensors(a)), dict(_tensors(b))
     assert ta.keys() == tb.keys() and len(ta) > 50
+    assert (".replay.ahead.index" in ta) == bool(options)
     for key in ta:
         if key.startswith(".config") or key.startswith(".meta"):
             continue

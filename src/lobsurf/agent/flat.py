@@ -34,6 +34,13 @@ import torch
 #: segment alignment: torch.compile's (16 B) and cuBLAS's row alignment, rounded up to the
 #: 64-byte granule of a GPU memory transaction so no segment shares one with the next
 SEGMENT_ALIGN_BYTES = 64
+#: the longest piece of ``write_gradients_``'s multi-tensor copy: its CUDA launch gives each
+#: piece's 64 K-value chunks a block of 512 threads that walks the chunk 2,048 values a round,
+#: so an in-projection's whole 82 K-value gradient kept one block for 32 dependent rounds
+#: (the copy's first launch took 15.7 us on an H100 at B = 256 / 4 layers, on the step's
+#: tail, where nothing else runs); in pieces of this many values a block has 4 rounds, over
+#: more blocks (at 4 layers about 150 pieces in three launches instead of 78 in two)
+GRAD_COPY_PIECE = 8192
 
 
 @dataclass
@@ -108,9 +115,10 @@ class FlatParameters:
     def write_gradients_(self, grads: Sequence[torch.Tensor | None]) -> None:
         """Write one gradient per parameter (None: zero) into ``grad``, gaps zero (a
         diverged step's division leaves NaN there), as one multi-tensor copy of 1-d
-        pieces. On CUDA that is one launch over every piece; a concatenation into the
-        buffer took 20 us for its 0.44 M values at the default shape, on the step's
-        critical path (benchmarks/RESULTS.md, thirty-third session)."""
+        pieces of at most ``GRAD_COPY_PIECE`` values. On CUDA that is a few launches over
+        every piece; a concatenation into the buffer took 20 us for its 0.44 M values at
+        the default shape, on the step's critical path (benchmarks/RESULTS.md,
+        thirty-third session)."""
         if self.grad is None:
             raise ValueError("these parameters were flattened without gradients")
         into: list[torch.Tensor] = []
@@ -126,7 +134,8 @@ class FlatParameters:
         if at < self.grad.numel():
             into.append(self.grad[at:])
             pieces.append(zeros[:self.grad.numel() - at])
-        torch._foreach_copy_(into, pieces)
+        torch._foreach_copy_([part for t in into for part in t.split(GRAD_COPY_PIECE)],
+                             [part for t in pieces for part in t.split(GRAD_COPY_PIECE)])
 
 
 def gaps(numels: Sequence[int], offsets: Sequence[int], total: int) -> list[tuple[int, int]]:

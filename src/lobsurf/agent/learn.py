@@ -5,12 +5,14 @@ controllers and metrics.
     replay sample -> target net on s and s' -> C51 projection of the target's greedy
     action at s' -> online heads at s (on CUDA beside the target side, on a second stream)
     -> C51 CE x IS weights + pi distillation/entropy + V + FRD + direction + outcome (all
-    batch means) -> backward -> clip -> Adam -> priorities -> Polyak -> per_beta, alpha, tau
+    batch means) -> backward (the new priorities beside it) -> clip -> Adam -> Polyak
+    -> max priority, per_beta, alpha, tau
 
 ``learn`` is one update; ``gradients`` and ``apply_gradients`` are its two halves, so that
 ``lobsurf.agent.step.learn_beside_collect`` can run the first beside the collect
 (``lobsurf.agent.collect``). The arithmetic is in pure functions (``learner_inputs``,
-``c51_target``, ``loss_terms``, ``clip_coefficient``, ``learn_updates``) that
+``c51_target``, ``loss_terms``, ``clip_coefficient``, ``learn_updates``,
+``priority_weight``) that
 ``lobsurf.agent.step.StepKernels`` holds and ``train.compile`` fuses.
 """
 
@@ -240,11 +242,10 @@ def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tens
 
 
 class LearnUpdates(NamedTuple):
-    """What one learning step leaves to write (``learn_updates``): the sampled entries' new
-    sampling weights [B] and the new max priority, the new controller values and metric sums
-    by name."""
+    """What one learning step leaves to write after its backward (``learn_updates``): the
+    new max priority, the new controller values and metric sums by name (the sampled
+    entries' new sampling weights went in beside the backward: ``gradients``)."""
 
-    priority_weight: torch.Tensor
     max_priority: torch.Tensor
     controllers: dict[str, torch.Tensor]
     metrics: dict[str, torch.Tensor]
@@ -253,17 +254,16 @@ class LearnUpdates(NamedTuple):
 def learn_updates(ls: Losses, grad_norm: torch.Tensor, ctl: ControllerState,
                   metrics: MetricSums, max_priority: torch.Tensor, num_actions: int,
                   cfg: StepConfig) -> LearnUpdates:
-    """The bookkeeping of one learning step, pure: priorities from the per-sample C51 loss,
-    the learner's controllers (per_beta, alpha, tau) and the learner metrics."""
-    weight, new_max = priority_values(ls.q_per_sample, max_priority, cfg.replay)
+    """The bookkeeping of one learning step, pure: the max priority from the per-sample C51
+    loss, the learner's controllers (per_beta, alpha, tau) and the learner metrics."""
+    _, new_max = priority_values(ls.q_per_sample, max_priority, cfg.replay)
     values = (per_beta_values(ctl, cfg.replay.beta_start, cfg.replay.beta_anneal_steps)
               | alpha_tau_values(ctl, num_actions, cfg.policy))
     sums = added(metrics, {
         "learn_steps": 1.0, "loss_q": ls.q, "loss_pi": ls.pi, "loss_value": ls.value,
         "loss_frd": ls.frd, "loss_aux": ls.aux, "policy_entropy": ls.policy_entropy,
         "agreement": ls.agreement, "grad_norm": grad_norm, "q_mean": ls.q_taken_mean})
-    return LearnUpdates(priority_weight=weight, max_priority=new_max, controllers=values,
-                        metrics=sums)
+    return LearnUpdates(max_priority=new_max, controllers=values, metrics=sums)
 
 
 #: the norm clip_grad_norm_ clips (L2) and the epsilon it adds to the norm
@@ -300,7 +300,7 @@ def learn(state: TrainState, book: BookTensors, cfg: StepConfig,
     """One update from a prioritized sample; returns the (detached) losses."""
     sample, li = draw_sample(state, book, cfg)
     ls, params = gradients(state, book, sample, cfg, li)
-    return apply_gradients(state, sample, ls, params, cfg, sync)
+    return apply_gradients(state, ls, params, cfg, sync)
 
 
 def draw_sample(state: TrainState, book: BookTensors, cfg: StepConfig, reserved: int = 0
@@ -317,30 +317,46 @@ def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCo
     """The update of ``learn`` from a given sample; with ``sync`` the gradients are averaged
     over the ranks before clipping (data parallel: the same update on every rank)."""
     ls, params = gradients(state, book, sample, cfg)
-    return apply_gradients(state, sample, ls, params, cfg, sync)
+    return apply_gradients(state, ls, params, cfg, sync)
 
 
 def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
-              li: LearnerInputs | None = None, forwards_done: torch.cuda.Event | None = None
+              li: LearnerInputs | None = None, forwards_done: torch.cuda.Event | None = None,
+              priorities_done: torch.cuda.Event | None = None
               ) -> tuple[Losses, list[torch.Tensor]]:
     """The first half of a learning step: every loss of the sample and its gradients in
-    the online parameters' .grad (returns the losses and the parameters that have one).
-    It writes nothing but the gradients. ``forwards_done`` is recorded on the current
+    the online parameters' .grad (returns the losses and the parameters that have one),
+    and, beside the backward (on ``state.branch``), the sampled entries' new sampling
+    weights in the replay. It writes nothing else: the rest of the bookkeeping waits for
+    the gradient norm (``apply_gradients``). ``forwards_done`` is recorded on the current
     stream between the losses and the backward (work waiting for it runs beside the
-    backward)."""
+    backward), ``priorities_done`` once the priorities are written."""
     ls = losses(state, book, sample, cfg, li)
     if forwards_done is not None:
         forwards_done.record()
     opt = state.optimizer
     seed = state.tables.loss_seed
-    if opt.flat is not None:
-        return ls, flat_gradients_(ls.total, opt.params, opt.flat, seed)
-    opt.zero_grad()
-    return ls, accumulate_gradients_(ls.total, opt.params, seed)
+
+    @torch.no_grad()
+    def new_priorities() -> None:
+        # nothing of the backward or the update reads them, and the collect writes only the
+        # slots a sample leaves out: in beside the backward, off the step's tail
+        state.replay.write_priorities_(sample.index, state.kernels.priority_weight(
+            ls.q_per_sample, cfg.replay))
+        if priorities_done is not None:
+            priorities_done.record()
+
+    def backward() -> list[torch.Tensor]:
+        if opt.flat is not None:
+            return flat_gradients_(ls.total, opt.params, opt.flat, seed)
+        opt.zero_grad()
+        return accumulate_gradients_(ls.total, opt.params, seed)
+
+    return ls, run_beside(state.branch, new_priorities, backward)[1]
 
 
-def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[torch.Tensor],
-                    cfg: StepConfig, sync: GradientSync | None = None) -> Losses:
+def apply_gradients(state: TrainState, ls: Losses, params: list[torch.Tensor], cfg: StepConfig,
+                    sync: GradientSync | None = None) -> Losses:
     """The second half: (rank average,) clip, then Adam and Polyak beside the priorities and
     the learner's controllers and metrics."""
     ctl, lc = state.controllers, cfg.learner
@@ -359,11 +375,10 @@ def apply_gradients(state: TrainState, sample: Sample, ls: Losses, params: list[
 
     @torch.no_grad()
     def bookkeeping() -> None:
-        # ---- priorities, controllers of the learner (per_beta, alpha, tau), metrics
+        # ---- max priority, controllers of the learner (per_beta, alpha, tau), metrics
         upd = state.kernels.learn_updates(ls, grad_norm, ctl, state.metrics,
                                           state.replay.max_priority, state.online.num_actions,
                                           cfg)
-        state.replay.write_priorities_(sample.index, upd.priority_weight)
         copy_values_(named_pairs(ctl, upd.controllers) + named_pairs(state.metrics, upd.metrics)
                      + [(state.replay.max_priority, upd.max_priority)])
 

@@ -165,7 +165,8 @@ def write_plan(pointer: torch.Tensor, size: torch.Tensor, max_priority: torch.Te
 def sample_values(weight: torch.Tensor, size: torch.Tensor, packs: tuple[torch.Tensor, ...],
                   u: torch.Tensor, beta: torch.Tensor, pointer: torch.Tensor | None = None,
                   reserved: int = 0) -> Sample:
-    """A prioritized sample from uniforms (pure; ``PrioritizedReplay.sample``).
+    """A prioritized sample from uniforms (pure; ``PrioritizedReplay.sample``): ``draw_values``
+    then ``sample_at``.
 
     Args:
         weight: [C] float64 priority ** alpha. size: 0-d fill count.
@@ -175,6 +176,14 @@ def sample_values(weight: torch.Tensor, size: torch.Tensor, packs: tuple[torch.T
             are never drawn: a sample taken before a write must not hold a slot that the
             write replaces (its priority update would land on the new transition).
     """
+    index, prob = draw_values(weight, u, pointer, reserved)
+    return sample_at(index, prob, size, packs, beta)
+
+
+def draw_values(weight: torch.Tensor, u: torch.Tensor, pointer: torch.Tensor | None = None,
+                reserved: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draw of ``sample_values`` (pure): [n] int64 storage indices and [n] float64 their
+    probabilities P(i), from [n] float64 uniforms ``u``."""
     capacity = weight.shape[0]
     if reserved:
         ahead = (torch.arange(capacity, device=weight.device) - pointer) % capacity
@@ -182,7 +191,13 @@ def sample_values(weight: torch.Tensor, size: torch.Tensor, packs: tuple[torch.T
     cumulative = weight.cumsum(0)  # float64 [C]
     total = cumulative[-1]
     index = torch.searchsorted(cumulative, u * total, right=True).clamp_(max=capacity - 1)
-    prob = weight[index] / total
+    return index, weight[index] / total
+
+
+def sample_at(index: torch.Tensor, prob: torch.Tensor, size: torch.Tensor,
+              packs: tuple[torch.Tensor, ...], beta: torch.Tensor) -> Sample:
+    """The sample of drawn indices (pure): their transitions, and importance weights
+    (size P(i)) ** -beta over their batch max."""
     iw = (size.to(torch.float64) * prob).clamp(min=1e-300) ** -beta
     iw = iw / iw.max()
     batch = unpack(tuple(packed[index] for packed in packs))
@@ -192,8 +207,17 @@ def sample_values(weight: torch.Tensor, size: torch.Tensor, packs: tuple[torch.T
 def priority_values(loss: torch.Tensor, max_priority: torch.Tensor, cfg: ReplayConfig
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """([B] float64 sampling weights (|loss| + eps) ** alpha, the new 0-d max priority)."""
-    priority = loss.detach().abs().to(torch.float64) + cfg.priority_eps
+    priority = _priority(loss, cfg)
     return priority ** cfg.alpha, torch.maximum(max_priority, priority.max())
+
+
+def priority_weight(loss: torch.Tensor, cfg: ReplayConfig) -> torch.Tensor:
+    """The first of ``priority_values`` alone: [B] float64 (|loss| + eps) ** alpha."""
+    return _priority(loss, cfg) ** cfg.alpha
+
+
+def _priority(loss: torch.Tensor, cfg: ReplayConfig) -> torch.Tensor:
+    return loss.detach().abs().to(torch.float64) + cfg.priority_eps
 
 
 def n_step_values(reward: torch.Tensor, done: torch.Tensor, pointer: torch.Tensor,
@@ -222,6 +246,17 @@ def n_step_values(reward: torch.Tensor, done: torch.Tensor, pointer: torch.Tenso
 SampleFunction = Callable[..., Sample]
 
 
+@dataclass
+class DrawnAhead:
+    """A draw made for the next learning step (``PrioritizedReplay.draw_ahead_``): [n] int64
+    storage indices and [n] float64 their probabilities, written in place; ``ready`` (host)
+    while they are the draw the next sample must use."""
+
+    index: torch.Tensor
+    prob: torch.Tensor
+    ready: bool = False
+
+
 class PrioritizedReplay:
     """Ring storage of ``capacity`` transitions with proportional prioritized sampling."""
 
@@ -238,6 +273,8 @@ class PrioritizedReplay:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self._arange_cache: dict[int, torch.Tensor] = {}
+        self.ahead: DrawnAhead | None = None
+        """The draw of the next sample, made ahead (``draw_ahead_``); None until the first."""
 
     def _arange(self, n: int) -> torch.Tensor:
         if n not in self._arange_cache:
@@ -317,6 +354,40 @@ class PrioritizedReplay:
                        device=self.weight.device)
         return kernel(self.weight, self.size, self.packs, u, beta, self.pointer, reserved)
 
+    def draw_ahead_(self, n: int, reserved: int = 0,
+                    kernel: Callable[..., tuple[torch.Tensor, torch.Tensor]] = draw_values
+                    ) -> None:
+        """Draw the next sample's n indices now, as ``sample`` would draw them (the same
+        uniforms from the same generator), into ``ahead``; ``sample_drawn`` completes it.
+        Sound only while nothing writes the weights, the ring pointer or the fill count
+        between the two (lobsurf.agent.step: the learner's train.draw_ahead)."""
+        u = torch.rand(n, dtype=torch.float64, generator=self.generator,
+                       device=self.weight.device)
+        index, prob = kernel(self.weight, u, self.pointer, reserved)
+        if self.ahead is None or self.ahead.index.shape[0] != n:
+            self.ahead = DrawnAhead(torch.empty_like(index), torch.empty_like(prob))
+        copy_values_([(self.ahead.index, index), (self.ahead.prob, prob)])
+        self.ahead.ready = True
+
+    def sample_drawn(self, beta: torch.Tensor,
+                     kernel: Callable[..., Sample] = sample_at) -> Sample:
+        """The sample of the draw made ahead (``draw_ahead_``), its importance weights with
+        ``beta`` as it is now; the draw stays ``ready`` until ``discard_ahead``, so the
+        caller draws the next one or discards it."""
+        if self.ahead is None or not self.ahead.ready:
+            raise RuntimeError("no draw made ahead to sample from (draw_ahead_ first)")
+        return kernel(self.ahead.index, self.ahead.prob, self.size, self.packs, beta)
+
+    @property
+    def drawn_ahead(self) -> bool:
+        """Whether a draw made ahead waits for the next sample."""
+        return self.ahead is not None and self.ahead.ready
+
+    def discard_ahead(self) -> None:
+        """Forget the draw made ahead (a write without a draw after it makes it stale)."""
+        if self.ahead is not None:
+            self.ahead.ready = False
+
     def write_priorities_(self, index: torch.Tensor, weight: torch.Tensor,
                           max_priority: torch.Tensor | None = None) -> None:
         """Sampling weights [B] (``priority_values``) into the sampled entries: a duplicated
@@ -359,6 +430,8 @@ class PrioritizedReplay:
         state = {f"storage.{f.name}": getattr(self.storage, f.name) for f in fields(Transitions)}
         state.update(weight=self.weight, pointer=self.pointer, size=self.size,
                      max_priority=self.max_priority, generator=self.generator.get_state())
+        if self.drawn_ahead:  # the generator has moved past it: a resume must reuse it
+            state.update({"ahead.index": self.ahead.index, "ahead.prob": self.ahead.prob})
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -367,3 +440,13 @@ class PrioritizedReplay:
         for name in ("weight", "pointer", "size", "max_priority"):
             getattr(self, name).copy_(state[name])
         self.generator.set_state(state["generator"])
+        if "ahead.index" in state:
+            index, prob = state["ahead.index"], state["ahead.prob"]
+            if self.ahead is None or self.ahead.index.shape != index.shape:
+                self.ahead = DrawnAhead(torch.empty_like(index, device=self.weight.device),
+                                        torch.empty_like(prob, device=self.weight.device))
+            self.ahead.index.copy_(index)
+            self.ahead.prob.copy_(prob)
+            self.ahead.ready = True
+        else:
+            self.discard_ahead()

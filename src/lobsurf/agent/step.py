@@ -13,19 +13,22 @@ Read top to bottom, a step is:
     -> [learn] replay sample -> target net on s and s' -> C51 projection of the target's
     greedy action at s' -> online heads at s (on CUDA beside the target side, on a second
     stream) -> C51 CE x IS weights + pi distillation/entropy + V + FRD + direction +
-    outcome (all batch means) -> backward -> clip -> Adam -> priorities -> Polyak ->
-    per_beta, alpha, tau
+    outcome (all batch means) -> backward (the new priorities beside it) -> clip -> Adam
+    -> Polyak -> max priority, per_beta, alpha, tau
 
 By default (``learner.sample_before_collect``) the learner draws its sample before the
 collect writes, from the transitions of the steps before, so everything up to its
 backward runs beside the collect (on CUDA on a stream of its own; the collect beside the
 draw too, its replay write after the draw's reads) and only clip, Adam and what follows
-wait for both (``learn_beside_collect``).
+wait for both (``learn_beside_collect``). With ``train.draw_ahead`` the collect's stream
+then draws the next learning step's indices beside the backward.
 
 Capture-ready: static shapes, buffers updated in place, no ``.item()``/``.cpu()``/
 ``.tolist()`` and no Python branch on a device value (tests patch those to raise): the gate
-warm-up compares a device step counter. The only Python branches are on static config and on
-``learning`` (a host flag of the loop).
+warm-up compares a device step counter. The only Python branches are on static config, on
+``learning`` (a host flag of the loop) and, with ``train.draw_ahead``, on whether a draw was
+made ahead (a host flag that only a first learning step after collects alone finds unset:
+eager, before any capture).
 
 Kernel count: at small B the graphed step costs about a microsecond per kernel
 (PERFORMANCE.md 2.1), so the arithmetic between the network calls is in pure tensor
@@ -55,12 +58,13 @@ from lobsurf.agent.flat import FlatParameters
 from lobsurf.agent.learn import (GradientSync, LearnerInputs, LearnUpdates, Losses,
                                  apply_gradients, c51_target, clip_coefficient, draw_sample,
                                  flat_clip_coefficient, gradients, learn, learn_updates,
-                                 learner_inputs, loss_terms)
+                                 learner_inputs, loss_terms, sampled_inputs)
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.noisy import resample_noise_, scaled_noise
 from lobsurf.agent.optim import AdamScalars, TensorAdam, adam_scalars, flat_adam_
-from lobsurf.agent.replay import PrioritizedReplay, Sample, sample_values
+from lobsurf.agent.replay import (PrioritizedReplay, Sample, draw_values, priority_weight,
+                                  sample_at, sample_values)
 from lobsurf.data.dataset import BookTensors
 from lobsurf.data.labels import Labels
 from lobsurf.sim.env import BatchedLobEnv, StepValues, step_values
@@ -91,6 +95,11 @@ class StepConfig:
     precision: str = "fp32"
     """Network forwards in "fp32" or under "bf16" autocast (train.precision; the heads'
     outputs, the C51 projection and every loss stay fp32: lobsurf.models.precision)."""
+    draw_ahead: bool = False
+    """With ``learner.sample_before_collect``: each learning step draws the next step's
+    replay indices once its collect has written and its priorities are in, beside its
+    backward, and the next step starts from that draw (train.draw_ahead; ``learn_beside_collect``)
+    instead of drawing first. The same indices and weights."""
     split_target: bool = False
     """The target net's forward as two calls, on s and on s', where ``TrainState`` has a
     stream for the s' half (train.split_target; ``lobsurf.agent.learn.splits_target``);
@@ -174,6 +183,8 @@ class StepKernels:
     sim_step: Callable[..., StepValues] = step_values
     collect_updates: Callable[..., CollectUpdates] = collect_updates
     sample: Callable[..., Sample] = sample_values
+    draw: Callable[..., tuple[torch.Tensor, torch.Tensor]] = draw_values
+    sample_at: Callable[..., Sample] = sample_at
     learner_inputs: Callable[..., LearnerInputs] = learner_inputs
     c51_target: Callable[..., tuple[torch.Tensor, torch.Tensor]] = c51_target
     loss_terms: Callable[..., tuple[torch.Tensor, ...]] = loss_terms
@@ -184,6 +195,7 @@ class StepKernels:
     """The flat optimizer's update (clip division, Adam, Polyak): unlike the others it
     writes its 1-d inputs in place (lobsurf.agent.optim)."""
     learn_updates: Callable[..., LearnUpdates] = learn_updates
+    priority_weight: Callable[..., torch.Tensor] = priority_weight
     noise: Callable[[torch.Tensor], torch.Tensor] = scaled_noise
 
 
@@ -206,6 +218,7 @@ def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: 
     if learning and cfg.learner.sample_before_collect:
         learn_beside_collect(state, book, cfg, sync)
         return
+    state.replay.discard_ahead()  # this collect writes without drawing after it
     fresh_noise_(state)
     collect(state, book, cfg)
     if sync is not None:
@@ -224,45 +237,71 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
     The learner's half resamples the noise (beside its draw, on ``state.branch``), draws
     its replay sample and gathers its inputs (never one of the slots this collect
     overwrites), then reads the networks' parameters and the controllers as they were
-    before collect; collect reads the parameters and writes the simulator, the replay and
-    (deferred to the join) the controllers and metric sums; neither writes what the other
-    reads. With a stream the collect starts once the noise is in, beside the draw (a chain
-    of small kernels that everything of the learner waits for), and its replay write waits
-    for the end of the draw, which reads those slots and their labels. After the join:
-    clip, Adam, priorities, the learner's controllers, Polyak. With ``state.forwards_done``
-    the collect waits for the learner's forwards too, and runs beside its backward.
+    before collect; beside its backward it writes the sampled entries' priorities (slots
+    the collect never writes or reads). The collect reads the parameters and writes the
+    simulator, the replay and (deferred to the join) the controllers and metric sums;
+    neither writes what the other reads. With a stream the collect starts once the noise
+    is in, beside the draw (a chain of small kernels that everything of the learner waits
+    for), and its replay write waits for the end of the draw, which reads those slots and
+    their labels. After the join: clip, Adam, the rest of the bookkeeping, Polyak. With
+    ``state.forwards_done`` the collect waits for the learner's forwards too, and runs
+    beside its backward.
+
+    With ``cfg.draw_ahead`` the draw moves off the head of the learner's chain: the
+    collect's stream, once its replay write is done and the learner's priorities are in,
+    draws the next learning step's indices (beside the backward), and the learner's half
+    starts from the draw made by the step before (its transitions and importance weights
+    then; the first learning step draws its own first). Between the two nothing writes
+    what the draw reads (the weights, the ring pointer, the fill count), so it draws the
+    indices the plain order would, from the same generator. A step without a learner after
+    a collect (``train_step``'s others) discards the draw.
     """
     forwards_done = state.forwards_done
     beside = state.learner_branch is not None
+    replay, ahead = state.replay, cfg.draw_ahead
     # A stream only waits for an event recorded by work issued (on the host) before the
     # wait; run_beside issues the learner's half first, so the collect waits for events of
     # the learner's half, never the other way round.
     noised = torch.cuda.Event() if beside else None  # this step's noise in the parameters
     drawn = torch.cuda.Event() if beside else None  # the draw's reads of the replay done
+    # the sampled entries' priorities written (the next draw reads them)
+    prioritized = torch.cuda.Event() if beside and ahead else None
 
     def fresh_noise():
         fresh_noise_(state)
         if noised is not None:
             noised.record()
 
-    def learner_half() -> tuple[Sample, tuple[Losses, list[torch.Tensor]]]:
+    def draw() -> tuple[Sample, LearnerInputs]:
+        if not ahead:
+            return draw_sample(state, book, cfg, reserved=cfg.num_envs)
+        if not replay.drawn_ahead:  # the first learning step after collects alone
+            replay.draw_ahead_(cfg.batch_size, cfg.num_envs, kernel=state.kernels.draw)
+        sample = replay.sample_drawn(state.controllers.per_beta, kernel=state.kernels.sample_at)
+        return sample, sampled_inputs(state, book, sample, cfg)
+
+    def learner_half() -> tuple[Losses, list[torch.Tensor]]:
         # the noise draws touch nothing the sample reads: beside it on state.branch
-        _, (sample, li) = run_beside(state.branch, fresh_noise,
-                                     lambda: draw_sample(state, book, cfg, reserved=cfg.num_envs))
+        _, (sample, li) = run_beside(state.branch, fresh_noise, draw)
         if drawn is not None:
             drawn.record()
-        return sample, gradients(state, book, sample, cfg, li, forwards_done)
+        return gradients(state, book, sample, cfg, li, forwards_done, prioritized)
 
     def collect_half():
         if noised is not None:
             noised.wait()  # its acting forward reads this step's noise
         if forwards_done is not None:
             forwards_done.wait()  # the learner's forwards first (train.collect_beside_backward)
-        return collect_deferred(state, book, cfg, before_write=drawn)
+        deferred = collect_deferred(state, book, cfg, before_write=drawn)
+        if ahead:
+            if prioritized is not None:
+                prioritized.wait()
+            # after this step's replay write and priorities, as the next step would draw
+            replay.draw_ahead_(cfg.batch_size, cfg.num_envs, kernel=state.kernels.draw)
+        return deferred
 
-    (sample, (ls, params)), (_, pending) = run_beside(state.learner_branch, learner_half,
-                                                      collect_half)
+    (ls, params), (_, pending) = run_beside(state.learner_branch, learner_half, collect_half)
     copy_values_(pending)
     if sync is not None:
         sync.controllers_(state.controllers)
-    apply_gradients(state, sample, ls, params, cfg, sync)
+    apply_gradients(state, ls, params, cfg, sync)

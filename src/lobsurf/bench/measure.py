@@ -87,6 +87,10 @@ class BenchConfig:
     """train.split_target: the learner's target-net forward as two calls of B windows."""
     c51_kernel: str = TrainConfig.c51_kernel
     """train.c51_kernel: the learner's C51 target side as one Triton kernel (auto: on CUDA)."""
+    draw_ahead: bool = TrainConfig.draw_ahead
+    """train.draw_ahead: the next step's replay indices drawn beside the backward."""
+    shared_generator: bool = TrainConfig.shared_generator
+    """train.shared_generator: on CUDA the step's draws from one generator."""
     feature_table: bool = True
     """train.feature_table: the book's per-snapshot features computed once and gathered by
     row in each forward (lobsurf.models.feature_table)."""
@@ -147,6 +151,8 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                   "collect_beside_backward": cfg.collect_beside_backward,
                   "split_target": cfg.split_target, "c51_kernel": cfg.c51_kernel,
                   "feature_table": cfg.feature_table,
+                  "shared_generator": cfg.shared_generator,
+                  "draw_ahead": cfg.draw_ahead,
                   "compile_max_autotune": cfg.max_autotune,
                   "compile_inductor_options": list(cfg.inductor_options)},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
@@ -265,6 +271,8 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "collect_beside_backward": cfg.collect_beside_backward,
                            "split_target": cfg.split_target, "c51_kernel": cfg.c51_kernel,
                            "scan_last_row": cfg.scan_last_row,
+                           "shared_generator": cfg.shared_generator,
+                           "draw_ahead": cfg.draw_ahead,
                            "inductor_options": list(cfg.inductor_options),
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}

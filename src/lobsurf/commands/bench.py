@@ -40,6 +40,10 @@ SWITCHES = (
      "backward (train.collect_beside_backward)"),
     ("split_target", "the learner's target-net forward as two calls of B windows, on CUDA "
      "side by side (train.split_target)"),
+    ("draw_ahead", "each learning step draws the next one's replay indices beside its "
+     "backward (train.draw_ahead)"),
+    ("shared_generator", "on CUDA the step's draws from one generator, not four (fewer "
+     "kernels before each graph replay; train.shared_generator)"),
     ("feature_table", "the book's per-snapshot features computed once and gathered by row in "
      "every forward, instead of computed per window (train.feature_table)"),
     ("max_autotune", "Inductor's GEMM autotuning in the compiled step "

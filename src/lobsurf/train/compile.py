@@ -58,9 +58,10 @@ import torch
 #: the AgentNetwork methods the training step calls, compiled in place
 COMPILED_METHODS = ("embed", "heads", "q_logits")
 #: the StepKernels fields (lobsurf.agent.step) compiled in place
-COMPILED_KERNELS = ("observe", "act", "sim_step", "collect_updates", "sample", "learner_inputs",
-                    "c51_target", "loss_terms", "clip_coefficient", "flat_clip_coefficient",
-                    "adam_scalars", "flat_adam", "learn_updates", "noise")
+COMPILED_KERNELS = ("observe", "act", "sim_step", "collect_updates", "sample", "draw",
+                    "sample_at", "learner_inputs", "c51_target", "loss_terms",
+                    "clip_coefficient", "flat_clip_coefficient", "adam_scalars", "flat_adam",
+                    "learn_updates", "priority_weight", "noise")
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,24 @@ class TrainConfig:
     Off by default since it was timed on an H200, where it loses: at B = 256 / 4 layers
     733.2, 733.8 and 731.6 steps/s against 741.9, 744.2, 745.1 and 743.9 without it, at
     B = 1024 / 2 even (529.4 and 530.9 against 529.3; thirty-third session)."""
+    draw_ahead: bool = False
+    """With learner.sample_before_collect: each learning step draws the next one's replay
+    indices at its end, beside its backward (once its collect has written and its
+    priorities are in), so the next step's learner starts from that draw instead of from a
+    chain of small kernels (a uniform, a cumulative sum over the replay's weights, a
+    search: about 35 us on an H100 at B = 256, which the learner's forward and the target
+    net's wait for). Nothing between the two writes what the draw reads, so the same
+    indices and importance weights as drawing first (lobsurf.agent.step.learn_beside_collect;
+    a checkpoint keeps the draw made ahead). Not yet timed on a GPU."""
+    shared_generator: bool = False
+    """On CUDA: the step's four kinds of draws (the noise, the acting samples, the replay
+    sample, the simulator's resets) from one generator instead of one each. Each replay of
+    a CUDA graph first sets two device scalars (seed, offset) of every generator registered
+    with it, one kernel each, in turn, before the graph's first node: about 3.5 us apiece on
+    an H100, 26 us a step with four generators and the default one. One generator: 4 such
+    kernels instead of 10. The draws are different numbers from the four-generator ones
+    (each kind's stream now depends on the others' counts), still the same in an eager and a
+    graphed run from one seed. CPU runs keep four generators."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the

@@ -70,9 +70,11 @@ def graph_unsupported(device: torch.device | str) -> str | None:
 
 
 def step_generators(state: Any) -> list[torch.Generator]:
-    """Every custom generator a training step draws from (lobsurf.agent.step.TrainState)."""
-    return [state.noise_generator, state.acting_generator, state.replay.generator,
-            state.env.generator]
+    """Every custom generator a training step draws from (lobsurf.agent.step.TrainState),
+    each once (with train.shared_generator the four roles hold one)."""
+    roles = [state.noise_generator, state.acting_generator, state.replay.generator,
+             state.env.generator]
+    return list({id(g): g for g in roles}.values())
 
 
 def state_fingerprint(root: Any) -> dict[str, tuple]:

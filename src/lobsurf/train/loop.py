@@ -95,7 +95,8 @@ def step_config(cfg: RunConfig) -> StepConfig:
                       position_unit=max(cfg.sim.order_sizes_lots), batch_size=cfg.learner_batch,
                       num_envs=cfg.train.envs,
                       controller_ema_rate=cfg.train.controller_ema_rate,
-                      precision=cfg.train.precision, split_target=cfg.train.split_target)
+                      precision=cfg.train.precision, split_target=cfg.train.split_target,
+                      draw_ahead=cfg.train.draw_ahead)
 
 
 def _generator(device: torch.device | str, seed: int) -> torch.Generator:
@@ -145,6 +146,12 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     except ValueError as exc:
         raise UserError(f"training rows too few for the simulator: {exc}") from exc
     env.reset()
+    replay = PrioritizedReplay(cfg.replay, device, seed + SEED_OFFSETS["replay"])
+    noise_generator = _generator(device, seed + SEED_OFFSETS["noise"])
+    acting_generator = _generator(device, seed + SEED_OFFSETS["acting"])
+    if cfg.train.shared_generator and torch.device(device).type == "cuda":
+        # one generator for every draw of the step (train.shared_generator)
+        replay.generator = env.generator = acting_generator = noise_generator
     learner_branch = side_stream(cfg.train.overlap_collect and cfg.learner.sample_before_collect,
                                  device, cfg.train.prioritize_learner)
     # train.c51_kernel: the learner's C51 target side as one kernel (else the PyTorch one,
@@ -155,10 +162,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     return TrainState(
         online=online, target=target, optimizer=optimizer, kernels=kernels,
         controllers=ControllerState.bootstrap(device, {"per_beta": cfg.replay.beta_start}),
-        replay=PrioritizedReplay(cfg.replay, device, seed + SEED_OFFSETS["replay"]),
-        env=env,
-        noise_generator=_generator(device, seed + SEED_OFFSETS["noise"]),
-        acting_generator=_generator(device, seed + SEED_OFFSETS["acting"]),
+        replay=replay, env=env, noise_generator=noise_generator,
+        acting_generator=acting_generator,
         metrics=MetricSums.zeros(device),
         step_count=torch.zeros((), dtype=torch.int64, device=device),
         tables=step_tables(cfg, env, device),
