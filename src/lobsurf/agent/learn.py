@@ -312,6 +312,24 @@ def draw_sample(state: TrainState, book: BookTensors, cfg: StepConfig, reserved:
     return sample, sampled_inputs(state, book, sample, cfg)
 
 
+def drawn_sample(state: TrainState, book: BookTensors, cfg: StepConfig
+                 ) -> tuple[Sample, LearnerInputs]:
+    """``draw_sample(..., reserved=B)`` from the draw made ahead (``draw_next_``), its
+    importance weights with the beta of now; where none waits (the first learning step
+    after collects alone) the draw is made first, here."""
+    if not state.replay.drawn_ahead:
+        draw_next_(state, cfg)
+    sample = state.replay.sample_drawn(state.controllers.per_beta,
+                                       kernel=state.kernels.sample_at)
+    return sample, sampled_inputs(state, book, sample, cfg)
+
+
+def draw_next_(state: TrainState, cfg: StepConfig) -> None:
+    """The next learning step's replay draw, made now (``PrioritizedReplay.draw_ahead_``),
+    leaving out the B ring slots the next write fills."""
+    state.replay.draw_ahead_(cfg.batch_size, cfg.num_envs, kernel=state.kernels.draw)
+
+
 def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
                sync: GradientSync | None = None) -> Losses:
     """The update of ``learn`` from a given sample; with ``sync`` the gradients are averaged

@@ -56,9 +56,9 @@ from lobsurf.agent.config import (AuxConfig, GateConfig, LearnerConfig, NetworkC
 from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.flat import FlatParameters
 from lobsurf.agent.learn import (GradientSync, LearnerInputs, LearnUpdates, Losses,
-                                 apply_gradients, c51_target, clip_coefficient, draw_sample,
-                                 flat_clip_coefficient, gradients, learn, learn_updates,
-                                 learner_inputs, loss_terms, sampled_inputs)
+                                 apply_gradients, c51_target, clip_coefficient, draw_next_,
+                                 draw_sample, drawn_sample, flat_clip_coefficient, gradients,
+                                 learn, learn_updates, learner_inputs, loss_terms)
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.noisy import resample_noise_, scaled_noise
@@ -149,10 +149,11 @@ class TrainState:
     """The step's pure tensor functions (eager; ``train.compile`` swaps in compiled ones)."""
     branch: torch.cuda.Stream | None = None
     """A second CUDA stream on which the target net's forward and the C51 target run beside
-    the online net's forward (``train.overlap_target``), and two small independent pieces
-    beside the main line: the noise draws beside the replay sample, the learner's
-    bookkeeping (priorities, controllers, metrics) beside Adam and Polyak; None: one
-    stream, in order."""
+    the online net's forward (``train.overlap_target``), and three small independent
+    pieces beside the main line: the noise draws beside the replay sample, the sampled
+    entries' new priorities beside the backward, the rest of the learner's bookkeeping
+    (max priority, controllers, metrics) beside Adam and Polyak; None: one stream, in
+    order."""
     learner_branch: torch.cuda.Stream | None = None
     """A CUDA stream on which the learner's losses and backward run beside collect
     (``train.overlap_collect`` with ``learner.sample_before_collect``); None: in turn."""
@@ -258,7 +259,7 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
     """
     forwards_done = state.forwards_done
     beside = state.learner_branch is not None
-    replay, ahead = state.replay, cfg.draw_ahead
+    ahead = cfg.draw_ahead
     # A stream only waits for an event recorded by work issued (on the host) before the
     # wait; run_beside issues the learner's half first, so the collect waits for events of
     # the learner's half, never the other way round.
@@ -273,12 +274,9 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
             noised.record()
 
     def draw() -> tuple[Sample, LearnerInputs]:
-        if not ahead:
-            return draw_sample(state, book, cfg, reserved=cfg.num_envs)
-        if not replay.drawn_ahead:  # the first learning step after collects alone
-            replay.draw_ahead_(cfg.batch_size, cfg.num_envs, kernel=state.kernels.draw)
-        sample = replay.sample_drawn(state.controllers.per_beta, kernel=state.kernels.sample_at)
-        return sample, sampled_inputs(state, book, sample, cfg)
+        if ahead:
+            return drawn_sample(state, book, cfg)
+        return draw_sample(state, book, cfg, reserved=cfg.num_envs)
 
     def learner_half() -> tuple[Losses, list[torch.Tensor]]:
         # the noise draws touch nothing the sample reads: beside it on state.branch
@@ -297,7 +295,7 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
             if prioritized is not None:
                 prioritized.wait()
             # after this step's replay write and priorities, as the next step would draw
-            replay.draw_ahead_(cfg.batch_size, cfg.num_envs, kernel=state.kernels.draw)
+            draw_next_(state, cfg)
         return deferred
 
     (ls, params), (_, pending) = run_beside(state.learner_branch, learner_half, collect_half)

@@ -38,7 +38,8 @@ _STEP_MODULES = (step_module, collect_module, learn_module)
 #: (owner attribute path from the state, attribute, phase name)
 _METHODS = (
     ("env", "step", "simulator step"), ("replay", "write_", "replay write"),
-    ("replay", "sample", "replay sample"), ("online", "forward", "online forward"),
+    ("replay", "sample", "replay sample"), ("replay", "sample_drawn", "replay sample"),
+    ("replay", "draw_ahead_", "replay draw"), ("online", "forward", "online forward"),
     ("target", "embed", "target encoder"), ("target", "q_logits", "target heads"),
     ("optimizer", "zero_grad", "zero grad"), ("optimizer", "step", "adam"),
     ("optimizer", "step_flat", "adam"),
@@ -47,12 +48,15 @@ _METHODS = (
     ("kernels", "observe", "observe"), ("kernels", "act", "thompson + gates"),
     ("kernels", "sim_step", "step values"),
     ("kernels", "collect_updates", "rewards, replay plan, controllers, metrics"),
-    ("kernels", "sample", "prioritized draw"), ("kernels", "learner_inputs", "learner inputs"),
+    ("kernels", "sample", "prioritized draw"), ("kernels", "draw", "prioritized draw"),
+    ("kernels", "sample_at", "sampled transitions"),
+    ("kernels", "learner_inputs", "learner inputs"),
     ("kernels", "c51_target", "C51 target"), ("kernels", "loss_terms", "loss terms"),
     ("kernels", "clip_coefficient", "clip coefficient"),
     ("kernels", "flat_clip_coefficient", "grad clip"),
     ("kernels", "adam_scalars", "adam scalars"), ("kernels", "flat_adam", "flat update"),
-    ("kernels", "learn_updates", "priorities, controllers, metrics"),
+    ("kernels", "priority_weight", "priority weights"),
+    ("kernels", "learn_updates", "max priority, controllers, metrics"),
 )
 _FUNCTIONS = (
     ("fresh_noise_", "noise"), ("accumulate_gradients_", "backward"),
@@ -60,7 +64,8 @@ _FUNCTIONS = (
     ("clip_gradients_", "grad clip"),
     # collect and the learner's three parts by name, so that the phases read the same
     # whether the learner runs after the collect or beside it (learn_beside_collect)
-    ("collect_deferred", "collect"), ("draw_sample", "learn"), ("gradients", "learn"),
+    ("collect_deferred", "collect"), ("draw_sample", "learn"), ("drawn_sample", "learn"),
+    ("draw_next_", "learn"), ("gradients", "learn"),
     ("apply_gradients", "learn"), ("losses", "losses"),
     ("book_window", "window rows"), ("choose_actions", "act + gates"),
     ("reward_pipeline_values", "reward pipeline"), ("mark_shaping", "reward shaping"),

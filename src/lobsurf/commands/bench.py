@@ -303,6 +303,8 @@ def run(args: argparse.Namespace) -> int:
           f"{', collect beside the backward' if _collect_late(cfg, cuda) else ''}"
           f"{', target net in two halves' if _split(cfg, cuda) else ''}"
           f"{', C51 target one kernel' if cfg.c51_kernel != 'torch' and cuda else ''}"
+          f"{', the next draw ahead' if cfg.draw_ahead else ''}"
+          f"{', one generator' if cfg.shared_generator and cuda else ''}"
           f", features "
           f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
           f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
