@@ -82,6 +82,40 @@ def test_one_shared_generator_is_registered_once(tiny_setup) -> None:
     assert step_generators(state) == [g]
 
 
+class _FakeDefault:
+    """Stands in for the default CUDA generator: its state is whichever generator it was
+    last given (graphsafe_set_state shares a state; graphsafe_get_state hands it out)."""
+
+    def __init__(self):
+        self.state = "own"
+
+    def graphsafe_get_state(self):
+        return self.state
+
+    def graphsafe_set_state(self, state):
+        self.state = state
+
+
+def test_one_generator_takes_the_default_ones_place_during_capture(monkeypatch) -> None:
+    # a capture registers the default generator too; with one step generator, that one
+    # stands in for it while capturing (one registered state: two fills a replay, not
+    # four), and the default's own state comes back afterwards, also after an error
+    from lobsurf.train import cuda_graph
+
+    fake, g, h = _FakeDefault(), torch.Generator(), torch.Generator()
+    monkeypatch.setattr(torch.cuda, "default_generators", (fake,))
+    device = torch.device("cuda", 0)
+    with cuda_graph._in_the_default_slot([g], device):
+        assert fake.state is g
+    assert fake.state == "own"
+    with pytest.raises(RuntimeError, match="capture failed"):
+        with cuda_graph._in_the_default_slot([g], device):
+            raise RuntimeError("capture failed")
+    assert fake.state == "own"
+    with cuda_graph._in_the_default_slot([g, h], device):  # several: the default stays
+        assert fake.state == "own"
+
+
 def test_real_step_keeps_every_address_and_host_value(tiny_setup) -> None:
     cfg, data, state, scfg = tiny_setup
     _learning_steps(state, data, scfg, 2)  # gradients and caches exist from here on

@@ -193,8 +193,10 @@ class TrainConfig:
     sample, the simulator's resets) from one generator instead of one each. Each replay of
     a CUDA graph first sets two device scalars (seed, offset) of every generator registered
     with it, one kernel each, in turn, before the graph's first node: about 3.5 us apiece on
-    an H100, 26 us a step with four generators and the default one. One generator: 4 such
-    kernels instead of 10. The draws are different numbers from the four-generator ones
+    an H100, 26 us a step with four generators and the default one. One generator, which
+    also takes the default one's place while the graph is captured (the step never draws
+    from the default: lobsurf.train.cuda_graph): 2 such kernels instead of 10. Not yet
+    timed on a GPU. The draws are different numbers from the four-generator ones
     (each kind's stream now depends on the others' counts), still the same in an eager and a
     graphed run from one seed. CPU runs keep four generators."""
     feature_table: bool = True

@@ -12,7 +12,11 @@ replay sampling, simulator resets). Each is registered with the graph
 (``CUDAGraph.register_generator_state``) before capture, so every replay reads fresh
 Philox offsets and advances the generator by the graph's whole increment, exactly as the
 eager calls would: eager and graphed runs from one seed draw the same numbers, and a
-checkpoint's ``get_state()`` after replays is the state an eager run would have.
+checkpoint's ``get_state()`` after replays is the state an eager run would have. A capture
+also registers the default CUDA generator, which the step never draws from; where the step
+draws from one generator alone (train.shared_generator), that one takes the default's place
+for the capture, so each replay refreshes one generator's device scalars (2 kernels before
+the graph's first node) instead of two's.
 
 Capture safety is checked, not assumed: the last warm-up call compares every tensor
 address and every host value reachable from the state before and after the step
@@ -26,9 +30,10 @@ and one process (no collectives inside the step); ``graph_unsupported`` says why
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +146,33 @@ def graph_node_counts(graph: torch.cuda.CUDAGraph) -> tuple[int, int] | None:
         return None
 
 
+@contextlib.contextmanager
+def _in_the_default_slot(generators: list[torch.Generator], device: torch.device
+                         ) -> Iterator[None]:
+    """With one generator, that generator's state in the default CUDA generator's place for
+    the ``with`` block (``graphsafe_set_state``), then the default's own back.
+
+    A capture always registers the default generator's current state as well as the
+    step's, and each replay then sets two device scalars of each registered state, one
+    eager kernel apiece, in turn before the graph's first node. The step never draws from
+    the default generator (every draw names its own), so where it draws from one
+    generator alone (train.shared_generator) that generator can take the slot: the graph
+    holds one state, two kernels a replay instead of four, and the same numbers. With
+    several generators, or a torch without the graph-safe state exchange, nothing changes.
+    """
+    default = torch.cuda.default_generators[device.index if device.index is not None
+                                            else torch.cuda.current_device()]
+    if len(generators) != 1 or not hasattr(default, "graphsafe_set_state"):
+        yield
+        return
+    own = default.graphsafe_get_state()
+    default.graphsafe_set_state(generators[0])
+    try:
+        yield
+    finally:
+        default.graphsafe_set_state(own)
+
+
 class GraphedStep:
     """``fn`` eagerly for the warm-up calls, then one capture, then a replay per call.
 
@@ -208,8 +240,9 @@ class GraphedStep:
         for g in self.generators:
             graph.register_generator_state(g)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            self.fn()
+        with _in_the_default_slot(self.generators, self.device):
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                self.fn()
         if kept:
             self.nodes = graph_node_counts(graph)
             graph.instantiate()
