@@ -375,8 +375,8 @@ def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCon
 
 def apply_gradients(state: TrainState, ls: Losses, params: list[torch.Tensor], cfg: StepConfig,
                     sync: GradientSync | None = None) -> Losses:
-    """The second half: (rank average,) clip, then Adam and Polyak beside the priorities and
-    the learner's controllers and metrics."""
+    """The second half: (rank average,) clip, then Adam and Polyak beside the max priority
+    and the learner's controllers and metrics."""
     ctl, lc = state.controllers, cfg.learner
     flat = state.optimizer.flat
     if sync is not None:

@@ -98,8 +98,9 @@ class StepConfig:
     draw_ahead: bool = False
     """With ``learner.sample_before_collect``: each learning step draws the next step's
     replay indices once its collect has written and its priorities are in, beside its
-    backward, and the next step starts from that draw (train.draw_ahead; ``learn_beside_collect``)
-    instead of drawing first. The same indices and weights."""
+    backward, and the next step starts from that draw (train.draw_ahead;
+    ``learn_beside_collect``) instead of drawing first. The same indices and weights (but
+    with train.shared_generator)."""
     split_target: bool = False
     """The target net's forward as two calls, on s and on s', where ``TrainState`` has a
     stream for the s' half (train.split_target; ``lobsurf.agent.learn.splits_target``);
@@ -254,8 +255,9 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
     starts from the draw made by the step before (its transitions and importance weights
     then; the first learning step draws its own first). Between the two nothing writes
     what the draw reads (the weights, the ring pointer, the fill count), so it draws the
-    indices the plain order would, from the same generator. A step without a learner after
-    a collect (``train_step``'s others) discards the draw.
+    indices the plain order would, from the same uniforms of the replay's generator (with
+    ``train.shared_generator``, whose one stream the other draws share, from other ones).
+    A step without a learner after a collect (``train_step``'s others) discards the draw.
     """
     forwards_done = state.forwards_done
     beside = state.learner_branch is not None

@@ -187,7 +187,8 @@ class TrainConfig:
     search: about 35 us on an H100 at B = 256, which the learner's forward and the target
     net's wait for). Nothing between the two writes what the draw reads, so the same
     indices and importance weights as drawing first (lobsurf.agent.step.learn_beside_collect;
-    a checkpoint keeps the draw made ahead). Not yet timed on a GPU."""
+    a checkpoint keeps the draw made ahead), except with train.shared_generator, where the
+    draw takes other uniforms of the one stream. Not yet timed on a GPU."""
     shared_generator: bool = False
     """On CUDA: the step's four kinds of draws (the noise, the acting samples, the replay
     sample, the simulator's resets) from one generator instead of one each. Each replay of
