@@ -6,8 +6,9 @@ CUDA graph overlaps. This script builds the step as ``lobsurf bench --compile`` 
 lobsurf.train.cuda_graph.GraphedStep, profiles ``--steps`` replays, and reads the kernels'
 streams from the profiler's trace. Per step it prints: the wall time; each stream's busy
 time; the time at least one stream is busy (the union) and the time exactly one is (the
-serial stretches, where nothing overlaps); and each stream's costliest kernels. A step
-bound by one stream shows that stream's busy time near the wall time.
+serial stretches, where nothing overlaps); the stretches of one replay in which at most one
+event runs (``--thin``: the step's serial edges, gaps included); and each stream's costliest
+kernels. A step bound by one stream shows that stream's busy time near the wall time.
 
     python3 benchmarks/graph_timeline.py --batch 1024 --layers 2 --top 25
 """
@@ -85,6 +86,39 @@ def one_replay(events: list[tuple[int, float, float, str]], replays: int, index:
     return [(s, round(a - t0, 2), round(b - t0, 2), name[:90]) for s, a, b, name in ordered]
 
 
+def thin_stretches(events: list[tuple[int, float, float, str]], min_us: float
+                   ) -> list[tuple[float, float, list[str]]]:
+    """(start, end, the kernels that run in it) of each stretch of at least ``min_us`` in
+    which at most one event runs (gaps included): where the device does one small thing at
+    a time, the step's serial edges. Events of one replay, from ``one_replay``."""
+    edges = sorted([(a, 1, i) for i, (_, a, _, _) in enumerate(events)]
+                   + [(b, -1, i) for i, (_, _, b, _) in enumerate(events)],
+                   key=lambda e: (e[0], e[1]))
+    active: set[int] = set()
+    out: list[tuple[float, float, list[str]]] = []
+    open_at: float | None = None
+    names: list[str] = []
+    last = None
+    for t, delta, i in edges:
+        if last is not None and t > last:
+            if len(active) <= 1:
+                if open_at is None:
+                    open_at, names = last, []
+                names += [events[j][3] for j in active if events[j][3] not in names]
+            elif open_at is not None:
+                if last - open_at >= min_us:
+                    out.append((open_at, last, names))
+                open_at = None
+        if delta > 0:
+            active.add(i)
+        else:
+            active.discard(i)
+        last = t
+    if open_at is not None and last - open_at >= min_us:
+        out.append((open_at, last, names))
+    return out
+
+
 def stream_spans(events: list[tuple[int, float, float, str]]
                  ) -> dict[int, tuple[float, float]]:
     """{stream: (its first event's start, its last event's end)}."""
@@ -111,6 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-target", action=argparse.BooleanOptionalAction,
                    default=COUNT.split_target, help="the learner's target-net forward as two "
                    "calls side by side (train.split_target)")
+    p.add_argument("--draw-ahead", action=argparse.BooleanOptionalAction,
+                   default=COUNT.draw_ahead, help="the next step's replay draw beside the "
+                   "backward (train.draw_ahead)")
+    p.add_argument("--shared-generator", action=argparse.BooleanOptionalAction,
+                   default=COUNT.shared_generator, help="the step's draws from one generator "
+                   "(train.shared_generator)")
+    p.add_argument("--thin", type=float, default=2.0, help="list the --replay replay's "
+                   "stretches of at least this many us in which at most one event runs")
     p.add_argument("--replay", type=int, default=0, help="which profiled replay's events the "
                    "per-stream spans and the JSON list (0: the first)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here, with the "
@@ -124,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as root:
         cfg = dataclasses.replace(COUNT, prioritize_learner=args.prioritize_learner,
                                   collect_beside_backward=args.collect_beside_backward,
-                                  split_target=args.split_target)
+                                  split_target=args.split_target,
+                                  draw_ahead=args.draw_ahead,
+                                  shared_generator=args.shared_generator)
         state, book, scfg = build("cuda", args.batch, args.layers, cfg, Path(root),
                                   args.precision)
         compile_networks_(state, compile_config(TrainConfig(), "cuda"))
@@ -165,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"B = {args.batch}, {args.layers} layers, {args.precision}, compiled, graphed"
           f"{'' if args.prioritize_learner else ', learner streams not prioritized'}"
           f"{', collect beside the backward' if args.collect_beside_backward else ''}"
-          f"{', target net in two halves' if args.split_target else ''}: "
+          f"{', target net in two halves' if args.split_target else ''}"
+          f"{', the next draw ahead' if args.draw_ahead else ''}"
+          f"{', one generator' if args.shared_generator else ''}: "
           f"{wall_ms:.3f} ms per step timed ({1e3 / wall_ms:.1f} steps/s), "
           f"{span_ms:.3f} ms per step profiled")
     print(f"device busy (union of streams) {union / 1e3 / n:.3f} ms, one stream alone "
@@ -177,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = spans.get(stream, (float("nan"), float("nan")))
         print(f"{stream:6d} {us / 1e3 / n:9.3f} {alone.get(stream, 0.0) / 1e3 / n:10.3f} "
               f"{sum(launches[stream].values()) / n:8.0f}   {lo / 1e3:6.3f} .. {hi / 1e3:6.3f}")
+    thin = thin_stretches(first, args.thin)
+    print(f"replay {args.replay}: {len(thin)} stretches of >= {args.thin:g} us with at most one "
+          f"event running, {sum(b - a for a, b, _ in thin):.1f} us in all (from .. to us)")
+    for a, b, names in thin:
+        print(f"  {a:8.1f} .. {b:8.1f} {b - a:6.1f}  {'; '.join(n[:40] for n in names) or '-'}")
     for stream, _ in busy.most_common():
         print(f"stream {stream}: top {args.top} kernels (ms per step, launches per step)")
         for name, us in kernels[stream].most_common(args.top):
@@ -190,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                                  "kernels": {k: v / 1e3 / n
                                              for k, v in kernels[s].most_common()}}
                         for s, us in busy.items()},
-            "first_replay": first}, indent=1))
+            "first_replay": first,
+            "thin_stretches": [[a, b, names] for a, b, names in thin]}, indent=1))
     return 0
 
 

@@ -67,3 +67,33 @@ def test_one_replay_and_stream_spans():
     assert graph_timeline.stream_spans(first) == {1: (0.0, 11.0), 2: (1.0, 5.0)}
     second = graph_timeline.one_replay(events, 2, 1)
     assert second == [(1, 0.0, 1.0, "a"), (2, 1.0, 5.0, "b"), (1, 10.0, 11.0, "c")]
+
+
+def test_thin_stretches_of_a_hand_made_timeline():
+    # a fill alone 0-3, a gap 3-5, then two streams side by side 5-20, one alone 20-24,
+    # then side by side again 24-30, and a tail alone 30-40
+    events = [(7, 0.0, 3.0, "fill"), (1, 5.0, 24.0, "fwd"), (2, 5.0, 20.0, "tgt"),
+              (2, 24.0, 30.0, "bwd"), (1, 24.0, 30.0, "draw"), (1, 30.0, 40.0, "adam")]
+    assert graph_timeline.thin_stretches(events, 2.0) == [
+        (0.0, 5.0, ["fill"]), (20.0, 24.0, ["fwd"]), (30.0, 40.0, ["adam"])]
+    assert graph_timeline.thin_stretches(events, 4.5) == [(0.0, 5.0, ["fill"]),
+                                                          (30.0, 40.0, ["adam"])]
+
+
+def test_thin_stretches_match_counting_microsecond_by_microsecond():
+    rng = random.Random(1)
+    for _ in range(30):
+        events = []
+        for k in range(rng.randint(1, 10)):
+            start = rng.randint(0, 50)
+            events.append((rng.randint(1, 3), float(start), float(start + rng.randint(1, 12)),
+                           f"k{k}"))
+        first, end = int(min(e[1] for e in events)), int(max(e[2] for e in events))
+        thin_us = {t for t in range(first, end)
+                   if sum(a <= t < b for _, a, b, _ in events) <= 1}
+        got = graph_timeline.thin_stretches(events, 0.5)
+        covered = {t for a, b, _ in got for t in range(int(a), int(b))}
+        assert covered == thin_us
+        for a, b, names in got:  # each stretch ends where two events run (or at the end)
+            assert b == end or sum(a2 <= b < b2 for _, a2, b2, _ in events) >= 2
+            assert set(names) == {n for _, a2, b2, n in events if a2 < b and b2 > a}
