@@ -33,14 +33,20 @@ def test_coverage_of_a_hand_made_timeline():
     assert graph_timeline.coverage(events) == (25.0, 20.0, {1: 10.0, 2: 10.0})
 
 
+def _random_events(rng: random.Random, most: int, latest: int, longest: int):
+    # 1..most events on streams 1-3, integer times, each named by its position
+    events = []
+    for k in range(rng.randint(1, most)):
+        start = rng.randint(0, latest)
+        events.append((rng.randint(1, 3), float(start), float(start + rng.randint(1, longest)),
+                       f"k{k}"))
+    return events
+
+
 def test_coverage_matches_counting_microsecond_by_microsecond():
     rng = random.Random(0)
     for _ in range(20):
-        events = []
-        for _ in range(rng.randint(1, 12)):
-            start = rng.randint(0, 60)
-            events.append((rng.randint(1, 3), float(start), float(start + rng.randint(1, 15)),
-                           "k"))
+        events = _random_events(rng, 12, 60, 15)
         union, single, alone = graph_timeline.coverage(events)
         want_union, want_single, want_alone = _reference(events)
         assert (union, single) == (want_union, want_single)
@@ -83,11 +89,7 @@ def test_thin_stretches_of_a_hand_made_timeline():
 def test_thin_stretches_match_counting_microsecond_by_microsecond():
     rng = random.Random(1)
     for _ in range(30):
-        events = []
-        for k in range(rng.randint(1, 10)):
-            start = rng.randint(0, 50)
-            events.append((rng.randint(1, 3), float(start), float(start + rng.randint(1, 12)),
-                           f"k{k}"))
+        events = _random_events(rng, 10, 50, 12)
         first, end = int(min(e[1] for e in events)), int(max(e[2] for e in events))
         thin_us = {t for t in range(first, end)
                    if sum(a <= t < b for _, a, b, _ in events) <= 1}
