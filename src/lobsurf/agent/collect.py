@@ -211,7 +211,9 @@ def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
 
 
 def collect(state: TrainState, book: BookTensors, cfg: StepConfig) -> Transitions:
-    """Act in every env once, run the reward pipeline, write the transitions to replay."""
+    """Act in every env once, run the reward pipeline, write the transitions to replay (a
+    draw made ahead for the next sample is stale after it: discarded)."""
+    state.replay.discard_ahead()
     batch, pending = collect_deferred(state, book, cfg)
     copy_values_(pending)
     return batch

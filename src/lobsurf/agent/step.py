@@ -220,7 +220,6 @@ def train_step(state: TrainState, book: BookTensors, cfg: StepConfig, learning: 
     if learning and cfg.learner.sample_before_collect:
         learn_beside_collect(state, book, cfg, sync)
         return
-    state.replay.discard_ahead()  # this collect writes without drawing after it
     fresh_noise_(state)
     collect(state, book, cfg)
     if sync is not None:
@@ -257,7 +256,8 @@ def learn_beside_collect(state: TrainState, book: BookTensors, cfg: StepConfig,
     what the draw reads (the weights, the ring pointer, the fill count), so it draws the
     indices the plain order would, from the same uniforms of the replay's generator (with
     ``train.shared_generator``, whose one stream the other draws share, from other ones).
-    A step without a learner after a collect (``train_step``'s others) discards the draw.
+    A collect without this learner after it (``collect``: ``train_step``'s other steps)
+    discards the draw.
     """
     forwards_done = state.forwards_done
     beside = state.learner_branch is not None
