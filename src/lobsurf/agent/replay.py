@@ -350,9 +350,22 @@ class PrioritizedReplay:
             reserved: leave out the next ``reserved`` ring slots (those the next write of
                 that many transitions fills); 0 = draw from every slot.
         """
-        u = torch.rand(n, dtype=torch.float64, generator=self.generator,
-                       device=self.weight.device)
-        return kernel(self.weight, self.size, self.packs, u, beta, self.pointer, reserved)
+        return kernel(self.weight, self.size, self.packs, self._uniforms(n), beta,
+                      self.pointer, reserved)
+
+    def _uniforms(self, n: int) -> torch.Tensor:
+        """[n] float64 uniforms in [0, 1) from the replay's generator: a draw's, made now or
+        ahead (so both take the same numbers)."""
+        return torch.rand(n, dtype=torch.float64, generator=self.generator,
+                          device=self.weight.device)
+
+    def _hold_ahead(self, like_index: torch.Tensor, like_prob: torch.Tensor) -> DrawnAhead:
+        """``ahead``, made (on this replay's device) where it is missing or of another n."""
+        if self.ahead is None or self.ahead.index.shape != like_index.shape:
+            device = self.weight.device
+            self.ahead = DrawnAhead(torch.empty_like(like_index, device=device),
+                                    torch.empty_like(like_prob, device=device))
+        return self.ahead
 
     def draw_ahead_(self, n: int, reserved: int = 0,
                     kernel: Callable[..., tuple[torch.Tensor, torch.Tensor]] = draw_values
@@ -361,13 +374,10 @@ class PrioritizedReplay:
         uniforms from the same generator), into ``ahead``; ``sample_drawn`` completes it.
         Sound only while nothing writes the weights, the ring pointer or the fill count
         between the two (lobsurf.agent.step: the learner's train.draw_ahead)."""
-        u = torch.rand(n, dtype=torch.float64, generator=self.generator,
-                       device=self.weight.device)
-        index, prob = kernel(self.weight, u, self.pointer, reserved)
-        if self.ahead is None or self.ahead.index.shape[0] != n:
-            self.ahead = DrawnAhead(torch.empty_like(index), torch.empty_like(prob))
-        copy_values_([(self.ahead.index, index), (self.ahead.prob, prob)])
-        self.ahead.ready = True
+        index, prob = kernel(self.weight, self._uniforms(n), self.pointer, reserved)
+        ahead = self._hold_ahead(index, prob)
+        copy_values_([(ahead.index, index), (ahead.prob, prob)])
+        ahead.ready = True
 
     def sample_drawn(self, beta: torch.Tensor,
                      kernel: Callable[..., Sample] = sample_at) -> Sample:
@@ -441,12 +451,9 @@ class PrioritizedReplay:
             getattr(self, name).copy_(state[name])
         self.generator.set_state(state["generator"])
         if "ahead.index" in state:
-            index, prob = state["ahead.index"], state["ahead.prob"]
-            if self.ahead is None or self.ahead.index.shape != index.shape:
-                self.ahead = DrawnAhead(torch.empty_like(index, device=self.weight.device),
-                                        torch.empty_like(prob, device=self.weight.device))
-            self.ahead.index.copy_(index)
-            self.ahead.prob.copy_(prob)
-            self.ahead.ready = True
+            ahead = self._hold_ahead(state["ahead.index"], state["ahead.prob"])
+            ahead.index.copy_(state["ahead.index"])
+            ahead.prob.copy_(state["ahead.prob"])
+            ahead.ready = True
         else:
             self.discard_ahead()
