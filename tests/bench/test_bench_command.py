@@ -40,7 +40,7 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
         assert r["split_target"] is False  # the default
         assert r["c51_kernel"] == "auto"  # the default (PyTorch on CPU)
         assert r["one_in_projection"] is False  # the default
-        assert r["shared_generator"] is False and r["draw_ahead"] is False  # the defaults
+        assert r["shared_generator"] is True and r["draw_ahead"] is True  # the defaults
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
         assert r["compiled"] is None  # compiled only on CUDA unless --compile

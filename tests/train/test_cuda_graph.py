@@ -4,7 +4,6 @@ step that rebinds a tensor or moves a host value (which a graph would freeze).""
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
@@ -21,7 +20,7 @@ from lobsurf.train.cuda_graph import (
     state_fingerprint,
     step_generators,
 )
-from lobsurf.train.loop import _graph_enabled, build_state
+from lobsurf.train.loop import _graph_enabled
 
 
 def _learning_steps(state, data, scfg, n):
@@ -73,10 +72,8 @@ def test_one_shared_generator_is_registered_once(tiny_setup) -> None:
     # four roles; a graph registers it once (each registered generator costs two fill
     # kernels before every replay)
     cfg, data, state, scfg = tiny_setup
-    assert cfg.train.shared_generator is False
-    shared = build_state(dataclasses.replace(cfg, train=dataclasses.replace(
-        cfg.train, shared_generator=True)), data, "cpu")
-    assert len({id(g) for g in step_generators(shared)}) == 4  # on CPU: four
+    assert cfg.train.shared_generator is True  # the default
+    assert len({id(g) for g in step_generators(state)}) == 4  # on CPU: four
     g = state.noise_generator
     state.acting_generator = state.replay.generator = state.env.generator = g
     assert step_generators(state) == [g]

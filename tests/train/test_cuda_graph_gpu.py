@@ -22,6 +22,7 @@ from lobsurf.train.cuda_graph import step_generators
 from lobsurf.train.data import load_training_data
 from lobsurf.train.guard import DivergenceGuard
 from lobsurf.train.compile import compiled_kernels
+from lobsurf.train.config import TrainConfig
 from lobsurf.train.loop import (
     _build, _graphed_step, _guarded_step, build_state, step_config)
 from tests.agent.conftest import tiny_config
@@ -60,15 +61,16 @@ def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
 
 @pytest.mark.parametrize("precision,options", [
     ("fp32", {}), ("bf16", {}),
-    # the next step's draw made beside the backward, every draw from one generator
-    ("fp32", {"draw_ahead": True, "shared_generator": True})])
+    # the defaults' opposite: each step draws its own sample first, from four generators
+    ("fp32", {"draw_ahead": False, "shared_generator": False})])
 def test_graphed_steps_equal_eager_steps(tiny_store, precision, options) -> None:
     eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False, precision=precision,
                                      **options)
     graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True,
                                               precision=precision, **options)
-    assert len(step_generators(graph)) == (1 if options else 4)
-    assert graph.replay.drawn_ahead == bool(options)
+    shared = options.get("shared_generator", TrainConfig.shared_generator)
+    assert len(step_generators(graph)) == (1 if shared else 4)
+    assert graph.replay.drawn_ahead == options.get("draw_ahead", TrainConfig.draw_ahead)
     assert runner.captured and runner.nodes is not None and runner.nodes[1] > 100
     _same_transitions(eager, graph, STEPS * 32)
     for ge, gg in zip(step_generators(eager), step_generators(graph)):

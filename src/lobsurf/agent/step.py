@@ -95,7 +95,7 @@ class StepConfig:
     precision: str = "fp32"
     """Network forwards in "fp32" or under "bf16" autocast (train.precision; the heads'
     outputs, the C51 projection and every loss stay fp32: lobsurf.models.precision)."""
-    draw_ahead: bool = False
+    draw_ahead: bool = True
     """With ``learner.sample_before_collect``: each learning step draws the next step's
     replay indices once its collect has written and its priorities are in, beside its
     backward, and the next step starts from that draw (train.draw_ahead;

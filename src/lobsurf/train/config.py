@@ -179,7 +179,7 @@ class TrainConfig:
     Off by default since it was timed on an H200, where it loses: at B = 256 / 4 layers
     733.2, 733.8 and 731.6 steps/s against 741.9, 744.2, 745.1 and 743.9 without it, at
     B = 1024 / 2 even (529.4 and 530.9 against 529.3; thirty-third session)."""
-    draw_ahead: bool = False
+    draw_ahead: bool = True
     """With learner.sample_before_collect: each learning step draws the next one's replay
     indices at its end, beside its backward (once its collect has written and its
     priorities are in), so the next step's learner starts from that draw instead of from a
@@ -188,18 +188,23 @@ class TrainConfig:
     net's wait for). Nothing between the two writes what the draw reads, so the same
     indices and importance weights as drawing first (lobsurf.agent.step.learn_beside_collect;
     a checkpoint keeps the draw made ahead), except with train.shared_generator, where the
-    draw takes other uniforms of the one stream. Not yet timed on a GPU."""
-    shared_generator: bool = False
+    draw takes other uniforms of the one stream. On by default since timed on an H100 (bf16,
+    compiled, B = 256 / 4 layers, thirty-sixth session): 692.7 steps/s alone against 682.3
+    and 681.2 without either option; with train.shared_generator 700.1, 701.8 and 702.8
+    (B = 1024 / 2 layers 464.7 against 457.3). Not yet timed on an H200."""
+    shared_generator: bool = True
     """On CUDA: the step's four kinds of draws (the noise, the acting samples, the replay
     sample, the simulator's resets) from one generator instead of one each. Each replay of
     a CUDA graph first sets two device scalars (seed, offset) of every generator registered
     with it, one kernel each, in turn, before the graph's first node: about 3.5 us apiece on
     an H100, 26 us a step with four generators and the default one. One generator, which
     also takes the default one's place while the graph is captured (the step never draws
-    from the default: lobsurf.train.cuda_graph): 2 such kernels instead of 10. Not yet
-    timed on a GPU. The draws are different numbers from the four-generator ones
-    (each kind's stream now depends on the others' counts), still the same in an eager and a
-    graphed run from one seed. CPU runs keep four generators."""
+    from the default: lobsurf.train.cuda_graph): 2 such kernels instead of 10. On by default
+    since timed on an H100 (B = 256 / 4 layers, thirty-sixth session): 694.1 steps/s alone
+    against 682.3 and 681.2 (with train.draw_ahead: see there). The draws are different
+    numbers from the four-generator ones (each kind's stream now depends on the others'
+    counts), still the same in an eager and a graphed run from one seed. CPU runs keep four
+    generators."""
     feature_table: bool = True
     """The training book's per-snapshot features computed once when it is loaded (4 F bytes
     per snapshot, lobsurf.models.feature_table) and gathered by row in every forward of the
