@@ -4,7 +4,6 @@ step that rebinds a tensor or moves a host value (which a graph would freeze).""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
