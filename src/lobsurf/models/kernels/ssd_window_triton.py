@@ -91,30 +91,11 @@ def _flags(xbc: torch.Tensor) -> dict:
 
 
 if triton is not None:
+    # the products and stores every kernel here shares with the output side's
+    # (triton_support: the interpreter's bf16 emulated)
+    from lobsurf.models.kernels.triton_support import as_stored as _stored
     from lobsurf.models.kernels.triton_support import round_bf16
-
-    @triton.jit
-    def _mma(a, b, BF16: tl.constexpr, PREC: tl.constexpr):
-        # a @ b with fp32 sums: bf16 operands on tensor cores (BF16 == 1), or, in the CPU
-        # interpreter whose bf16 product is broken (BF16 == 2), operands rounded to bf16
-        # then an exact fp32 product (the same sum of exact bf16 x bf16 terms); fp32
-        # operands (BF16 == 0) as TF32 or IEEE (PREC).
-        if BF16 == 2:
-            return tl.dot(round_bf16(a.to(tl.float32), BF16),
-                          round_bf16(b.to(tl.float32), BF16), input_precision="ieee")
-        elif BF16 == 1:
-            return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
-        else:
-            return tl.dot(a, b, input_precision=PREC)
-
-    @triton.jit
-    def _stored(v, BF16: tl.constexpr):
-        # what a store into the input dtype keeps: the interpreter's bf16 cast truncates,
-        # so there the value is rounded to nearest first
-        if BF16 == 2:
-            return round_bf16(v, BF16)
-        else:
-            return v
+    from lobsurf.models.kernels.triton_support import tile_dot as _mma
 
     @triton.jit
     def _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q: tl.constexpr):

@@ -1,6 +1,6 @@
 """What every Triton kernel option of the encoder shares: whether a kernel may run on a
 tensor here, how an option's "torch" / "auto" / "triton" choice is read, and the bf16
-rounding the CPU interpreter needs.
+rounding the CPU interpreter needs (in the tile products and the stores of the kernels).
 
 A kernel runs on CUDA tensors when Triton imports, and on CPU tensors only under Triton's
 interpreter (``TRITON_INTERPRET=1`` set before Triton is imported: what the CPU tests do).
@@ -64,3 +64,26 @@ if triton is not None:
             return bits.to(tl.float32, bitcast=True)
         else:
             return x.to(tl.bfloat16).to(tl.float32)
+
+    @triton.jit
+    def tile_dot(a, b, BF16: tl.constexpr, PREC: tl.constexpr):
+        # a @ b with fp32 sums: bf16 operands on tensor cores (BF16 == 1), or, in the CPU
+        # interpreter whose bf16 product is broken (BF16 == 2), operands rounded to bf16
+        # then an exact fp32 product (the same sum of exact bf16 x bf16 terms); fp32
+        # operands (BF16 == 0) as TF32 or IEEE (PREC).
+        if BF16 == 2:
+            return tl.dot(round_bf16(a.to(tl.float32), BF16),
+                          round_bf16(b.to(tl.float32), BF16), input_precision="ieee")
+        elif BF16 == 1:
+            return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+        else:
+            return tl.dot(a, b, input_precision=PREC)
+
+    @triton.jit
+    def as_stored(v, BF16: tl.constexpr):
+        # what a store into the activations' dtype keeps: the interpreter's bf16 cast
+        # truncates, so there the value is rounded to nearest first
+        if BF16 == 2:
+            return round_bf16(v, BF16)
+        else:
+            return v
