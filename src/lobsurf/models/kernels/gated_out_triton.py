@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import torch
 
+from lobsurf.models.kernels.triton_support import MIN_TILE, is_tile_side, product_flags
+
 try:
     import triton
     import triton.language as tl
@@ -71,28 +73,12 @@ STAGES = 1
 """Triton's software pipelining stages of the walk over E (``num_stages``): more stages
 buffer the next steps' weight and y chunks in shared memory (at 2, fp32: 197 and 213 KB,
 near the H200's 227 KB a block; at Triton's default 3 beyond it)."""
-MIN_TILE = 16
-"""Smallest side tl.dot takes: E and D must be powers of two of at least this."""
 
 
 def supports(d_inner: int, d_model: int) -> bool:
     """Whether the kernels take this shape: power-of-two E and D of at least ``MIN_TILE``
     (each program holds whole rows as tl.dot tiles), with Triton importable."""
-
-    def pow2(v: int) -> bool:
-        return v >= MIN_TILE and v & (v - 1) == 0
-
-    return triton is not None and pow2(d_inner) and pow2(d_model)
-
-
-def _flags(y: torch.Tensor) -> dict:
-    # BF16: 0 fp32 products, 1 bf16 tensor-core products, 2 bf16 emulated (CPU interpreter);
-    # PREC: fp32 products follow torch's TF32 switch on CUDA, IEEE elsewhere
-    if y.dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"gated_out: float32 or bfloat16 activations, got {y.dtype}")
-    tf32 = y.is_cuda and torch.backends.cuda.matmul.fp32_precision == "tf32"
-    bf16 = 0 if y.dtype == torch.float32 else (1 if y.is_cuda else 2)
-    return dict(BF16=bf16, PREC="tf32" if tf32 else "ieee")
+    return triton is not None and is_tile_side(d_inner) and is_tile_side(d_model)
 
 
 if triton is not None:
@@ -179,11 +165,9 @@ if triton is not None:
                  mask=rm[:, None])
 
 
-def _rows(t: torch.Tensor, width: int, name: str) -> torch.Tensor:
+def _rows(t: torch.Tensor) -> torch.Tensor:
     # t [..., width] as [rows, width] with unit column stride (a view where one exists)
-    if t.shape[-1] != width:
-        raise ValueError(f"gated_out: {name} has {t.shape[-1]} columns, expected {width}")
-    flat = t.reshape(-1, width)
+    flat = t.reshape(-1, t.shape[-1])
     return flat if flat.stride(-1) == 1 else flat.contiguous()
 
 
@@ -210,7 +194,7 @@ def gated_out(u: torch.Tensor, y: torch.Tensor, w_z: torch.Tensor, w_o: torch.Te
     if not supports(E, D):
         raise ValueError(f"gated_out: E {E} and D {D} must be powers of two >= {MIN_TILE}")
     dtype = y.dtype
-    out = _gated_out_op(_rows(u.to(dtype), D, "u"), _rows(y, E, "y"),
+    out = _gated_out_op(_rows(u.to(dtype)), _rows(y),
                         w_z.to(dtype).contiguous(), w_o.to(dtype).contiguous(), eps)[0]
     return out.view(*y.shape[:-1], D)
 
@@ -229,8 +213,8 @@ def _gated_out_op(u: torch.Tensor, y: torch.Tensor, w_z: torch.Tensor, w_o: torc
     if rows:
         _gated_out_fwd_kernel[_programs(rows)](
             u, y, w_z, w_o, out, n, rstd, rows, u.stride(0), y.stride(0), eps, E=E, D=D,
-            BM=ROWS, EC=min(E, CHANNELS), **_flags(y), num_warps=WARPS_FWD,
-            num_stages=STAGES)
+            BM=ROWS, EC=min(E, CHANNELS), **product_flags(y, "gated_out"),
+            num_warps=WARPS_FWD, num_stages=STAGES)
     return out, n, rstd
 
 
@@ -259,8 +243,8 @@ def _gated_out_bwd_op(dout: torch.Tensor, out: torch.Tensor, u: torch.Tensor, y:
     if rows:
         _gated_out_bwd_kernel[_programs(rows)](
             dout, out, u, y, w_z, w_o, rstd, dy, dz, du, rows, dout.stride(0), u.stride(0),
-            y.stride(0), E=E, D=D, BM=ROWS, EC=min(E, CHANNELS), **_flags(y),
-            num_warps=WARPS_BWD, num_stages=STAGES)
+            y.stride(0), E=E, D=D, BM=ROWS, EC=min(E, CHANNELS),
+            **product_flags(y, "gated_out"), num_warps=WARPS_BWD, num_stages=STAGES)
     return du, dy, dz
 
 

@@ -44,6 +44,8 @@ from __future__ import annotations
 import torch
 
 from lobsurf.models.kernels import conv_triton
+# MIN_TILE: windows shorter than the smallest tile side tl.dot takes are padded to it
+from lobsurf.models.kernels.triton_support import MIN_TILE, is_tile_side, product_flags
 
 try:
     import triton
@@ -51,8 +53,6 @@ try:
 except ImportError:  # CPU-only installs: the PyTorch scan is used instead
     triton = None
 
-MIN_TILE = 16
-"""Smallest tile side tl.dot takes: windows shorter than this are padded to it."""
 Z_PROJ_COLUMNS = 64
 """Columns of u per step of the projected gate's z product (``ssd_window_gated_projected``):
 at d_model 128, sm_90, bf16, 4 warps, ptxas gives the whole [Q, 128] product 198
@@ -69,10 +69,8 @@ def supports(headdim: int, d_state: int, length: int, chunk: int) -> bool:
     """Whether the kernels take this shape: power-of-two headdim and d_state >= 16 (tl.dot
     tiles) and a window of one chunk (L <= chunk_size, so the scan has no inter-chunk pass)."""
 
-    def pow2(v: int) -> bool:
-        return v >= MIN_TILE and v & (v - 1) == 0
-
-    return triton is not None and pow2(headdim) and pow2(d_state) and length <= chunk
+    return (triton is not None and is_tile_side(headdim) and is_tile_side(d_state)
+            and length <= chunk)
 
 
 def _tile_rows(length: int) -> int:
@@ -81,13 +79,8 @@ def _tile_rows(length: int) -> int:
 
 
 def _flags(xbc: torch.Tensor) -> dict:
-    # BF16: 0 fp32 products, 1 bf16 tensor-core products, 2 bf16 emulated (CPU interpreter);
-    # PREC: fp32 products follow torch's TF32 switch on CUDA, IEEE elsewhere.
-    tf32 = xbc.is_cuda and torch.backends.cuda.matmul.fp32_precision == "tf32"
-    if xbc.dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"ssd_window: float32 or bfloat16 inputs, got {xbc.dtype}")
-    bf16 = 0 if xbc.dtype == torch.float32 else (1 if xbc.is_cuda else 2)
-    return dict(Q=_tile_rows(xbc.shape[1]), BF16=bf16, PREC="tf32" if tf32 else "ieee")
+    # the tile's rows, and the products' BF16 and PREC (triton_support.product_flags)
+    return dict(Q=_tile_rows(xbc.shape[1]), **product_flags(xbc, "ssd_window"))
 
 
 if triton is not None:
@@ -375,7 +368,7 @@ def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D
 def z_projection_supported(d_model: int) -> bool:
     """Whether ``ssd_window_gated_projected`` takes blocks of this width: a power of two
     >= 16 (a tl.dot tile side)."""
-    return d_model >= MIN_TILE and d_model & (d_model - 1) == 0
+    return is_tile_side(d_model)
 
 
 def ssd_window_gated_projected(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,

@@ -21,6 +21,27 @@ except ImportError:  # installs without Triton: the PyTorch code runs instead
     triton = None
 
 
+MIN_TILE = 16
+"""Smallest side tl.dot takes: the kernels' tile sides are powers of two of at least this."""
+
+
+def is_tile_side(v: int) -> bool:
+    """Whether v can be a tl.dot tile's side: a power of two of at least ``MIN_TILE``."""
+    return v >= MIN_TILE and v & (v - 1) == 0
+
+
+def product_flags(t: torch.Tensor, name: str) -> dict:
+    """The constexprs ``tile_dot`` and ``as_stored`` take for activations like ``t``: BF16 0
+    (fp32 products), 1 (bf16 tensor-core products) or 2 (bf16 emulated, the CPU
+    interpreter); PREC "tf32" where fp32 products follow torch's TF32 switch on CUDA,
+    "ieee" elsewhere. ``name``: the kernel, for the error on another dtype."""
+    if t.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"{name}: float32 or bfloat16 inputs, got {t.dtype}")
+    tf32 = t.is_cuda and torch.backends.cuda.matmul.fp32_precision == "tf32"
+    bf16 = 0 if t.dtype == torch.float32 else (1 if t.is_cuda else 2)
+    return dict(BF16=bf16, PREC="tf32" if tf32 else "ieee")
+
+
 def interpreter_active() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (set before Triton's import)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
