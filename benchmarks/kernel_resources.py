@@ -32,29 +32,24 @@ from pathlib import Path
 #: the default encoder's block: heads, headdim, d_state, the window's tile length
 SHAPE = {"H": 4, "P": 64, "N": 64, "KL": 64}
 #: arguments that carry the activations' dtype (the rest of the pointers are fp32)
-ACTIVATIONS = ("xbc_ptr", "z_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr", "wz_ptr", "u_ptr",
-               "wo_ptr", "out_ptr", "n_ptr", "dout_ptr", "dz_ptr", "du_ptr")
+ACTIVATIONS = ("xbc_ptr", "z_ptr", "y_ptr", "dy_ptr", "dxbc_ptr", "ds_ptr", "wz_ptr")
 #: the gated forwards' constexprs: with the gate (z read), with z = u W_z^T computed inside
 #: (ZPROJ = d_model 128, ``ssd_window_gated_projected``)
 VARIANTS = {"scan fwd gated": {"GATED": 1, "ZALIGN": 8},
             "scan fwd zproj": {"GATED": 1, "ZALIGN": 8, "ZPROJ": 128, "ZK": 64}}
-#: the output side's kernels (``gated_out_triton.py``): d_model 128, and their rows a program
-GATED_OUT = {"D": 128}
 #: Hopper, compute capability 9.0
 ARCH = 90
 
 
 def kernels() -> dict:
     from lobsurf.models.kernels import ssd_last_row_triton as last
-    from lobsurf.models.kernels import gated_out_triton as out
     from lobsurf.models.kernels import ssd_window_triton as scan
 
     return {"scan fwd": scan._ssd_window_fwd, "scan fwd gated": scan._ssd_window_fwd,
             "scan fwd zproj": scan._ssd_window_fwd, "scan head bwd": scan._ssd_window_bwd_head,
             "scan scores bwd": scan._ssd_window_bwd_scores,
             "scan last bwd": last._ssd_window_bwd_last,
-            "scan last fwd": last._ssd_window_fwd_last,
-            "gated out fwd": out._gated_out_fwd_kernel, "gated out bwd": out._gated_out_bwd_kernel}
+            "scan last fwd": last._ssd_window_fwd_last}
 
 
 def ptxas_path() -> str:
@@ -102,11 +97,6 @@ def resources(fn, precision: str, warps: int, window: int = SHAPE["KL"],
               # the scan forward without its gate (ssd_window_gated)
               "GATED": 0, "ZALIGN": 1, "ZPROJ": 0, "ZK": 0, **(variant or {})}
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
-    if fn.fn.__name__.startswith("_gated_out"):
-        from lobsurf.models.kernels import gated_out_triton
-
-        consts |= GATED_OUT | {"BM": gated_out_triton.ROWS, "EC": gated_out_triton.CHANNELS}
-        options["num_stages"] = gated_out_triton.STAGES
     sig, cx, attrs = signature(fn, "*bf16" if precision == "bf16" else "*fp32", consts)
     start = time.perf_counter()
     compiled = triton.compile(ASTSource(fn, sig, cx, attrs), target=GPUTarget("cuda", ARCH, 32),

@@ -10,8 +10,7 @@ from lobsurf.cli import main
 from lobsurf.models.config import EncoderConfig
 
 ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
-            "scan_z_proj", "fold_norm_weights", "one_in_projection", "gated_out",
-            "prioritize_learner",
+            "scan_z_proj", "fold_norm_weights", "one_in_projection", "prioritize_learner",
             "scan_last_row",
             "collect_beside_backward", "split_target", "c51_kernel", "shared_generator",
             "draw_ahead",
@@ -41,7 +40,6 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
         assert r["split_target"] is False  # the default
         assert r["c51_kernel"] == "auto"  # the default (PyTorch on CPU)
         assert r["one_in_projection"] is False  # the default
-        assert r["gated_out"] == "torch"  # the default
         assert r["shared_generator"] is True and r["draw_ahead"] is True  # the defaults
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only

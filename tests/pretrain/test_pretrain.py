@@ -111,7 +111,8 @@ def test_config_dict_round_trip() -> None:
     # a checkpoint saved with a since-retired kernel choice (models.config.RETIRED_FIELDS)
     saved = config_to_dict(cfg)
     saved["encoder"] = {**saved["encoder"], "fused_training": "auto", "fused_warps": 4,
-                        "weight_grads_beside": False, "scan_scores_in_head": False}
+                        "weight_grads_beside": False, "scan_scores_in_head": False,
+                        "gated_out": "torch"}
     assert config_from_dict(saved) == cfg
     with pytest.raises(TypeError):
         config_from_dict({**saved, "encoder": {**saved["encoder"], "surprise": 1}})

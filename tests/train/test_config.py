@@ -80,7 +80,7 @@ def test_a_saved_run_with_retired_kernel_choices_reads_back_without_them(tmp_pat
     path = tmp_path / "config.toml"
     old = run_config_to_toml(RunConfig()).replace(
         "[encoder]\n", "[encoder]\nfused_inference = \"auto\"\nscan_conv_warps = 8\n"
-        "weight_grads_beside = false\nscan_scores_in_head = false\n")
+        "weight_grads_beside = false\nscan_scores_in_head = false\ngated_out = \"auto\"\n")
     path.write_text(old)
     assert "fused_inference" in load_toml(str(path))["encoder"]
     assert resolve_run_config(None, [], base=load_toml(str(path))) == RunConfig()

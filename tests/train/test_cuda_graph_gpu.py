@@ -37,9 +37,8 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
 
 
 def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
-         overlap: bool = True, encoder: dict | None = None, **train_options):
+         overlap: bool = True, **train_options):
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
-                      encoder=encoder or {},
                       gates={"warmup_steps": GATE_WARMUP},
                       train={"envs": 32, "precision": precision, "compile": compiled,
                              "overlap_target": overlap, "overlap_collect": overlap,
@@ -63,9 +62,7 @@ def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
 @pytest.mark.parametrize("precision,options", [
     ("fp32", {}), ("bf16", {}),
     # the defaults' opposite: each step draws its own sample first, from four generators
-    ("fp32", {"draw_ahead": False, "shared_generator": False}),
-    # the output side's kernels (opt-in), on every row of the first layer and the last row
-    ("bf16", {"encoder": {"gated_out": "auto", "n_layers": 2}})])
+    ("fp32", {"draw_ahead": False, "shared_generator": False})])
 def test_graphed_steps_equal_eager_steps(tiny_store, precision, options) -> None:
     eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False, precision=precision,
                                      **options)

@@ -114,9 +114,6 @@ class BenchConfig:
     one_in_projection: bool = EncoderConfig.one_in_projection
     """encoder.one_in_projection: under autograd the in-projection as one product each way,
     z's gradient written by conv_dt's backward kernel."""
-    gated_out: str = EncoderConfig.gated_out
-    """encoder.gated_out: under autograd z's product, the gated norm and the out-projection
-    in one kernel each way."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -145,8 +142,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                     "conv_backend": cfg.conv_backend, "scan_gate": cfg.scan_gate,
                     "scan_z_proj": cfg.scan_z_proj, "scan_last_row": cfg.scan_last_row,
                     "fold_norm_weights": cfg.fold_norm_weights,
-                    "one_in_projection": cfg.one_in_projection,
-                    "gated_out": cfg.gated_out},
+                    "one_in_projection": cfg.one_in_projection},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
                   "flat_parameters": cfg.flat_parameters,
@@ -271,7 +267,6 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                            "scan_z_proj": cfg.scan_z_proj,
                            "fold_norm_weights": cfg.fold_norm_weights,
                            "one_in_projection": cfg.one_in_projection,
-                           "gated_out": cfg.gated_out,
                            "prioritize_learner": cfg.prioritize_learner,
                            "collect_beside_backward": cfg.collect_beside_backward,
                            "split_target": cfg.split_target, "c51_kernel": cfg.c51_kernel,

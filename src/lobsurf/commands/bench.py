@@ -120,10 +120,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-z-proj", choices=["auto", "torch", "triton"],
                         default=d.scan_z_proj, help="z of the gated scan's every-row calls "
                         "computed inside the scan kernel (encoder.scan_z_proj)")
-    parser.add_argument("--gated-out", choices=["auto", "torch", "triton"],
-                        default=d.gated_out, help="under autograd z's product, the gated norm "
-                        "and the out-projection in one Triton kernel each way "
-                        "(encoder.gated_out; auto: on CUDA)")
     parser.add_argument("--c51-kernel", choices=C51_KERNELS,
                         default=d.c51_kernel, help="the learner's C51 target side as one "
                         "Triton kernel (train.c51_kernel; auto: on CUDA)")
@@ -177,7 +173,6 @@ def _config(args: argparse.Namespace):
                            ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
                            scan_gate=args.scan_gate, scan_z_proj=args.scan_z_proj,
                            scan_last_row=args.scan_last_row, c51_kernel=args.c51_kernel,
-                           gated_out=args.gated_out,
                            **{field: getattr(args, field) for field, _ in SWITCHES})
     except ValueError as exc:
         raise UserError(str(exc)) from exc
@@ -320,7 +315,6 @@ def run(args: argparse.Namespace) -> int:
           f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
           f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
           f"{', one in-projection under autograd' if cfg.one_in_projection else ''}"
-          f"{f', output side in one kernel {cfg.gated_out}' if cfg.gated_out != 'torch' else ''}"
           f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "

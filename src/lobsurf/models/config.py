@@ -37,7 +37,10 @@ RETIRED_FIELDS: dict[str, str] = {
     "the backward (benchmarks/RESULTS.md, thirty-first session)",
     "scan_scores_in_head": "the scan backward's d B and d C formed by each window's last "
     "head program, removed: slower where timed and faulting on the GPU (benchmarks/RESULTS.md, "
-    "thirty-third session)"}
+    "thirty-third session)",
+    "gated_out": "the output side of each Mamba2 layer under autograd (z's product, the gate, "
+    "the gated norm, the out-projection) in one Triton kernel each way, removed: slower than "
+    "the compiled PyTorch path where timed (benchmarks/RESULTS.md, thirty-eighth session)"}
 """Fields older configs may hold that no longer exist, and why each went. Each chose only
 how the same values were computed (which kernels, which stream), so a saved config is read
 without them (``without_retired``)."""
@@ -153,18 +156,6 @@ class EncoderConfig:
     thirty-second session): the copy moves as many bytes as the products it saves, so
     the backward's layers are bound by bytes moved, not by their number of kernels.
     False: z by a product of its own."""
-    gated_out: Literal["auto", "torch", "triton"] = "torch"
-    """The mixer's output side in forwards with autograd and no state, where z is projected
-    apart (``conv_backend``'s conv_dt path without ``one_in_projection``, and the last
-    layer's last row): "auto" = on CUDA, where d_model and E are powers of two, z's product,
-    the gate, the gated norm and the out-projection in one Triton kernel forward and one
-    backward (``gated_out_triton.py``): z, the normalised rows' gradient d n and a second
-    read of d z are never in HBM: about 24 MB fewer a layer each way at B = 256 windows in
-    bf16 (48 -> 24 forward, 88 -> 64 backward, weight gradients included);
-    "torch" (the default) = z's product, PyTorch's gated norm and the out-projection (the
-    reference, and the CPU path); "triton" = insist (on CPU only under Triton's
-    interpreter). Off by default: written without a GPU (thirty-seventh session), its
-    speed not yet measured."""
     ssd_triton_warps_fwd: int = 4
     """Triton warps per (window, head) program of the forward scan kernel."""
     ssd_triton_warps_bwd: int = 8
@@ -237,8 +228,6 @@ class EncoderConfig:
         if self.scan_z_proj not in ("auto", "torch", "triton"):
             raise ValueError(f"scan_z_proj must be auto, torch or triton, got "
                              f"{self.scan_z_proj!r}")
-        if self.gated_out not in ("auto", "torch", "triton"):
-            raise ValueError(f"gated_out must be auto, torch or triton, got {self.gated_out!r}")
         if self.scan_last_row not in ("tile", "vector"):
             raise ValueError(f"scan_last_row must be tile or vector, got "
                              f"{self.scan_last_row!r}")

@@ -32,10 +32,8 @@ in-projection writes only x, B, C and dt; ``scan_last_row = "vector"`` (the defa
 the last layer's last row alone as vectors over the rows (``ssd_last_row_triton.py``).
 ``fold_norm_weights`` (the default) applies the two RMSNorm weights inside the products after
 them (W_in diag(w), W_out diag(w)): the same function, whose backward then takes the
-weights' gradients from the products' weight gradients. ``gated_out`` (opt-in) has forwards
-with autograd take z's product, the gate, the gated norm and the out-projection as one
-kernel each way (``gated_out_triton.py``) where z is projected apart. The PyTorch code here
-stays the CPU path and the reference.
+weights' gradients from the products' weight gradients. The PyTorch code here stays the CPU
+path and the reference.
 """
 
 from __future__ import annotations
@@ -49,8 +47,7 @@ from torch import nn
 
 from lobsurf.models.align import device_multiple, linear_padded_out
 from lobsurf.models.config import CONV_AUTO_ON_CUDA, EncoderConfig
-from lobsurf.models.kernels import (conv_dt_triton, conv_triton, gated_out_triton, ssd_triton,
-                                    ssd_window_triton)
+from lobsurf.models.kernels import conv_dt_triton, conv_triton, ssd_triton, ssd_window_triton
 from lobsurf.models.kernels.triton_support import use_kernel
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
 
@@ -270,7 +267,6 @@ class Mamba2Mixer(nn.Module):
         w_in = self.in_proj.weight if in_scale is None else self.in_proj.weight * in_scale
         conv_dt = state is None and self._conv_dt(u)
         z_in_scan = state is None and not (last_only or conv_dt) and self._scan_z_proj(u)
-        z_in_out = state is None and not z_in_scan and self._gated_out(u, conv_dt)
         if conv_dt and not last_only and cfg.one_in_projection:
             # one product for z, xBC and dt, each way: conv_dt's backward kernel writes the
             # z columns' gradient beside its own (conv_dt_triton.conv_dt_z)
@@ -281,13 +277,7 @@ class Mamba2Mixer(nn.Module):
             new_context = None
         else:
             z, xbc, dt, new_context = self._project_apart(u, w_in, align, state, last_only,
-                                                          conv_dt, z_in_scan or z_in_out)
-        if z_in_out:
-            # z's product, the gate, the norm and the out-projection in one kernel each way
-            y, _ = self._scan(xbc, dt, None, last_only)
-            return gated_out_triton.gated_out(u[:, -1] if last_only else u, y, w_in[:E],
-                                              self.out_proj.weight * self.norm_weight,
-                                              cfg.norm_eps)
+                                                          conv_dt, z_in_scan)
         if z_in_scan:
             return self._gated_scan_out(xbc, dt, None, False, u, w_in[:E])
         if state is None and self._scan_gate(xbc):
@@ -305,25 +295,25 @@ class Mamba2Mixer(nn.Module):
 
     def _project_apart(self, u: torch.Tensor, w_in: torch.Tensor, align: int,
                        state: Mamba2State | None, last_only: bool, conv_dt: bool,
-                       z_inside: bool) -> tuple[torch.Tensor | None, ...]:
+                       z_in_scan: bool) -> tuple[torch.Tensor | None, ...]:
         # (z, the conv's output xBC, dt after its softplus, the conv's new context or None)
         # where the in-projection is not one product through conv_dt_z
         cfg = self.cfg
         E = cfg.d_inner
-        if last_only or conv_dt or z_inside:
+        if last_only or conv_dt or z_in_scan:
             # z by a product of its own: for one row only when that is all that is needed;
             # on the conv_dt path without ``one_in_projection``, so that its gradient and the
             # one conv_dt writes for the other columns never meet in one [rows, 648] tensor
-            # (conv_dt_triton.py); not at all when a kernel computes it (``z_inside``: the
-            # scan's, scan_z_proj, only without autograd; the output side's, gated_out)
-            z = None if z_inside else F.linear(u[:, -1] if last_only else u, w_in[:E])
+            # (conv_dt_triton.py); not at all when the scan kernel computes it (scan_z_proj,
+            # only without autograd)
+            z = None if z_in_scan else F.linear(u[:, -1] if last_only else u, w_in[:E])
             xbc_dt = linear_padded_out(u, w_in[E:self.proj_width], align)
         if conv_dt:
             xbc, dt = conv_dt_triton.conv_dt(
                 xbc_dt, self.conv_weight.to(xbc_dt.dtype), self.conv_bias.to(xbc_dt.dtype),
                 self.dt_bias, self.conv_channels, cfg.n_heads)
             return z, xbc, dt, None
-        if last_only or z_inside:
+        if last_only or z_in_scan:
             xbc, dt = _split_padded(xbc_dt, self.split_sizes[1:])
         else:
             z, xbc, dt = self._split_proj(linear_padded_out(u, w_in, align))
@@ -346,18 +336,6 @@ class Mamba2Mixer(nn.Module):
             cfg.scan_z_proj, "scan_z_proj", u, True,
             ssd_window_triton.z_projection_supported(cfg.d_model),
             "a power-of-two d_model >= 16", f"d_model {cfg.d_model}", choice_name="triton")
-
-    def _gated_out(self, u: torch.Tensor, conv_dt: bool) -> bool:
-        # gated_out: under autograd, z's product, the gate, the norm and the out-projection
-        # in gated_out_triton's kernels, where z is projected apart (not one_in_projection)
-        cfg = self.cfg
-        return use_kernel(
-            cfg.gated_out, "gated_out", u, torch.is_grad_enabled(),
-            gated_out_triton.supports(cfg.d_inner, cfg.d_model)
-            and not (conv_dt and cfg.one_in_projection),
-            "power-of-two d_model and d_inner >= 16, z projected apart (not "
-            "one_in_projection)", f"d_model {cfg.d_model}, d_inner {cfg.d_inner}, "
-            f"one_in_projection {cfg.one_in_projection}", choice_name="triton")
 
     def _vector_last(self, last_only: bool) -> bool:
         # scan_last_row: the one-chunk scan's last-row forward as vectors over the rows

@@ -31,14 +31,13 @@ from lobsurf.agent import c51_triton
 from lobsurf.models import mamba2
 from lobsurf.models.align import elements_per_alignment
 from lobsurf.models.config import EncoderConfig
-from lobsurf.models.kernels import (conv_dt_triton, conv_triton, gated_out_triton,
-                                    ssd_last_row_triton, ssd_triton, ssd_window_triton,
-                                    triton_support)
+from lobsurf.models.kernels import (conv_dt_triton, conv_triton, ssd_last_row_triton,
+                                    ssd_triton, ssd_window_triton, triton_support)
 from lobsurf.models.mamba2 import Mamba2Block
 
 #: the modules whose launched kernels are recorded (every module-level JITFunction of theirs)
 KERNEL_MODULES = (ssd_window_triton, ssd_last_row_triton, conv_triton, conv_dt_triton,
-                  ssd_triton, gated_out_triton, c51_triton)
+                  ssd_triton, c51_triton)
 #: PyTorch dtype -> Triton pointer type
 POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16",
            torch.int64: "*i64", torch.int32: "*i32", torch.bool: "*i1"}
@@ -156,27 +155,13 @@ def block_calls() -> None:
     forward as the tile kernel and as vectors and z read by the gated scan or computed in it
     (``scan_z_proj``): the default CUDA path's kernels, insisted on
     (they would be "auto" on CUDA), with the in-projection padded as on CUDA."""
-    cfg = _default_cuda_config()
+    cfg = EncoderConfig(ssd_backend="triton_window", conv_backend="triton_dx",
+                        scan_gate="triton")
     real_multiple, mamba2.device_multiple = mamba2.device_multiple, _cuda_multiple
     try:
         _block_calls(cfg)
     finally:
         mamba2.device_multiple = real_multiple
-
-
-def _default_cuda_config() -> EncoderConfig:
-    # the kernels "auto" takes on CUDA, insisted on
-    return EncoderConfig(ssd_backend="triton_window", conv_backend="triton_dx",
-                         scan_gate="triton")
-
-
-def _autograd_calls(block: Mamba2Block) -> None:
-    # the block's forward and backward, every row and the last, fp32 and bf16
-    for dtype in (torch.float32, torch.bfloat16):
-        h = torch.randn(2, 64, block.mixer.cfg.d_model, requires_grad=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            for last_only in (False, True):
-                block(h, last_only=last_only).float().sum().backward()
 
 
 def _block_calls(cfg: EncoderConfig) -> None:
@@ -200,14 +185,7 @@ def opt_in_calls() -> None:
     on CUDA tensors only): the conv of ``conv_backend`` "triton", "triton_dpre" and
     "triton_fwd" with autograd, its forward's tile kernel (a conv wider than the row walk
     holds), and the multi-chunk scan of ``ssd_backend`` "triton" over two chunks; fp32 and
-    bf16, the conv's input a slice of wider rows as the in-projection's. And a block with
-    ``gated_out`` (under autograd, every row and the last) on the default CUDA path."""
-    gated = dataclasses.replace(_default_cuda_config(), gated_out="triton")
-    real_multiple, mamba2.device_multiple = mamba2.device_multiple, _cuda_multiple
-    try:
-        _autograd_calls(Mamba2Block(gated))
-    finally:
-        mamba2.device_multiple = real_multiple
+    bf16, the conv's input a slice of wider rows as the in-projection's."""
     cfg = EncoderConfig()
     rows, channels = cfg.chunk_size, cfg.d_inner + 2 * cfg.d_state
     for dtype in (torch.float32, torch.bfloat16):

@@ -36,9 +36,6 @@ EXPECTED = (
     # every row: z's gradient copied too (one_in_projection); the last row: conv_dt alone
     | {("_conv_dt_bwd_kernel", (("ALIGN", align), ("ZW", zw))) for align in (4, 8)
        for zw in (0, 256)}
-    # the mixer's output side under autograd (encoder.gated_out, opt-in)
-    | {(name, (("BF16", bf16),)) for bf16 in (0, 1)
-       for name in ("_gated_out_fwd_kernel", "_gated_out_bwd_kernel")}
     # the learner's C51 target (train.c51_kernel), the discount a float or per sample
     | {("_c51_target_kernel", (("GAMMA_PER_ROW", rows),)) for rows in (False, True)})
 #: the constexprs that tell the expected variants apart

@@ -84,8 +84,8 @@ def _flags(xbc: torch.Tensor) -> dict:
 
 
 if triton is not None:
-    # the products and stores every kernel here shares with the output side's
-    # (triton_support: the interpreter's bf16 emulated)
+    # the tile products and the stores every kernel here takes (triton_support: the
+    # interpreter's bf16 emulated)
     from lobsurf.models.kernels.triton_support import as_stored as _stored
     from lobsurf.models.kernels.triton_support import round_bf16
     from lobsurf.models.kernels.triton_support import tile_dot as _mma
