@@ -47,7 +47,7 @@ except ImportError:  # CPU-only installs: the PyTorch scan is used instead
 
 
 if triton is not None:
-    from lobsurf.models.kernels.ssd_window_triton import _stored
+    from lobsurf.models.kernels.triton_support import as_stored as _stored
 
     @triton.jit
     def _last_scores(xbc_ptr, b, i, valid, L, s_b, s_l, E: tl.constexpr, N: tl.constexpr):

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from lobsurf.models.kernels.triton_support import is_tile_side
+
 try:
     import triton
     import triton.language as tl
@@ -156,11 +158,8 @@ if triton is not None:
 def supports(n_heads: int, headdim: int, d_state: int, chunk: int) -> bool:
     """Whether the kernels handle these sizes (tl.dot needs power-of-two tiles >= 16)."""
     del n_heads
-
-    def pow2(v: int) -> bool:
-        return v >= 16 and v & (v - 1) == 0
-
-    return triton is not None and pow2(headdim) and pow2(d_state) and pow2(chunk)
+    return (triton is not None and is_tile_side(headdim) and is_tile_side(d_state)
+            and is_tile_side(chunk))
 
 
 def _use_tf32() -> bool:
