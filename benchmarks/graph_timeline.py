@@ -153,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                    "(train.shared_generator)")
     p.add_argument("--thin", type=float, default=2.0, help="list the --replay replay's "
                    "stretches of at least this many us in which at most one event runs")
-    p.add_argument("--replay", type=int, default=0, help="which profiled replay's events the "
-                   "per-stream spans and the JSON list (0: the first)")
+    p.add_argument("--replay", type=int, default=1, help="which profiled replay's events the "
+                   "per-stream spans and the JSON list (0: the first, which opens with about "
+                   "250 us of the profiler's own set-up, so its streams seem to wait; later "
+                   "ones show a step's start)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here, with the "
                    "--replay profiled replay's device events in order (stream, start and end in "
                    "us from the replay's first event, name)")
