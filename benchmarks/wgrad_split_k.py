@@ -101,24 +101,21 @@ def weight_grad(g: torch.Tensor, x: torch.Tensor, tiles: WgradTiles = WgradTiles
     steps = triton.cdiv(rows, tiles.bk)
     per_split = triton.cdiv(steps, max(1, min(tiles.splits, steps))) * tiles.bk
     splits = triton.cdiv(rows, per_split) if rows else 1
-    if into is not None:
+    atomic = into is not None
+    if atomic:
         if into.shape != (M, N) or into.dtype != torch.float32 or into.stride(-1) != 1:
             raise ValueError(f"weight_grad: into must be fp32 [{M}, {N}] with contiguous rows")
-        if rows:
-            grid = (triton.cdiv(M, tiles.bm), triton.cdiv(N, tiles.bn), splits)
-            _wgrad_kernel[grid](g2, x2, into, rows, M, N, per_split, g2.stride(0),
-                                x2.stride(0), 0, into.stride(0), BM=tiles.bm, BN=tiles.bn,
-                                BK=tiles.bk, ATOMIC=True, num_warps=tiles.warps,
-                                num_stages=tiles.stages, **flags)
-        return into
-    # every slot is written when there are rows; zeros are the sum of none
-    part = (torch.empty if rows else torch.zeros)(splits, M, N, device=g.device,
-                                                  dtype=torch.float32)
+        buf = into
+    else:
+        # a slot per slab, each written when there are rows; zeros are the sum of none
+        buf = (torch.empty if rows else torch.zeros)(splits, M, N, device=g.device,
+                                                     dtype=torch.float32)
     if rows:
         grid = (triton.cdiv(M, tiles.bm), triton.cdiv(N, tiles.bn), splits)
-        _wgrad_kernel[grid](g2, x2, part, rows, M, N, per_split, g2.stride(0), x2.stride(0),
-                            part.stride(0), part.stride(1), BM=tiles.bm, BN=tiles.bn,
-                            BK=tiles.bk, ATOMIC=False, num_warps=tiles.warps,
+        _wgrad_kernel[grid](g2, x2, buf, rows, M, N, per_split, g2.stride(0), x2.stride(0),
+                            0 if atomic else buf.stride(0), buf.stride(-2), BM=tiles.bm,
+                            BN=tiles.bn, BK=tiles.bk, ATOMIC=atomic, num_warps=tiles.warps,
                             num_stages=tiles.stages, **flags)
-    return part[0] if splits == 1 else part.sum(0)
-
+    if atomic:
+        return into
+    return buf[0] if splits == 1 else buf.sum(0)
