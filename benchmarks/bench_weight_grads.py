@@ -108,6 +108,11 @@ def _best_split_k(g: torch.Tensor, x: torch.Tensor, reps: int, into: torch.Tenso
     return best
 
 
+def _label(tiles: WgradTiles) -> str:
+    # the launch shape as the row's *_tiles column gives it: BM/BN/BK/slabs/warps/stages
+    return "/".join(str(v) for v in vars(tiles).values())
+
+
 def _err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.double() - want).abs().max() / want.abs().max()).item()
 
@@ -134,14 +139,14 @@ def rows_of(batch: int, reps: int) -> dict:
         ms, tiles = _best_split_k(g, x, reps)
         row[f"{name}_split_k_err"] = _err(weight_grad(g, x, tiles), want)
         row[f"{name}_split_k_ms"] = ms
-        row[f"{name}_split_k_tiles"] = "/".join(str(v) for v in vars(tiles).values())
+        row[f"{name}_split_k_tiles"] = _label(tiles)
         # the atomic form: one kernel adding into a zeroed buffer (the zeroing, a memset that
         # a step could issue off the backward's chain, is not in the time)
         into = torch.zeros(out_w, in_w, device=DEVICE)
         ms, tiles = _best_split_k(g, x, reps, into)
         row[f"{name}_atomic_err"] = _err(weight_grad(g, x, tiles, into.zero_()), want)
         row[f"{name}_atomic_ms"] = ms
-        row[f"{name}_atomic_tiles"] = "/".join(str(v) for v in vars(tiles).values())
+        row[f"{name}_atomic_tiles"] = _label(tiles)
         row[f"{name}_floor_ms"] = 2 * (rows * (out_w + in_w) + out_w * in_w) / (HBM_TB_S * 1e9)
     for kind in ("cublas", "autotuned", "cublas_fp32", "split_k", "atomic", "floor"):
         row[f"layer_{kind}_ms"] = sum(row[f"{n}_{kind}_ms"] for n in widths())
