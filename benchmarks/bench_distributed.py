@@ -6,13 +6,15 @@ train --gpus`` uses), each stepping the real training step (``lobsurf.agent.step
 train_step`` with the gradient and controller all-reduces of ``lobsurf.train.distributed``)
 with B envs and learner batch B on its own GPU. Rank 0 times the steps between two
 barriers and writes one JSON row; the parent prints the table, the speedup over one GPU and
-the scaling efficiency. Goal (issue 13): >= 1.9x on 2 GPUs at B=1024.
+the scaling efficiency. The store is synthetic (``lobsurf synth``'s generator, 2 days of
+``--snapshots``, edge on), written to a temporary folder. Each rank fills its replay with
+``--warmup`` collect-only steps and runs ``--warmup`` learning steps before the timed
+region, which a synchronize and a barrier open and close. Goal: >= 1.9x on 2 GPUs at
+B = 1024. No GPU figure yet (benchmarks/RESULTS.md, Distributed).
 
     python benchmarks/bench_distributed.py --gpus 1,2,4,8 --batch 1024 --json out.json
     python benchmarks/bench_distributed.py --device cpu --gpus 1,2 --batch 16 --steps 3
-        (a smoke test of the script on CPU over gloo; the timings mean nothing)
-
-Not yet run on GPUs: no machine of two or more GPUs was lent when it was written.
+        (the script's check on CPU over gloo; its timings mean nothing)
 """
 
 from __future__ import annotations
@@ -27,11 +29,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_train_step import make_store, sync
-
 from lobsurf.agent.collect import collect
 from lobsurf.agent.step import train_step
+from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.train.config import run_config_from_dict
 from lobsurf.train.data import load_training_data
 from lobsurf.train.distributed import (NVLS_OFF_ENV, init_collective, launched_by_torchrun,
@@ -40,6 +40,19 @@ from lobsurf.train.loop import build_state, step_config
 
 #: environment variable that carries the parent's settings into the torchrun workers
 _ENV_ARGS = "LOBSURF_BENCH_ARGS"
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def make_store(root: Path, snapshots: int) -> Path:
+    """A 2-day synthetic store of ``snapshots`` a day with its edge on, under ``root``."""
+    path = root / "store"
+    write_synth_store(path, SynthConfig(snapshots_per_day=snapshots, days=2, edge=1.0,
+                                        move_prob=0.15))
+    return path
 
 
 def worker(args: dict) -> None:
@@ -125,6 +138,8 @@ def main() -> int:
               f"{speedup / r['processes']:>10.0%}")
     if a.json:
         Path(a.json).write_text(json.dumps({"device": name, "rows": rows}, indent=1))
+    assert [r["processes"] for r in rows] == counts and all(
+        r["transitions_learned_per_s"] > 0 for r in rows), rows
     return 0
 
 

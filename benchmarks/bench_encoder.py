@@ -1,92 +1,66 @@
-"""Encoder forward+backward throughput: eager vs torch.compile vs CUDA graph, TF32 and bf16.
+"""The Mamba2 encoder's fast path (the Triton kernels its defaults take on CUDA) against its
+PyTorch reference, whole and kernel by kernel: ms per call, the speed-up, and how far apart
+the two paths' outputs and gradients are.
 
-Usage:
-    python benchmarks/bench_encoder.py --device cuda --out bench_out/
-    python benchmarks/bench_encoder.py --quick --out /tmp/bench   # tiny shapes on the CPU
+Parts (``--parts``, both by default):
 
-One pass = ``Encoder(x, log_dt)`` forward, a scalar loss on the output, and
-``torch.autograd.grad`` of every parameter (no optimizer). Shapes (issue 4):
-B=1024,K=64,D=128,2 layers; B=256 same; B=1024,K=128,D=256,4 layers. Modes:
+* ``encoder``: the default encoder (66 features, K = 64, d_model 128) at each ``--shapes``
+  B:layers, called as the training step calls it, last row only: without autograd (acting
+  on B windows, the target net on 2B) and the learner's forward + backward (every
+  parameter's gradient). Fast: ``Encoder.use_kernels_("on")`` (the kernels "auto" takes on
+  CUDA); reference: ``"off"``, the PyTorch path. One set of weights.
+* ``ops``: each kernel alone against the PyTorch ops it replaces, on the default layer's
+  tensors (x, B, C a slice of the in-projection's padded rows, as in the step): the
+  one-chunk scan forward and forward + backward, its last row forward + backward, the scan
+  with the gated norm's gate (no autograd), the conv + SiLU forward (no autograd), the
+  conv + dt softplus forward + backward.
 
-* ``eager``        plain PyTorch ops;
-* ``compile``      ``torch.compile(encoder, dynamic=False)``, default mode (no Inductor graphs);
-* ``graph_eager``  the eager pass captured in one ``torch.cuda.graph``;
-* ``graph``        the compiled pass captured in one ``torch.cuda.graph`` (the training setup).
+On CUDA (bf16 by default) both sides are compiled by torch.compile (the reference's ops
+fused by Inductor, as the step runs them) and captured in one CUDA graph: 3 warm-up calls
+on a side stream, the capture, one replay, then ``--reps`` replays timed between two CUDA
+events after a synchronize. On CPU the calls run eagerly, timed by the host clock after 2
+warm-up calls; the fast path needs Triton's interpreter there (``TRITON_INTERPRET=1``), and
+its CPU figures only show that the script works. The table comes last; the script fails
+when a fast path and its reference disagree beyond the precision's tolerance.
 
-``--ssd-backend/--conv-backend triton`` swap in the fused Triton kernels (default: PyTorch);
-``--profile`` writes a torch.profiler table (kernels by self CUDA time) per non-graph mode;
-``--shapes`` picks cases by name; ``--last-only`` puts the loss on out.last alone.
-
-Graphs are warmed up on a side stream and captured after the warm-up outputs are freed
-(PERFORMANCE.md 3.1). Each compiled module is built once per (shape, precision) after a
-``torch._dynamo.reset()``; the timed region runs under ``set_stance("fail_on_recompile")``
-so a silent fallback to eager (PERFORMANCE.md 3.2) raises instead. TF32 is on throughout;
-``bf16`` adds bf16 autocast around the forward. The analytic FLOP/byte counts and the H200
-roofline are in ``encoder_roofline.py``. Prints a table last and writes JSON to --out.
+    python benchmarks/bench_encoder.py --out OUT                  # CUDA: B:layers 256:4,1024:2
+    TRITON_INTERPRET=1 python benchmarks/bench_encoder.py --device cpu --quick --out /tmp/enc
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import math
 import platform
-import sys
 import time
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:
-    import lobsurf  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from lobsurf.models.config import EncoderConfig
+from lobsurf.models.encoder import Encoder
+from lobsurf.models.kernels import conv_dt_triton, conv_triton, ssd_window_triton
+from lobsurf.models.mamba2 import gated_rms_norm
+from lobsurf.models.ssd import ssd_chunked
 
-from encoder_roofline import Hardware, encoder_pass_cost  # noqa: E402
-
-from lobsurf.models.encoder import Encoder, EncoderConfig  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One benchmark case."""
-
-    batch: int
-    window: int
-    d_model: int
-    n_layers: int
-    chunk_size: int = 64
-    """SSD chunk; windows longer than it take the inter-chunk pass."""
-
-    @property
-    def name(self) -> str:
-        return f"B{self.batch}_K{self.window}_D{self.d_model}_L{self.n_layers}"
-
-
-FULL_SHAPES = (Shape(1024, 64, 128, 2), Shape(256, 64, 128, 2), Shape(1024, 128, 256, 4))
-QUICK_SHAPES = (Shape(8, 16, 32, 2, chunk_size=16), Shape(4, 40, 32, 2, chunk_size=16))
-IN_FEATURES = 52  # about the feature count of PERFORMANCE.md's probe
-PROFILE_PASSES = 5  # passes recorded by --profile (after the timed ones, so all warm)
-LOSS_RTOL = 2e-2  # modes must agree on the loss (TF32 / bf16 rounding differs between them)
-
-
-def make_pass(module, x, log_dt, params, targets, bf16: bool, last_only: bool):
-    device_type = x.device.type
-    target_last, target_seq = targets
-
-    def run():
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
-            out = module(x, log_dt, return_sequence=not last_only)
-        # Fixed random targets make the loss sensitive to every output value, so the
-        # cross-mode loss comparison in check() means something.
-        loss = (out.last.float() * target_last).mean()
-        if out.sequence is not None:
-            loss = loss + (out.sequence.float() * target_seq).mean()
-        return loss, torch.autograd.grad(loss, params)
-
-    return run
+#: the default feature set's width F (docs/features.md)
+IN_FEATURES = 66
+#: snapshots per window K, the training default
+WINDOW = 64
+#: the --quick model: the smallest the kernels' tiles take (power-of-two sides >= 16)
+QUICK_MODEL = dict(d_model=32, headdim=16, d_state=16)
+#: the --quick window K
+QUICK_WINDOW = 16
+#: largest relative difference (norm of the difference over the reference's norm) between
+#: the two paths' outputs or gradients, by precision
+TOLERANCE = {"bf16": 5e-2, "fp32": 1e-2}
+#: warm-up calls before a capture or a timed loop
+WARMUP = 3
+#: torch.compile's variants of one function before it falls back to eager (its default, 8,
+#: is fewer than the fast and reference encoders' calls at every shape)
+RECOMPILE_LIMIT = 64
 
 
 def sync(device: torch.device) -> None:
@@ -94,214 +68,290 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def capture(run, device: torch.device, warmup: int):
-    """Warm up on a side stream, capture one pass (no recompiles allowed), return replay, loss."""
+def ms_per_call(fn, device: torch.device, reps: int) -> float:
+    """ms per call of ``fn``: CUDA graph replays between CUDA events, or host time on CPU."""
+    if device.type != "cuda":
+        for _ in range(WARMUP - 1):
+            fn()
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - start) * 1e3 / reps
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
-        for _ in range(warmup):
-            loss, grads = run()
-        del loss, grads  # no autograd graph from warm-up may survive into capture
+        for _ in range(WARMUP):
+            fn()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    torch.compiler.set_stance("fail_on_recompile")
-    try:
-        with torch.cuda.graph(graph):
-            static_loss, _static_grads = run()
-    finally:
-        torch.compiler.set_stance("default")
-    return graph.replay, static_loss
-
-
-def time_mode(mode: str, run, device: torch.device, warmup: int, iters: int) -> dict:
-    """Warm up, then time ``iters`` passes between two synchronizes."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    if mode.startswith("graph"):
-        call, loss = capture(run, device, warmup)
-        call()  # one replay so the first timed one is not special
-    else:
-        for _ in range(warmup):
-            loss, _ = run()
-        call = run
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
     sync(device)
-    torch.compiler.set_stance("fail_on_recompile")
-    try:
-        start = time.perf_counter()
-        for _ in range(iters):
-            result = call()
-        sync(device)
-        elapsed = time.perf_counter() - start
-    finally:
-        torch.compiler.set_stance("default")
-    if not mode.startswith("graph"):
-        loss = result[0]
-    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    return {"ms": 1e3 * elapsed / iters, "loss": float(loss.detach()), "peak_gib": peak}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    sync(device)
+    return start.elapsed_time(end) / reps
 
 
-def bench_case(kind: str, shape: Shape, bf16: bool, modes: list[str], args, device) -> list[dict]:
-    cfg = EncoderConfig(kind=kind, d_model=shape.d_model, n_layers=shape.n_layers,
-                        chunk_size=args.chunk_size or shape.chunk_size,
-                        in_proj_pad_multiple=args.in_proj_pad, ssd_backend=args.ssd_backend,
-                        conv_backend=args.conv_backend,
-                        ssd_triton_warps_fwd=args.ssd_warps[0],
-                        ssd_triton_warps_bwd=args.ssd_warps[1])
-    if args.quick:
-        cfg = replace(cfg, headdim=16, d_state=16, cfc_backbone_units=32)
+def rel_diff(got, want) -> float:
+    """‖got - want‖ / ‖want‖ over every tensor of the two (matched) sequences."""
+    got = torch.cat([t.detach().double().flatten() for t in got])
+    want = torch.cat([t.detach().double().flatten() for t in want])
+    return ((got - want).norm() / want.norm()).item()
+
+
+def compare(name: str, windows: int, fast, reference, call, device: torch.device,
+            args) -> dict:
+    """One row (``windows`` per call): ``call(fast)`` against ``call(reference)``, timed,
+    with their results' relative difference. ``call`` returns a tuple of tensors and takes
+    any gradients around ``fast`` and ``reference``, which are compiled on CUDA."""
+    if device.type == "cuda":
+        fast, reference = (torch.compile(f, dynamic=False) for f in (fast, reference))
+    diff = rel_diff(call(fast), call(reference))
+    fast_ms = ms_per_call(lambda: call(fast), device, args.reps)
+    ref_ms = ms_per_call(lambda: call(reference), device, args.reps)
+    row = {"name": name, "windows": windows, "fast_ms": fast_ms, "reference_ms": ref_ms,
+           "speedup": ref_ms / fast_ms, "rel_diff": diff}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def autocast(device: torch.device, precision: str):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def encoder_rows(batch: int, layers: int, device: torch.device, args) -> list[dict]:
+    """The whole encoder, fast against reference: no-grad at B and 2B, forward + backward."""
+    base = EncoderConfig(n_layers=layers, **(QUICK_MODEL if args.quick else {}))
+    window = QUICK_WINDOW if args.quick else WINDOW
     torch.manual_seed(0)
-    encoder = Encoder(cfg, in_features=IN_FEATURES).to(device)
-    params = list(encoder.parameters())
-    x = torch.randn(shape.batch, shape.window, IN_FEATURES, device=device)
-    log_dt = torch.randn(shape.batch, shape.window, device=device)
-    targets = (torch.randn(shape.batch, cfg.d_model, device=device),
-               torch.randn(shape.batch, shape.window, cfg.d_model, device=device))
-    n_params = sum(p.numel() for p in params)
-    cost = encoder_pass_cost(cfg, IN_FEATURES, shape.batch, shape.window, 2 if bf16 else 4,
-                             n_params)
-    mem_floor, compute_floor = cost.floors_ms(Hardware(), bf16)
-    torch._dynamo.reset()  # fresh compile per (shape, precision); guards never accumulate
-    compiled = None
+    # the fast path insists on the kernels (what "auto" takes on CUDA); the reference never
+    reference = Encoder(base, IN_FEATURES).use_kernels_("off").to(device)
+    fast = Encoder(base, IN_FEATURES).use_kernels_("on").to(device)
+    fast.load_state_dict(reference.state_dict())
+    params = {net: list(net.parameters()) for net in (fast, reference)}
+    g = torch.Generator(device=device).manual_seed(batch)
+    x = torch.randn(2 * batch, window, IN_FEATURES, device=device, generator=g)
+    log_dt = torch.randn(2 * batch, window, device=device, generator=g)
+    weight = torch.randn(batch, base.d_model, device=device, generator=g)
     rows = []
-    for mode in modes:
-        if mode in ("compile", "graph") and compiled is None:
-            compiled = torch.compile(encoder, dynamic=False)
-        module = compiled if mode in ("compile", "graph") else encoder
-        run = make_pass(module, x, log_dt, params, targets, bf16, args.last_only)
-        precision = "bf16" if bf16 else ("tf32" if device.type == "cuda" else "fp32")
-        row = {"kind": kind, "shape": shape.name, **asdict(shape), "precision": precision,
-               "mode": mode, "gflop": cost.flops / 1e9,
-               "gbyte": cost.bytes / 1e9, "mem_floor_ms": mem_floor,
-               "compute_floor_ms": compute_floor, "n_params": n_params}
-        t0 = time.perf_counter()
-        try:
-            row.update(time_mode(mode, run, device, args.warmup, args.iters))
-            row["windows_per_s"] = shape.batch / (row["ms"] / 1e3)
-            row["x_mem_floor"] = row["ms"] / mem_floor
-            row["tflops"] = cost.flops / (row["ms"] / 1e3) / 1e12
-        except Exception as err:  # record and go on: one failing mode must not hide the rest
-            row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-        row["setup_and_run_s"] = time.perf_counter() - t0
-        if args.profile and "error" not in row and not mode.startswith("graph"):
-            row["profile_file"] = write_profile(run, device, args.out, f"{shape.name}_{precision}"
-                                                f"_{mode}", args.profile_rows)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    for windows in (batch, 2 * batch):
+
+        def forward(net, n=windows):
+            with torch.no_grad(), autocast(device, args.precision):
+                return (net(x[:n], log_dt[:n], return_sequence=False).last,)
+
+        rows.append(compare(f"encoder B={windows} L={layers} no-grad forward", windows, fast,
+                            reference, forward, device, args))
+
+    def learn(net):
+        with autocast(device, args.precision):
+            out = net(x[:batch], log_dt[:batch], return_sequence=False).last
+        loss = (out.float() * weight).sum()
+        original = getattr(net, "_orig_mod", net)  # a compiled module's parameters
+        return (out, *torch.autograd.grad(loss, params[original]))
+
+    rows.append(compare(f"encoder B={batch} L={layers} forward + backward", batch, fast,
+                        reference, learn, device, args))
     return rows
 
 
-def write_profile(run, device: torch.device, out: Path, tag: str, n_rows: int) -> str:
-    """Profile a few warm passes; write the kernels sorted by self device time to out/."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(PROFILE_PASSES):
-            run()
-        sync(device)
-    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=n_rows, max_name_column_width=90)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"profile_{tag}.txt"
-    path.write_text(f"{PROFILE_PASSES} passes of {tag}\n{table}")
-    return path.name
+@dataclasses.dataclass(frozen=True)
+class LayerInputs:
+    """One Mamba2 layer's tensors at B windows, as the in-projection lays them out."""
+
+    cfg: EncoderConfig
+    proj: torch.Tensor
+    """[B, K, 2E + 2N + H, padded] the in-projection's output: z | x B C | dt | padding."""
+    conv_w: torch.Tensor
+    conv_b: torch.Tensor
+    dt_bias: torch.Tensor
+    A: torch.Tensor
+    D: torch.Tensor
+    norm_w: torch.Tensor
+
+    @property
+    def z(self) -> torch.Tensor:
+        return self.proj[..., :self.cfg.d_inner]
+
+    @property
+    def xbcdt(self) -> torch.Tensor:
+        return self.proj[..., self.cfg.d_inner:]
+
+    @property
+    def channels(self) -> int:
+        return self.cfg.d_inner + 2 * self.cfg.d_state
 
 
-def print_table(rows: list[dict]) -> None:
-    head = (f"{'kind':6} {'shape':22} {'prec':5} {'mode':12} {'ms':>8} {'win/s':>10} "
-            f"{'GiB':>6} {'TFLOP/s':>8} {'floor ms':>8} {'x floor':>7}")
-    print("\n" + head + "\n" + "-" * len(head))
+def layer_inputs(cfg: EncoderConfig, batch: int, window: int, dtype, device) -> LayerInputs:
+    g = torch.Generator(device=device).manual_seed(batch)
+    E, N, H = cfg.d_inner, cfg.d_state, cfg.n_heads
+    width = -(-(2 * E + 2 * N + H) // 8) * 8  # padded as on CUDA (models/align.py)
+
+    def randn(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, device=device, generator=g)).to(dtype)
+
+    return LayerInputs(
+        cfg, randn(batch, window, width), randn(cfg.d_conv, E + 2 * N, scale=0.5),
+        randn(E + 2 * N, scale=0.5), torch.rand(H, device=device, generator=g) - 3.0,
+        -(torch.rand(H, device=device, generator=g) + 0.1),
+        torch.randn(H, device=device, generator=g),
+        1 + 0.1 * torch.randn(E, device=device, generator=g))
+
+
+def torch_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    padded = F.pad(x, (0, 0, weight.shape[0] - 1, 0))
+    return conv_triton.torch_conv_silu(padded, weight, bias, x.shape[1])
+
+
+def torch_scan(xbc, dt, A, D, cfg: EncoderConfig) -> torch.Tensor:
+    batch, length, _ = xbc.shape
+    x, B, C = torch.split(xbc, (cfg.d_inner, cfg.d_state, cfg.d_state), dim=-1)
+    xh = x.reshape(batch, length, cfg.n_heads, cfg.headdim)
+    y = ssd_chunked(xh, dt, A, B, C, cfg.chunk_size)
+    return (y + xh * D[:, None].to(y.dtype)).reshape(batch, length, cfg.d_inner)
+
+
+def op_rows(batch: int, device: torch.device, args) -> list[dict]:
+    """Each kernel of the fast path alone against the PyTorch ops it replaces."""
+    cfg = EncoderConfig(**(QUICK_MODEL if args.quick else {}))
+    window = QUICK_WINDOW if args.quick else WINDOW
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    t = layer_inputs(cfg, batch, window, dtype, device)
+    P, N, C, H, E = cfg.headdim, cfg.d_state, t.channels, cfg.n_heads, cfg.d_inner
+    with torch.no_grad():
+        xbc = torch_conv(t.xbcdt[..., :C], t.conv_w, t.conv_b).contiguous()
+        dt = F.softplus(t.xbcdt[..., C:C + H].float() + t.dt_bias)
+    scan_in = (xbc, dt, t.A, t.D)
+    leaves = [v.clone().requires_grad_() for v in scan_in]
+    dy = torch.randn(batch, window, E, device=device).to(dtype)
+
+    def no_grad(*inputs):
+        def call(fn):
+            with torch.no_grad():
+                return (fn(*inputs),)
+        return call
+
+    def with_grads(seeds, *inputs):
+        def call(fn):
+            outs = fn(*inputs)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            seeds_ = [s.to(o.dtype) for s, o in zip(seeds, outs)]
+            return (*outs, *torch.autograd.grad(outs, inputs, seeds_))
+        return call
+
+    def fast_scan(*a):
+        return ssd_window_triton.ssd_window(*a, P, N)
+
+    def ref_scan(*a):
+        return torch_scan(*a, cfg)
+
+    def fast_last(*a):
+        return ssd_window_triton.ssd_window(*a, P, N, last_only=True)
+
+    def ref_last(*a):
+        return torch_scan(*a, cfg)[:, -1]
+
+    def fast_gated(xbc, dt, A, D, z, w):
+        gw, ss = ssd_window_triton.ssd_window_gated(xbc, dt, A, D, z, w, P, N)
+        return gw.float() * torch.rsqrt(ss.sum(-1, keepdim=True) / E + cfg.norm_eps)
+
+    def ref_gated(xbc, dt, A, D, z, w):
+        return gated_rms_norm(torch_scan(xbc, dt, A, D, cfg), z, w, cfg.norm_eps)
+
+    def ref_conv_dt(proj, w, b, dt_bias):
+        return torch_conv(proj[..., :C], w, b), F.softplus(proj[..., C:C + H].float() + dt_bias)
+
+    def fast_conv_dt(proj, w, b, dt_bias):
+        return conv_dt_triton.conv_dt(proj, w, b, dt_bias, C, H)
+
+    x = t.xbcdt[..., :C]  # a view of the in-projection's rows, as in the step
+    conv_leaves = [v.clone().requires_grad_() for v in (t.xbcdt, t.conv_w, t.conv_b,
+                                                         t.dt_bias)]
+    conv_seeds = (torch.randn(batch, window, C, device=device),
+                  torch.randn(batch, window, H, device=device))
+    cases = (
+        ("scan no-grad forward", fast_scan, ref_scan, no_grad(*scan_in)),
+        ("scan forward + backward", fast_scan, ref_scan, with_grads((dy,), *leaves)),
+        ("scan last row forward + backward", fast_last, ref_last,
+         with_grads((dy[:, -1],), *leaves)),
+        ("gated scan no-grad forward", fast_gated, ref_gated,
+         no_grad(*scan_in, t.z, t.norm_w)),
+        ("conv no-grad forward", conv_triton.conv_silu, torch_conv,
+         no_grad(x, t.conv_w, t.conv_b)),
+        ("conv + dt forward + backward", fast_conv_dt, ref_conv_dt,
+         with_grads(conv_seeds, *conv_leaves)),
+    )
+    return [compare(f"{name} B={batch}", batch, fast, reference, call, device, args)
+            for name, fast, reference, call in cases]
+
+
+def print_table(rows: list[dict], header: str) -> None:
+    print(f"\n{header}")
+    print(f"{'call':52} {'fast ms':>9} {'torch ms':>9} {'speed-up':>8} {'fast win/s':>11} "
+          f"{'rel diff':>9}")
     for r in rows:
-        if "error" in r:
-            print(f"{r['kind']:6} {r['shape']:22} {r['precision']:5} {r['mode']:12} "
-                  f"FAILED {r['error'][:60]}")
-            continue
-        print(f"{r['kind']:6} {r['shape']:22} {r['precision']:5} {r['mode']:12} {r['ms']:8.3f} "
-              f"{r['windows_per_s']:10.0f} {r['peak_gib'] or float('nan'):6.2f} {r['tflops']:8.2f} "
-              f"{r['mem_floor_ms']:8.3f} {r['x_mem_floor']:7.1f}")
-    print("floor = per-op-fused HBM floor at 4.3 TB/s (encoder_roofline.py); "
-          "compute floors are in the JSON.")
-
-
-def check(rows: list[dict]) -> None:
-    """Every mode ran, losses are finite and all modes of a case agree on the loss."""
-    failed = [f"{r['shape']}/{r['precision']}/{r['mode']}" for r in rows if "error" in r]
-    assert not failed, f"modes failed: {failed}"
-    for r in rows:
-        assert math.isfinite(r["loss"]) and r["ms"] > 0, r
-        # Compare with the case's eager row, or its first row when eager was not run.
-        eager = next(e for e in sorted(rows, key=lambda e: e["mode"] != "eager")
-                     if e["kind"] == r["kind"] and e["shape"] == r["shape"]
-                     and e["precision"] == r["precision"])
-        rel = abs(r["loss"] - eager["loss"]) / max(abs(eager["loss"]), 1e-12)
-        assert rel < LOSS_RTOL, (f"{r['shape']}/{r['mode']}: loss {r['loss']} "
-                                 f"vs eager {eager['loss']}")
+        print(f"{r['name']:52} {r['fast_ms']:9.4f} {r['reference_ms']:9.4f} "
+              f"{r['speedup']:7.2f}x {r['windows'] / r['fast_ms'] * 1e3:11,.0f} "
+              f"{r['rel_diff']:9.1e}")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path, required=True, help="folder for bench_encoder.json")
-    parser.add_argument("--quick", action="store_true", help="tiny shapes, CPU-friendly")
-    parser.add_argument("--kinds", default="mamba2", help="comma list of mamba2,cfc")
-    parser.add_argument("--modes", default=None, help="comma list (default: all for the device)")
-    parser.add_argument("--precisions", default=None,
-                        help="comma list of tf32,bf16 (default: both on cuda, tf32 for --quick)")
-    parser.add_argument("--last-only", action="store_true",
-                        help="loss on out.last only (return_sequence=False path)")
-    parser.add_argument("--in-proj-pad", type=int, default=1,
-                        help="EncoderConfig.in_proj_pad_multiple (e.g. 128: in_proj 644 -> 768)")
-    parser.add_argument("--ssd-backend", default="torch", choices=("torch", "triton"),
-                        help="EncoderConfig.ssd_backend")
-    parser.add_argument("--conv-backend", default="torch", choices=("torch", "triton"),
-                        help="EncoderConfig.conv_backend")
-    parser.add_argument("--ssd-warps", type=int, nargs=2, default=(4, 8), metavar=("FWD", "BWD"),
-                        help="EncoderConfig.ssd_triton_warps_fwd / _bwd")
-    parser.add_argument("--chunk-size", type=int, default=0,
-                        help="override every shape's SSD chunk (0: the shape's own, 64)")
-    parser.add_argument("--shapes", default=None,
-                        help="comma list of shape names to run (e.g. B1024_K64_D128_L2)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also write a torch.profiler table per non-graph mode to --out")
-    parser.add_argument("--profile-rows", type=int, default=40, help="rows of each table")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=20)
-    args = parser.parse_args()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--parts", default="encoder,ops", help="comma list of encoder,ops")
+    ap.add_argument("--shapes", default=None,
+                    help="encoder B:layers, comma-separated (default 256:4,1024:2; --quick 2:2)")
+    ap.add_argument("--batch", default=None,
+                    help="windows per op call, comma-separated (default 1024; --quick 2)")
+    ap.add_argument("--precision", default=None, choices=("bf16", "fp32"),
+                    help="default bf16 on CUDA, fp32 on CPU")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="timed calls (default 50 on CUDA, 3 on CPU)")
+    ap.add_argument("--quick", action="store_true", help="the smallest model the kernels take")
+    ap.add_argument("--out", type=Path, default=None, help="folder for bench_encoder.json")
+    args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("CUDA is not available; use --device cpu --quick")
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
-    torch._dynamo.config.recompile_limit = 64  # we reset between cases; the stance guards
-    default_modes = "eager,compile,graph_eager,graph" if device.type == "cuda" else "eager,compile"
-    modes = (args.modes or default_modes).split(",")
-    if device.type != "cuda" and any(m.startswith("graph") for m in modes):
-        parser.error("graph modes need --device cuda")
-    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
-    if args.shapes:
-        wanted = args.shapes.split(",")
-        unknown = set(wanted) - {s.name for s in shapes}
-        if unknown:
-            parser.error(f"unknown shapes {sorted(unknown)}; known: {[s.name for s in shapes]}")
-        shapes = tuple(s for s in shapes if s.name in wanted)
-    precisions = (args.precisions or ("tf32" if args.quick else "tf32,bf16")).split(",")
-    rows: list[dict] = []
-    for kind in args.kinds.split(","):
-        for shape in shapes:
-            for precision in precisions:
-                rows += bench_case(kind, shape, precision == "bf16", modes, args, device)
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"torch": torch.__version__, "python": platform.python_version(),
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "hardware_model": asdict(Hardware()), "in_features": IN_FEATURES,
-            "warmup": args.warmup, "iters": args.iters, "last_only": args.last_only,
-            "in_proj_pad_multiple": args.in_proj_pad, "chunk_size_override": args.chunk_size,
-            "ssd_backend": args.ssd_backend, "conv_backend": args.conv_backend,
-            "ssd_warps": list(args.ssd_warps)}
-    (args.out / "bench_encoder.json").write_text(json.dumps({"meta": meta, "rows": rows},
-                                                            indent=1))
-    print_table(rows)
-    check(rows)
+        ap.error("--device cuda: CUDA is not available (try --device cpu --quick with "
+                 "TRITON_INTERPRET=1)")
+    args.precision = args.precision or ("bf16" if device.type == "cuda" else "fp32")
+    args.reps = args.reps or (50 if device.type == "cuda" else 3)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        # one compiled variant per path, call and shape of the same forward code
+        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+    shapes = args.shapes or ("2:2" if args.quick else "256:4,1024:2")
+    batches = args.batch or ("2" if args.quick else "1024")
+    parts = args.parts.split(",")
+    encoder, ops = [], []
+    if "encoder" in parts:
+        for shape in shapes.split(","):
+            b, layers = (int(v) for v in shape.split(":"))
+            encoder += encoder_rows(b, layers, device, args)
+    if "ops" in parts:
+        for b in batches.split(","):
+            ops += op_rows(int(b), device, args)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    meta = {"device": name, "torch": torch.__version__, "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d"), "precision": args.precision,
+            "reps": args.reps, "quick": args.quick}
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_encoder.json").write_text(
+            json.dumps({"meta": meta, "encoder": encoder, "ops": ops}, indent=1))
+    title = f"{name}, torch {torch.__version__}, {args.precision}, {meta['date']}"
+    if encoder:
+        print_table(encoder, f"encoder, fast path against PyTorch ({title})")
+    if ops:
+        print_table(ops, f"kernels alone against the PyTorch ops they replace ({title})")
+    bad = [r["name"] for r in encoder + ops
+           if not r["rel_diff"] < TOLERANCE[args.precision] or not r["fast_ms"] > 0]
+    assert not bad, f"fast path and reference disagree beyond {TOLERANCE[args.precision]}: {bad}"
     return 0
 
 

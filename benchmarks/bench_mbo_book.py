@@ -7,7 +7,8 @@ Measures ``MboBookBuilder.feed`` in records/s on the real CME ES file when it is
 ``--repeats`` timed passes. ``--device`` is accepted for the common benchmark interface;
 everything here runs on the CPU.
 
-    python benchmarks/bench_mbo_book.py --device cuda --out OUT [--quick]
+    python benchmarks/bench_mbo_book.py --out OUT
+    python benchmarks/bench_mbo_book.py --quick --out /tmp/bmbo   # small sizes, seconds
 """
 
 from __future__ import annotations

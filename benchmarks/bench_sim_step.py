@@ -1,15 +1,21 @@
 """Simulator step throughput: env steps/s at several batch sizes, eager and CUDA-graph.
 
-    python benchmarks/bench_sim_step.py --device cpu --quick --out /tmp/bench
-    python benchmarks/bench_sim_step.py --device cuda --out $OUT          # eager + graph
-    python benchmarks/bench_sim_step.py --device cuda --compile-graph --out $OUT  # + compiled graph
+    python benchmarks/bench_sim_step.py --device cpu --quick --sizes 1,256 --out /tmp/bench
+    python benchmarks/bench_sim_step.py --device cuda --compile-graph --out $OUT
+    python benchmarks/bench_sim_step.py --device cuda --profile 65536 --out $OUT
 
 Builds its own random-walk book with numpy (no DBN decoder, no gymnasium). Per batch
-size: burn-in, then a timed loop bracketed by synchronize; env-steps/s = B x steps / s.
-Also reports the ops (CPU) or kernels (CUDA) per step from torch.profiler, and the bytes
-of book and state one env-step reads and writes at minimum (every state and stats field
-read and written once, one book side row and a mid gathered). On CUDA the captured graph
-is checked against eager steps from the same state before it is timed.
+size: 5 burn-in steps, then the best of 3 timed loops, each bracketed by synchronize;
+env-steps/s = B x steps / s. Modes: ``eager``; ``compile`` (``--compile``,
+``torch.compile(env.step)``); on CUDA ``graph`` (the eager step captured in one CUDA graph)
+and ``compile_graph`` (``--compile-graph``, the compiled step captured). Each compiled or
+graphed mode is checked bit for bit against eager steps from the same state before it is
+timed. Also reports the ops (CPU) or kernels (CUDA) per step from torch.profiler, and the
+bytes of book and state one env-step reads and writes at minimum (every state and stats
+field read and written once, one book side row and a mid gathered). ``--profile B`` writes
+the top kernels of B envs' eager step by device time (host time on CPU) to
+``profile_sim_B.txt``: how the level cumsum that cost 65 % of the step was found
+(benchmarks/RESULTS.md, Simulator step). Prints its table last and writes JSON to --out.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from lobsurf.sim.books import random_walk_book
 
 BOOK_ROWS = 1_000_000
 QUICK_ROWS = 200_000
+#: eager steps recorded by --profile
+PROFILE_STEPS = 20
 
 
 def min_bytes_per_env_step(env: BatchedLobEnv) -> int:
@@ -139,6 +147,31 @@ def bench_one(book, num_envs: int, device: torch.device, steps: int, modes: list
     return row, env, action
 
 
+def profile_step(book, num_envs: int, device: torch.device, out: Path | None) -> None:
+    """Print (and write to ``out``) the top ops of ``num_envs`` envs' eager step by device
+    time on CUDA, host time on CPU, over ``PROFILE_STEPS`` steps after burn-in."""
+    from torch.profiler import ProfilerActivity, profile
+
+    env = BatchedLobEnv(book, num_envs, SimConfig(fee_per_lot=0.5, fee_bps=0.2))
+    env.reset()
+    action = torch.randint(0, env.cfg.num_actions, (num_envs,), device=device)
+    for _ in range(5):
+        env.step(action)
+    sync(device)
+    cuda = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(PROFILE_STEPS):
+            env.step(action)
+        sync(device)
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=25)
+    print(f"{PROFILE_STEPS} eager steps of {num_envs} envs, top ops by {sort}:\n{table}")
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"profile_sim_{num_envs}.txt").write_text(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -150,6 +183,8 @@ def main() -> None:
                         help="CUDA: also time the compiled step captured in a CUDA graph")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
     parser.add_argument("--sizes", default="1,256,4096,65536", help="comma-separated B values")
+    parser.add_argument("--profile", type=int, default=0, metavar="B",
+                        help="also print and write the top ops of B envs' eager step")
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.threads:
@@ -170,6 +205,8 @@ def main() -> None:
     for i, (row, env, action) in enumerate(rows):
         row["ops_per_step"] = count_ops(env, action, device.type == "cuda")
         rows[i] = row
+    if args.profile:
+        profile_step(book, args.profile, device, args.out)
     header = f"{'B':>7} {'ops':>5} {'B/env-step':>10} " + " ".join(
         f"{m + ' us/step':>16} {m + ' env-steps/s':>20}" for m in modes)
     print(header)

@@ -19,6 +19,18 @@ from lobsurf.data.schema import FIXED_PRICE_SCALE, LEVELS, SnapshotChunk
 from lobsurf.data.store import Instrument, Store, StoreWriter
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "dbn"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without CUDA, tests marked ``gpu`` are deselected whatever ``-m`` asks (the default
+    ``-m 'not gpu'`` of pyproject.toml is replaced by a user's ``-m "not slow"``); on a GPU
+    machine ``-m gpu`` selects them."""
+    if torch.cuda.is_available():
+        return
+    kept = [item for item in items if item.get_closest_marker("gpu") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
 TICK_FIXED = FIXED_PRICE_SCALE // 4  # 0.25, like ES
 
 
@@ -42,7 +54,8 @@ def random_walk_books(n: int, seed: int, start_ns: int = 1_700_000_000 * 10**9,
 
 def write_store(path: Path, chunks: list[SnapshotChunk], gap_ns: int = 60 * 10**9) -> Store:
     with StoreWriter(path, gap_threshold_ns=gap_ns) as writer:
-        writer.add_instrument(Instrument(1, "TEST", TICK_FIXED, multiplier=50.0))
+        writer.add_instrument(Instrument(1, "TEST", TICK_FIXED, multiplier=50.0,
+                                         fee_per_lot=1.0, fee_bps=0.0))
         for i, chunk in enumerate(chunks):
             writer.begin_source(f"chunk{i}")
             writer.append(chunk)
@@ -57,7 +70,8 @@ def rng() -> np.random.Generator:
 
 @pytest.fixture
 def tiny_store(tmp_path: Path) -> Store:
-    """Two segments (2,000 and 1,500 snapshots) of one instrument, tick 0.25, multiplier 50."""
+    """Two segments (2,000 and 1,500 snapshots) of one instrument, tick 0.25, multiplier 50,
+    fee 1.0 per lot recorded (the fee training used before stores recorded one)."""
     return write_store(tmp_path / "store", [random_walk_books(2000, 1),
                                             random_walk_books(1500, 2, start_ns=1_700_100_000 * 10**9)])
 

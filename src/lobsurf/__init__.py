@@ -1,3 +1,26 @@
-"""lobsurf: GPU deep reinforcement learning for trading from limit-order-book data."""
+"""lobsurf: GPU deep reinforcement learning for trading from limit-order-book data.
+
+From Python: ``lobsurf.ingest``, ``lobsurf.train`` and ``lobsurf.evaluate`` (lobsurf.api),
+imported on first use, so that ``import lobsurf`` (and ``lobsurf --help``) stays light.
+"""
 
 __version__ = "0.1.0"
+
+#: names of lobsurf.api offered here (``train`` is the callable subpackage lobsurf.train)
+_API = ("ingest", "evaluate", "Run")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from lobsurf import api
+
+        return getattr(api, name)
+    if name == "train":
+        import importlib
+
+        return importlib.import_module("lobsurf.train")
+    raise AttributeError(f"module 'lobsurf' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API, "train"])

@@ -16,14 +16,16 @@ if TYPE_CHECKING:
 
 
 def resolve_device(name: str | None) -> str:
-    """``name`` (None: ``cuda`` when available, else ``cpu``) after checking it works.
+    """``name`` (None or ``"auto"``: ``cuda`` when available, else ``cpu``) after checking
+    it works.
 
     Raises:
         UserError: the string is not a torch device, or that device cannot be used here.
     """
     import torch
 
-    device = name or ("cuda" if torch.cuda.is_available() else "cpu")
+    auto = name in (None, "", "auto")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if auto else name
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as exc:
@@ -38,9 +40,8 @@ def enable_tf32() -> None:
 
     Set through ``torch.set_float32_matmul_precision("high")``, which keeps the legacy and
     the per-backend settings consistent (``torch.backends.cuda.matmul.fp32_precision`` reads
-    "tf32" after it): Inductor's GEMM autotuning (``train.compile_max_autotune``) still reads
-    the legacy getter, and that getter raises once only the per-backend API has set a
-    precision (pytorch/pytorch#196728).
+    "tf32" after it): Inductor's GEMM autotuning still reads the legacy getter, and that
+    getter raises once only the per-backend API has set a precision (pytorch/pytorch#196728).
     """
     import torch
 

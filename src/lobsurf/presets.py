@@ -14,9 +14,11 @@ from lobsurf.data.synth import SynthConfig
 
 #: the tradeable market: every mid move follows the imbalance (edge 1) and moves are
 #: frequent (move_prob 0.15), so the drift over a held position outweighs the one-tick
-#: spread paid per round trip; 4 days of 100k snapshots keep synth + ingest to seconds
-#: and leave one whole session held out by the 0.8 time split.
-TRADEABLE = SynthConfig(snapshots_per_day=100_000, days=4, seed=0, edge=1.0, move_prob=0.15)
+#: spread and the fee (1.0 per lot, recorded in its store at ingest) paid per round trip;
+#: 4 days of 100k snapshots keep synth + ingest to seconds and leave one whole session
+#: held out by the 0.8 time split.
+TRADEABLE = SynthConfig(snapshots_per_day=100_000, days=4, seed=0, edge=1.0, move_prob=0.15,
+                        fee_per_lot=1.0, fee_bps=0.0)
 
 PRESETS: dict[str, SynthConfig] = {
     "tradeable": TRADEABLE,

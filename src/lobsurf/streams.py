@@ -42,15 +42,6 @@ def side_stream(wanted: bool, device: torch.device | str, high_priority: bool = 
     return torch.cuda.Stream(device, priority=priority)
 
 
-def side_event(wanted: bool, stream: torch.cuda.Stream | None) -> torch.cuda.Event | None:
-    """An event for ordering work across ``stream`` and the current stream (one piece
-    records it, the other waits for it) where ``wanted`` and there is a side stream; None
-    otherwise (one stream: the pieces already run in order)."""
-    if not wanted or stream is None:
-        return None
-    return torch.cuda.Event()
-
-
 def run_beside(stream: torch.cuda.Stream | None, side: Callable[[], S], main: Callable[[], M]
                ) -> tuple[S, M]:
     """``(side(), main())``: ``side`` on ``stream`` beside ``main`` on the current stream,

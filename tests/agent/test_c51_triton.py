@@ -5,7 +5,6 @@ CUDA the kernel runs in Triton's CPU interpreter (tests/conftest.py)."""
 from __future__ import annotations
 
 import math
-from typing import get_args, get_type_hints
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from lobsurf.agent.c51_triton import c51_target_triton, kernel_applies
 from lobsurf.agent.learn import c51_target
 from lobsurf.errors import UserError
 from lobsurf.models.kernels.triton_support import available_for
-from lobsurf.train.config import TrainConfig, resolve_run_config
+from lobsurf.train.config import resolve_run_config
 
 needs_kernel = pytest.mark.skipif(not available_for(torch.device("cpu")),
                                   reason="needs Triton (its CPU interpreter without CUDA)")
@@ -141,19 +140,18 @@ def test_one_action_and_a_float_done_flag():
 
 
 def test_the_choice_of_kernel():
-    assert not kernel_applies("torch", "cpu")
+    assert not kernel_applies("off", "cpu")
     assert not kernel_applies("auto", "cpu")  # the kernel is for CUDA; CPU keeps PyTorch
-    with pytest.raises(ValueError, match="c51_kernel"):
+    with pytest.raises(ValueError, match="kernel mode"):
         kernel_applies("fast", "cpu")
     if available_for(torch.device("cpu")):
-        assert kernel_applies("triton", "cpu")  # the interpreter asked for by name
+        assert kernel_applies("on", "cpu")  # the interpreter asked for by name
     else:
         with pytest.raises(UserError, match="needs Triton"):
-            kernel_applies("triton", "cpu")
-    # the config takes the same choices and names the field for any other
-    assert get_args(get_type_hints(TrainConfig)["c51_kernel"]) == ("auto", "torch", "triton")
-    with pytest.raises(UserError, match="train.c51_kernel"):
-        resolve_run_config(None, ["train.c51_kernel=fast"])
+            kernel_applies("on", "cpu")
+    # the retired setting is named with where it went
+    with pytest.raises(UserError, match="train.c51_kernel no longer exists.*train.kernels"):
+        resolve_run_config(None, ["train.c51_kernel=triton"])
 
 
 @needs_kernel
@@ -187,21 +185,19 @@ def test_kernel_matches_the_float64_loop_on_the_gpu(dtype):
 
 @needs_kernel
 def test_the_step_with_the_kernel_learns_as_the_plain_step(tiny_store):
-    # train.c51_kernel = "triton" (here Triton's interpreter) against "torch": build_state
-    # takes the kernel only where asked, and the runs take the same transitions and end
-    # with the same parameters to rounding
+    # the kernel (here Triton's interpreter) against the PyTorch functions: the runs take
+    # the same transitions and end with the same parameters to rounding; build_state takes
+    # the kernel on CUDA only (train.kernels), so CPU keeps PyTorch
     from lobsurf.agent.step import train_step
     from lobsurf.train.data import load_training_data
     from lobsurf.train.loop import build_state, step_config
     from tests.agent.conftest import assert_same_learning, tiny_config
 
-    cfgs = [tiny_config(tiny_store.path, train={"c51_kernel": k}) for k in ("torch", "triton")]
+    cfgs = [tiny_config(tiny_store.path)] * 2
     data = load_training_data(cfgs[0], "cpu", tiny_store.path)
     states = [build_state(cfg, data, "cpu") for cfg in cfgs]
-    assert states[0].kernels.c51_target is c51_target
-    assert states[1].kernels.c51_target is c51_target_triton
-    assert build_state(tiny_config(tiny_store.path), data, "cpu").kernels.c51_target \
-        is c51_target  # "auto" on CPU
+    assert states[0].kernels.c51_target is c51_target  # CPU: PyTorch
+    states[1].kernels.c51_target = c51_target_triton
     for cfg, state in zip(cfgs, states):
         for step in range(8):
             train_step(state, data.train_book, step_config(cfg), learning=step >= 4)

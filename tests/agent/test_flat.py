@@ -101,7 +101,7 @@ def test_a_deepcopy_of_network_and_optimizer_stays_flat() -> None:
     from lobsurf.agent.optim import TensorAdam
 
     net = _net()
-    opt = TensorAdam(net.parameters(), lr=1e-2, flat=True)
+    opt = TensorAdam(net.parameters(), lr=1e-2)
     twin_net, twin_opt = copy.deepcopy((net, opt))
     twin_opt.flat.check()  # the copied parameters point into the copied buffers
     assert twin_opt.flat.params[0] is next(twin_net.parameters())
@@ -124,7 +124,7 @@ def test_loading_an_optimizer_state_zeroes_the_gaps() -> None:
     from lobsurf.agent.optim import TensorAdam
 
     net = _net()
-    opt = TensorAdam(net.parameters(), lr=1e-2, flat=True)
+    opt = TensorAdam(net.parameters(), lr=1e-2)
     saved = copy.deepcopy(opt.state_dict())
     saved_params = {k: v.clone() for k, v in net.state_dict().items()}
     for buffer in (opt.flat.data, opt.flat.grad, opt.exp_avg_flat, opt.exp_avg_sq_flat):

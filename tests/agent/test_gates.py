@@ -121,5 +121,5 @@ def test_gates_fire_after_the_warm_up_in_the_real_step(tiny_store):
     for action in sent:
         p = np.bincount(action.numpy(), minlength=11) / len(action)
         h = -(p[p > 0] * np.log(p[p > 0])).sum()
-        ema += cfg.train.controller_ema_rate * (h - ema)
+        ema += cfg.policy.action_ema_rate * (h - ema)
     assert float(state.controllers.action_entropy) == pytest.approx(ema, rel=1e-9)

@@ -72,7 +72,7 @@ def test_merged_heads_equal_each_layer_alone(monkeypatch, hidden, aligned):
     net = _net(hidden)
     if aligned:  # the CUDA padding, forced on the CPU (as under bf16 autocast)
         monkeypatch.setattr(network, "device_multiple",
-                            lambda x, b: align.elements_per_alignment(torch.bfloat16, b))
+                            lambda x: align.elements_per_alignment(torch.bfloat16))
     g = torch.Generator().manual_seed(2)
     h = torch.randn(9, 16, generator=g, dtype=torch.float64, requires_grad=True)
     s = torch.randn(9, 3, generator=g, dtype=torch.float64, requires_grad=True)
@@ -109,7 +109,7 @@ def test_the_aligned_product_has_aligned_widths(monkeypatch):
 
     monkeypatch.setattr(network, "linear_aligned", spy)
     monkeypatch.setattr(network, "device_multiple",
-                        lambda x, b: align.elements_per_alignment(torch.bfloat16, b))
+                        lambda x: align.elements_per_alignment(torch.bfloat16))
     net.heads(torch.randn(4, 128), torch.randn(4, 3))
     assert widths[0][:2] == (131, 256 + 11 + 1 + net.frd.first.out_features
                              + net.direction.first.out_features + net.outcome.first.out_features)

@@ -1,5 +1,5 @@
-"""TensorAdam, multi-tensor, fused and flat (with its Polyak step), against a float64
-numpy Adam and Polyak written out here."""
+"""TensorAdam over flat buffers (with and without its Polyak step) against a float64 numpy
+Adam and Polyak written out here."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _grads(shapes, seed: int) -> list[list[np.ndarray]]:
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("clipped", [False, True])
-@pytest.mark.parametrize("path", ["multi-tensor", "fused", "flat", "flat + Polyak"])
+@pytest.mark.parametrize("path", ["flat", "flat + Polyak"])
 def test_adam_matches_numpy_reference(path, clipped, device) -> None:
     shapes = [(7, 5), (5,), (3, 2, 4)]
     rng = np.random.default_rng(0)
@@ -66,8 +66,7 @@ def test_adam_matches_numpy_reference(path, clipped, device) -> None:
     target_start = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     grads = _grads(shapes, 1)
     params = [torch.nn.Parameter(torch.from_numpy(x.copy()).to(device)) for x in start]
-    opt = TensorAdam(params, lr=LR, betas=BETAS, eps=EPS, fused=path == "fused",
-                     flat=path.startswith("flat"))
+    opt = TensorAdam(params, lr=LR, betas=BETAS, eps=EPS)
     polyak = None
     if path == "flat + Polyak":
         target = [torch.nn.Parameter(torch.from_numpy(x.copy()).to(device), requires_grad=False)
@@ -77,17 +76,10 @@ def test_adam_matches_numpy_reference(path, clipped, device) -> None:
         if t == LOWER_AT:
             opt.lr.mul_(LOWER)
         new = [torch.from_numpy(g.astype(np.float32)).to(device) for g in grads[t]]
-        if opt.flat is not None:  # flat gradients are written into their buffer
-            opt.flat.write_gradients_(new)
-        else:
-            for p, g in zip(params, new):
-                p.grad = g
+        opt.flat.write_gradients_(new)  # flat gradients are written into their buffer
         divisor = torch.tensor(DIVISORS[t], device=device) if clipped else None
-        if polyak is not None:
-            opt.step_flat(grad_divisor=divisor, polyak=polyak)
-        else:
-            opt.step(grad_divisor=divisor)
-        if clipped:  # the divided gradients stay, on every path
+        opt.step(grad_divisor=divisor, polyak=polyak)
+        if clipped:  # the divided gradients stay
             for p, g in zip(params, grads[t]):
                 np.testing.assert_allclose(p.grad.cpu().numpy(), g / DIVISORS[t], rtol=1e-6)
     want, want_target = _numpy_adam(start, grads, DIVISORS if clipped else None,
@@ -98,10 +90,10 @@ def test_adam_matches_numpy_reference(path, clipped, device) -> None:
     if polyak is not None:
         for p, w in zip(target, want_target):
             assert np.abs(p.detach().double().cpu().numpy() - w).max() < TOL * scale
-    if opt.flat is not None:  # the gaps between segments stay zero
-        for buffer in (opt.flat.data, opt.flat.grad, opt.exp_avg_flat, opt.exp_avg_sq_flat):
-            assert float(buffer.abs().sum()) == pytest.approx(
-                sum(float(v.abs().sum()) for v in opt.flat.views(buffer)), rel=1e-6)
+    # the gaps between segments stay zero
+    for buffer in (opt.flat.data, opt.flat.grad, opt.exp_avg_flat, opt.exp_avg_sq_flat):
+        assert float(buffer.abs().sum()) == pytest.approx(
+            sum(float(v.abs().sum()) for v in opt.flat.views(buffer)), rel=1e-6)
     assert float(opt.step_count) == STEPS
 
 
@@ -121,19 +113,3 @@ def test_compiled_flat_adam_writes_its_buffers_like_eager() -> None:
     for eager, comp in zip(*results):
         torch.testing.assert_close(comp, eager, rtol=1e-6, atol=1e-7)
     assert float(results[1][-1]) == 5.0
-
-
-def test_fused_and_multi_tensor_adam_agree_on_a_network() -> None:
-    torch.manual_seed(0)
-    nets = [torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
-            for _ in range(2)]
-    nets[1].load_state_dict(nets[0].state_dict())
-    opts = [TensorAdam(n.parameters(), lr=1e-2, fused=f) for n, f in zip(nets, (False, True))]
-    x = torch.randn(16, 6)
-    for _ in range(20):
-        for net, opt in zip(nets, opts):
-            opt.zero_grad()
-            net(x).square().mean().backward()
-            opt.step()
-    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

@@ -18,7 +18,7 @@ from lobsurf.agent.step import train_step
 def _record_dtypes(state) -> list[tuple[str, torch.dtype]]:
     """(network, dtype of its first Mamba2 block's mixer output, the out-projection's) for
     every forward (the projections are F.linear calls on their weights, padded or with the
-    norms' weights folded in: models/align.py, encoder.fold_norm_weights, not module calls)."""
+    norms' weights folded in: models/align.py, models/mamba2.py, not module calls)."""
     seen: list[tuple[str, torch.dtype]] = []
     for name in ("online", "target"):
         net = getattr(state, name)

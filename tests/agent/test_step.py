@@ -1,5 +1,6 @@
-"""The training step: no host sync, batch-size-invariant gradients, training rows only,
-the tensor Adam against torch.optim.Adam, and the fused Adam's clip."""
+"""The training step: no host sync, batch-size-invariant gradients, training rows only, the
+tensor Adam against torch.optim.Adam, the feature table, the draw made ahead, and the
+learner beside the collect on two streams."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from dataclasses import fields, replace
 import pytest
 import torch
 
-from lobsurf.agent.learn import draw_sample, losses, splits_target, target_logits
+from lobsurf.agent.learn import losses
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import train_step
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state, step_config
-from tests.agent.conftest import TINY, assert_same_learning, tiny_config
+from tests.agent.conftest import tiny_config
 
 
 @contextlib.contextmanager
@@ -93,58 +94,25 @@ def test_tensor_adam_matches_torch_adam():
     ref = torch.optim.Adam(b, lr=1e-2, eps=1e-6)
     for _ in range(25):
         g = [torch.randn_like(p) for p in a]
-        for p, q, gi in zip(a, b, g):
-            p.grad, q.grad = gi.clone(), gi.clone()
+        ours.flat.write_gradients_([gi.clone() for gi in g])
+        for q, gi in zip(b, g):
+            q.grad = gi.clone()
         ours.step()
         ref.step()
     for p, q in zip(a, b):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("path", ["fused", "flat"])
-def test_adam_paths_clip_and_polyak_as_the_multi_tensor_step(tiny_store, path):
-    # the fused Adam divides by the clip's divisor inside its kernel instead of the clip
-    # scaling the gradients first; the flat path (train.flat_parameters, the default) takes
-    # the norm of one buffer and runs clip division, Adam and Polyak in one pass: the same
-    # clipped gradients, parameters and target network as the per-tensor multi-tensor step
-    cfg = tiny_config(tiny_store.path, learner={"grad_clip_norm": 0.05},
-                      train={"flat_parameters": False})
-    data = load_training_data(cfg, "cpu", tiny_store.path)
-    other = cfg if path == "fused" else tiny_config(tiny_store.path,
-                                                    learner={"grad_clip_norm": 0.05})
-    states = [build_state(cfg, data, "cpu"), build_state(other, data, "cpu")]
-    assert states[0].optimizer.flat is None and states[0].flat_target is None
-    if path == "fused":
-        states[1].optimizer.fused = True
-    else:
-        assert states[1].optimizer.flat is not None and states[1].flat_target is not None
-    scfg = step_config(cfg)
-    for state in states:
-        for step in range(5):
-            train_step(state, data.train_book, scfg, learning=step == 4)
-    assert float(states[0].metrics.grad_norm) > 10 * cfg.learner.grad_clip_norm  # it clips
-    for a, b in zip(states[0].online.parameters(), states[1].online.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-9)
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
-    for a, b in zip(states[0].target.parameters(), states[1].target.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
-    moved = [float((a - b).abs().max()) for a, b in
-             zip(states[1].target.parameters(), build_state(other, data, "cpu").target.parameters())]
-    assert max(moved) > 0  # Polyak moved the target
-
-
 def test_the_feature_table_step_equals_the_per_window_step(tiny_store):
-    # train.feature_table (the default) gathers each window's features from a table built
-    # once per book; the step must act, learn and write exactly what it does computing them
-    # per window (learning steps included: n-step bootstraps, clamped windows at the book's
-    # edges are pinned in tests/models/test_feature_table.py)
-    cfg = tiny_config(tiny_store.path, train={"feature_table": False})
-    table_cfg = tiny_config(tiny_store.path)
-    assert table_cfg.train.feature_table
-    plain = load_training_data(cfg, "cpu", tiny_store.path)
-    tabled = load_training_data(table_cfg, "cpu", tiny_store.path)
+    # the training book carries a table of its snapshots' features, built once, from which
+    # each window's features are gathered; the step must act, learn and write exactly what
+    # it does computing them per window (learning steps included: n-step bootstraps,
+    # clamped windows at the book's edges are pinned in tests/models/test_feature_table.py)
+    cfg = tiny_config(tiny_store.path)
+    tabled = load_training_data(cfg, "cpu", tiny_store.path)
+    plain = replace(tabled, train_book=replace(tabled.train_book, features=None))
     assert plain.train_book.features is None and tabled.train_book.features is not None
-    states = [build_state(cfg, plain, "cpu"), build_state(table_cfg, tabled, "cpu")]
+    states = [build_state(cfg, plain, "cpu"), build_state(cfg, tabled, "cpu")]
     scfg = step_config(cfg)
     for state, data in zip(states, (plain, tabled)):
         for step in range(8):
@@ -155,39 +123,6 @@ def test_the_feature_table_step_equals_the_per_window_step(tiny_store):
     for f in fields(states[0].replay.storage):
         assert torch.equal(getattr(states[0].replay.storage, f.name),
                            getattr(states[1].replay.storage, f.name)), f.name
-
-
-def _plain_and_changed_runs(tiny_store, plain: dict, changed: dict):
-    # two tiny runs of 8 steps (4 learning) from one seed, their encoders with the
-    # ``plain`` and the ``changed`` settings; returns (the plain run's config and data,
-    # both states)
-    plain_cfg = tiny_config(tiny_store.path, encoder={**TINY["encoder"], **plain})
-    changed_cfg = tiny_config(tiny_store.path, encoder={**TINY["encoder"], **changed})
-    assert plain_cfg.encoder != changed_cfg.encoder
-    data = load_training_data(plain_cfg, "cpu", tiny_store.path)
-    states = [build_state(plain_cfg, data, "cpu"), build_state(changed_cfg, data, "cpu")]
-    for state in states:
-        for step in range(8):
-            train_step(state, data.train_book, step_config(plain_cfg), learning=step >= 4)
-    assert float(states[1].metrics.learn_steps) == 4
-    return plain_cfg, data, states
-
-
-def test_the_step_with_folded_norm_weights_learns_as_the_plain_step(tiny_store):
-    # encoder.fold_norm_weights puts the blocks' RMSNorm weights into the products after
-    # them: the same function and gradients (to rounding), so the same acting, the same
-    # learning, the norm weights included (tests/models/test_mamba2_reference.py pins the
-    # block against float64)
-    plain_cfg, data, states = _plain_and_changed_runs(tiny_store, {"fold_norm_weights": False},
-                                                      {"fold_norm_weights": True})
-    moved = 0.0
-    for (name, a), b, init in zip(states[0].online.named_parameters(),
-                                  states[1].online.parameters(),
-                                  build_state(plain_cfg, data, "cpu").online.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
-        if name.endswith("norm.weight") or name.endswith("norm_weight"):
-            moved = max(moved, float((b - init).abs().max()))
-    assert moved > 0  # the folded norm weights learned
 
 
 class _Turns:
@@ -282,48 +217,12 @@ class _TurnEvent:
                 raise AssertionError("the collect waits for an event nothing records")
 
 
-@pytest.mark.parametrize("n_step", [1, 3])
-def test_drawing_ahead_learns_as_drawing_first(tiny_store, n_step):
-    # train.draw_ahead: each learning step draws the next one's indices at its end (after
-    # its collect's write and its priorities), the next starts from that draw; nothing
-    # between writes what the draw reads, so every step learns from the same sample, from
-    # the same uniforms, bit for bit
-    from tests.train.test_compile_kernels import _setup, _state_tensors
-
-    def run(draw_ahead: bool) -> dict[str, torch.Tensor]:
-        data, state, scfg = _setup(tiny_store, n_step, draw_ahead=draw_ahead)
-        assert scfg.learner.sample_before_collect and scfg.draw_ahead == draw_ahead
-        draws = []
-        name = "sample_drawn" if draw_ahead else "sample"
-        real = getattr(state.replay, name)
-
-        def logged(*args, **kwargs):
-            sample = real(*args, **kwargs)
-            draws.append(sample.index.clone())
-            return sample
-
-        setattr(state.replay, name, logged)
-        for step in range(14):
-            train_step(state, data.train_book, scfg, learning=step >= 4)
-        assert state.replay.drawn_ahead == draw_ahead  # the last step drew the next ahead
-        assert float(state.metrics.learn_steps) == 10 == len(draws)
-        out = _state_tensors(state)
-        out["draws"] = torch.stack(draws)
-        return {k: v for k, v in out.items() if not k.startswith("replay.ahead.")}
-
-    first, ahead = run(False), run(True)
-    assert first.keys() == ahead.keys()
-    assert len(set(map(tuple, first["draws"].tolist()))) == 10  # a fresh sample each step
-    for name, a in first.items():
-        assert torch.equal(a, ahead[name]), name
-
-
 def test_a_collect_without_a_learner_discards_the_draw_made_ahead(tiny_store):
     # the draw made ahead is stale once a step collects without learning (the replay moved
     # on): the next learning step draws first again, from where the writes left the replay
     from tests.train.test_compile_kernels import _setup
 
-    data, state, scfg = _setup(tiny_store, draw_ahead=True)
+    data, state, scfg = _setup(tiny_store)
     for step in range(6):
         train_step(state, data.train_book, scfg, learning=step >= 4)
     assert state.replay.drawn_ahead
@@ -342,12 +241,11 @@ def test_a_collect_without_a_learner_discards_the_draw_made_ahead(tiny_store):
     assert state.replay.drawn_ahead
 
 
-@pytest.mark.parametrize("n_step,draw_ahead", [(1, False), (3, False), (3, True)])
+@pytest.mark.parametrize("n_step", [1, 3])
 def test_learner_half_and_collect_keep_their_order_on_two_streams(tiny_store, monkeypatch,
-                                                                  n_step, draw_ahead):
+                                                                  n_step):
     # learn_beside_collect on CUDA: the learner's half (noise, draw, forwards, priorities,
-    # backward) beside the collect (acting, simulator, replay write; with train.draw_ahead
-    # the next step's draw). Sound only if neither writes what the other reads before the
+    # backward) beside the collect (acting, simulator, replay write, the next step's draw). Sound only if neither writes what the other reads before the
     # events allow it: the collect's acting after the noise, its replay write after the
     # draw (which reads those slots and their labels), the next draw after the priorities.
     # Each half run as far ahead of the other as the events allow (two threads taking
@@ -356,8 +254,7 @@ def test_learner_half_and_collect_keep_their_order_on_two_streams(tiny_store, mo
     from tests.train.test_compile_kernels import _setup, _state_tensors
 
     def run(first: str | None) -> dict[str, torch.Tensor]:
-        data, state, scfg = _setup(tiny_store, n_step, draw_ahead=draw_ahead)
-        assert scfg.learner.sample_before_collect
+        data, state, scfg = _setup(tiny_store, n_step)
         if first is not None:
             state.learner_branch = object()  # stands in for the learner's CUDA stream
             turns = _Turns(first, state.learner_branch)
@@ -375,106 +272,3 @@ def test_learner_half_and_collect_keep_their_order_on_two_streams(tiny_store, mo
         assert finals.keys() == in_turn.keys()
         for name, a in in_turn.items():
             assert torch.equal(a, finals[name]), f"{first} ahead: {name}"
-
-
-def test_the_target_splits_only_where_its_half_has_a_stream(tiny_store):
-    # train.split_target splits only beside a stream: on CPU, and on one stream, the
-    # target net is called once
-    cfg = tiny_config(tiny_store.path, train={"split_target": True})
-    data = load_training_data(cfg, "cpu", tiny_store.path)
-    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
-    assert cfg.train.split_target and scfg.split_target and state.target_halves is None
-    assert not splits_target(state, scfg)
-    state.target_halves = object()  # stands in for the CUDA stream
-    assert splits_target(state, scfg)
-    assert not splits_target(state, replace(scfg, split_target=False))
-
-
-@pytest.mark.parametrize("feature_table", [True, False])
-def test_target_logits_in_two_halves_equal_one_call(tiny_store, feature_table):
-    # train.split_target: the target net on s and on s' as two calls gives the batched
-    # call's logits, s first (each window's logits depend on that window alone)
-    cfg = tiny_config(tiny_store.path, train={"feature_table": feature_table})
-    data = load_training_data(cfg, "cpu", tiny_store.path)
-    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
-    for _ in range(4):
-        train_step(state, data.train_book, scfg, learning=False)
-    _, li = draw_sample(state, data.train_book, scfg)
-    with torch.no_grad():
-        whole = target_logits(state, li, split=False)
-        halves = target_logits(state, li, split=True)
-    b = li.online_inputs.shape[0]
-    assert whole.shape[0] == 2 * b
-    assert (whole[:b] - whole[b:]).abs().max() > 1e-3  # s and s' differ: a swap would show
-    torch.testing.assert_close(halves, whole, rtol=1e-5, atol=1e-6)
-
-
-def test_the_step_with_the_target_in_two_halves_learns_as_the_plain_step(tiny_store,
-                                                                         monkeypatch):
-    # train.split_target changes how the target net's forward is called, not what it
-    # computes: the same replay, every parameter within rounding. On CPU there is no
-    # stream for the s' half, so the split is forced here (the halves in turn)
-    import lobsurf.agent.learn as learn_module
-
-    calls: list[bool] = []
-    real = learn_module.target_logits
-    monkeypatch.setattr(learn_module, "target_logits",
-                        lambda state, li, split: calls.append(split) or real(state, li, split))
-    monkeypatch.setattr(learn_module, "splits_target", lambda state, cfg: cfg.split_target)
-    cfgs = [tiny_config(tiny_store.path, train={"split_target": split})
-            for split in (False, True)]
-    data = load_training_data(cfgs[0], "cpu", tiny_store.path)
-    states = [build_state(cfg, data, "cpu") for cfg in cfgs]
-    for cfg, state in zip(cfgs, states):
-        for step in range(8):
-            train_step(state, data.train_book, step_config(cfg), learning=step >= 4)
-    assert calls == [False] * 4 + [True] * 4  # each run's learning steps took its path
-    assert_same_learning(*states, learn_steps=4)
-
-
-class _OrderEvent:
-    """Stands in for the CUDA event of train.collect_beside_backward: logs its calls."""
-
-    def __init__(self, log: list[str]):
-        self.log = log
-
-    def record(self):
-        self.log.append("record")
-
-    def wait(self):
-        self.log.append("wait")
-
-
-@pytest.mark.parametrize("flat", [True, False])
-def test_collect_waits_for_the_learners_forwards(tiny_store, monkeypatch, flat):
-    # train.collect_beside_backward: the learner's stream records the event between its
-    # losses (both forwards joined in) and its backward, and the collect waits for it
-    # before its first kernel. On CPU the pieces run in turn, so the log is their order.
-    import lobsurf.agent.learn as learn_module
-    import lobsurf.agent.step as step_module
-
-    cfg = tiny_config(tiny_store.path, train={"flat_parameters": flat})
-    data = load_training_data(cfg, "cpu", tiny_store.path)
-    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
-    assert state.forwards_done is None  # no side stream on CPU: nothing to order
-    log: list[str] = []
-
-    def logged(module, name):
-        real = getattr(module, name)
-
-        def wrapper(*args, **kwargs):
-            log.append(name)
-            return real(*args, **kwargs)
-        monkeypatch.setattr(module, name, wrapper)
-
-    logged(learn_module, "losses")
-    logged(learn_module, "flat_gradients_" if flat else "accumulate_gradients_")
-    logged(step_module, "collect_deferred")
-    for step in range(5):
-        train_step(state, data.train_book, scfg, learning=step >= 4)
-    backward = "flat_gradients_" if flat else "accumulate_gradients_"
-    assert log[-3:] == ["losses", backward, "collect_deferred"]  # no event: none asked for
-    log.clear()
-    state.forwards_done = _OrderEvent(log)
-    train_step(state, data.train_book, scfg, learning=True)
-    assert log == ["losses", "record", backward, "wait", "collect_deferred"]

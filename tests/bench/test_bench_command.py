@@ -7,15 +7,8 @@ import json
 import pytest
 
 from lobsurf.cli import main
-from lobsurf.models.config import EncoderConfig
 
-ROW_KEYS = {"batch", "layers", "precision", "ssd_backend", "conv_backend", "scan_gate",
-            "scan_z_proj", "fold_norm_weights", "one_in_projection", "prioritize_learner",
-            "scan_last_row",
-            "collect_beside_backward", "split_target", "c51_kernel", "shared_generator",
-            "draw_ahead",
-            "inductor_options",
-            "learner_batch", "replay_capacity",
+ROW_KEYS = {"batch", "layers", "precision", "kernels", "learner_batch", "replay_capacity",
             "eager", "graphed", "graph_nodes", "graph_kernel_nodes", "peak_gib", "phase_ms",
             "device_ops_per_step", "device_busy_ms_per_step", "top_ops", "gflop_per_step",
             "achieved_tflops", "graph_phase_ms", "compiled", "gb_per_step",
@@ -35,12 +28,8 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
     assert doc["device"].startswith("cpu") and doc["tf32"] is False
     assert [r["batch"] for r in doc["rows"]] == [2, 4]
     for r in doc["rows"]:
-        assert set(r) == ROW_KEYS and r["prioritize_learner"] is True  # the default
-        assert r["collect_beside_backward"] is False
-        assert r["split_target"] is False  # the default
-        assert r["c51_kernel"] == "auto"  # the default (PyTorch on CPU)
-        assert r["one_in_projection"] is False  # the default
-        assert r["shared_generator"] is True and r["draw_ahead"] is True  # the defaults
+        assert set(r) == ROW_KEYS
+        assert r["kernels"] == "auto"  # the default (PyTorch on CPU)
         assert set(r["eager"]) == RATE_KEYS
         assert r["graphed"] is None and r["graph_phase_ms"] is None  # CPU: eager only
         assert r["compiled"] is None  # compiled only on CUDA unless --compile
@@ -71,12 +60,8 @@ def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                  "--repeats", "1", "--snapshots", "3000", "--peak-tflops", "2",
-                 "--peak-tbs", "0.1", "--no-prioritize-learner", "--collect-beside-backward",
-                 "--split-target", "--json", str(out)]) == 0
+                 "--peak-tbs", "0.1", "--json", str(out)]) == 0
     r = json.loads(out.read_text())["rows"][0]
-    # recorded as asked (inert on CPU)
-    assert r["prioritize_learner"] is False and r["collect_beside_backward"] is True
-    assert r["split_target"] is True
     assert r["peaks"]["hbm_tb_s"] == 0.1 and r["peaks"]["tf32_tflops"] == 2
     assert abs(r["hbm_fraction"] - r["achieved_tb_s"] / 0.1) < 1e-12
     assert abs(r["tensor_core_fraction"] - r["achieved_tflops"] / 2) < 1e-12
@@ -177,70 +162,25 @@ def test_roofline_line_says_when_the_per_op_count_exceeds_hbm() -> None:
     assert "fused kernels move less than the per-op count" in roofline_line(row)
 
 
-def test_bench_passes_the_feature_table_switch_to_the_run(tmp_path, capsys) -> None:
+def test_bench_passes_the_kernel_switch_to_the_run(tmp_path) -> None:
     from lobsurf.bench.measure import BenchConfig, run_config
-    from lobsurf.commands.bench import _config, add_arguments
 
-    for on in (True, False):
-        run = run_config(tmp_path, 4, 1, "cpu", BenchConfig(feature_table=on))
-        assert run.train.feature_table is on
-    import argparse
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    assert _config(parser.parse_args([])).feature_table is True
-    assert _config(parser.parse_args(["--no-feature-table"])).feature_table is False
+    assert run_config(tmp_path, 4, 1, "cpu", BenchConfig()).train.kernels is True
+    assert run_config(tmp_path, 4, 1, "cpu", BenchConfig(kernels="off")).train.kernels is False
 
 
-def test_bench_passes_inductor_options_to_the_run(tmp_path) -> None:
-    # --inductor-option reaches train.compile_inductor_options, the CUDA compile's options
-    # and the row's record; a setting Inductor lacks is refused before anything runs
+def test_bench_takes_the_encoders_kernel_mode_and_says_what_runs() -> None:
     import argparse
 
-    from lobsurf.bench.measure import BenchConfig, run_config
-    from lobsurf.commands.bench import _config, _inductor_note, add_arguments
-    from lobsurf.errors import UserError
-    from lobsurf.train.compile import compile_config
+    from lobsurf.commands.bench import _config, add_arguments, kernels_note
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert _config(parser.parse_args([])).inductor_options == ()
-    cfg = _config(parser.parse_args(["--inductor-option", "triton.enable_pdl=True",
-                                     "--inductor-option", "combo_kernels=False"]))
-    assert cfg.inductor_options == ("triton.enable_pdl=True", "combo_kernels=False")
-    run = run_config(tmp_path, 4, 1, "cpu", cfg)
-    assert run.train.compile_inductor_options == cfg.inductor_options
-    assert dict(compile_config(run.train, "cuda").options) == {"combo_kernels": False,
-                                                               "triton.enable_pdl": True}
-    assert _inductor_note(cfg.inductor_options) == (", Inductor triton.enable_pdl=True "
-                                                    "combo_kernels=False")
-    assert _inductor_note(()) == ""
-    with pytest.raises(UserError, match="no setting 'triton.no_such_thing'"):
-        _config(parser.parse_args(["--inductor-option", "triton.no_such_thing=1"]))
-    with pytest.raises(UserError, match="takes a bool"):
-        _config(parser.parse_args(["--inductor-option", "triton.enable_pdl=1"]))
-
-
-def test_bench_passes_the_last_row_forward_to_the_run(tmp_path) -> None:
-    import argparse
-
-    from lobsurf.bench.measure import run_config
-    from lobsurf.commands.bench import _config, add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    assert _config(parser.parse_args([])).scan_last_row == "vector"
-    cfg = _config(parser.parse_args(["--scan-last-row", "tile"]))
-    assert run_config(tmp_path, 4, 1, "cpu", cfg).encoder.scan_last_row == "tile"
-
-
-def test_bench_passes_z_in_the_scan_to_the_run(tmp_path) -> None:
-    import argparse
-
-    from lobsurf.bench.measure import run_config
-    from lobsurf.commands.bench import _config, add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    assert _config(parser.parse_args([])).scan_z_proj == EncoderConfig.scan_z_proj
-    cfg = _config(parser.parse_args(["--scan-z-proj", "triton"]))
-    assert run_config(tmp_path, 4, 1, "cpu", cfg).encoder.scan_z_proj == "triton"
+    assert _config(parser.parse_args([])).kernels == "auto"
+    assert _config(parser.parse_args(["--kernels", "off"])).kernels == "off"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--kernels", "triton"])
+    assert kernels_note("auto", cuda=True) == "kernels auto (Triton)"
+    assert kernels_note("auto", cuda=False) == "kernels auto (PyTorch)"
+    assert kernels_note("off", cuda=True) == "kernels off (PyTorch)"
+    assert kernels_note("on", cuda=False) == "kernels on (Triton)"

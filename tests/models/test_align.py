@@ -48,12 +48,13 @@ def test_padded_in_is_the_same_product(cols):
 
 
 def test_no_padding_off_cuda():
-    assert align.device_multiple(torch.zeros(1), 16) == 1
+    assert align.device_multiple(torch.zeros(1)) == 1
 
 
 def test_the_multiple_counts_bytes_of_the_compute_dtype():
-    assert align.elements_per_alignment(torch.bfloat16, 16) == 8
-    assert align.elements_per_alignment(torch.float32, 16) == 4
+    assert align.GEMM_ALIGN_BYTES == 16
+    assert align.elements_per_alignment(torch.bfloat16) == 8
+    assert align.elements_per_alignment(torch.float32) == 4
     assert align.elements_per_alignment(torch.float64, 4) == 1
 
 
@@ -63,8 +64,7 @@ def test_encoder_padded_as_on_cuda_equals_unpadded(monkeypatch, last_only):
     encoder's outputs and parameter gradients: 66 features and a 2E+2N+H = 84-column
     in-projection, neither a multiple of 8."""
     torch.manual_seed(2)
-    cfg = EncoderConfig(d_model=16, headdim=8, d_state=8, n_layers=2, chunk_size=16,
-                        cuda_gemm_align_bytes=16)
+    cfg = EncoderConfig(d_model=16, headdim=8, d_state=8, n_layers=2, chunk_size=16)
     enc = Encoder(cfg, in_features=66).double()
     assert enc.blocks[0].mixer.proj_width % 8 != 0
     x = torch.randn(3, 12, 66, dtype=torch.float64)
@@ -80,14 +80,14 @@ def test_encoder_padded_as_on_cuda_equals_unpadded(monkeypatch, last_only):
     ref, ref_grads = run()
     calls = []
 
-    def on_cuda(t, align_bytes):  # as on CUDA under bf16 autocast
-        calls.append(align_bytes)
-        return align.elements_per_alignment(torch.bfloat16, align_bytes)
+    def on_cuda(t):  # as on CUDA under bf16 autocast
+        calls.append(t.shape[-1])
+        return align.elements_per_alignment(torch.bfloat16)
 
     for module in (encoder, mamba2):
         monkeypatch.setattr(module, "device_multiple", on_cuda)
     got, got_grads = run()
-    assert calls and set(calls) == {16}
+    assert set(calls) == {66, 16}  # the input projection's features, each block's input
     assert torch.allclose(got, ref, rtol=1e-10, atol=1e-12)
     for g, r in zip(got_grads, ref_grads):
         assert torch.allclose(g, r, rtol=1e-9, atol=1e-12)

@@ -76,8 +76,8 @@ def test_causal_output_ignores_future_inputs() -> None:
 
 
 def test_elapsed_time_scale_and_clamp() -> None:
-    cfg = _cfg(cfc_time_scale=2.0, cfc_max_time=10.0)
-    t = elapsed_time(torch.log(torch.tensor([[0.5, 1.0, 100.0]])), cfg)
+    cfg = _cfg(cfc_max_time=10.0)
+    t = elapsed_time(torch.log(torch.tensor([[0.5, 1.0, 100.0]])), cfg, 2.0)
     assert torch.allclose(t, torch.tensor([[1.0, 2.0, 10.0]]))
 
 

@@ -18,9 +18,8 @@ def _encoder(kind: str, **kw) -> Encoder:
 
 
 @pytest.mark.parametrize("kind", ["mamba2", "cfc"])
-@pytest.mark.parametrize("append", [False, True])
-def test_output_contract_and_last_only(kind: str, append: bool) -> None:
-    enc = _encoder(kind, append_log_dt=append)
+def test_output_contract_and_last_only(kind: str) -> None:
+    enc = _encoder(kind)
     x, log_dt = torch.randn(3, 40, F_IN), torch.randn(3, 40)
     out = enc(x, log_dt)
     assert isinstance(out, EncoderOutput)
@@ -55,14 +54,13 @@ def test_causal_and_sees_its_own_snapshot(kind: str, k: int) -> None:
 
 
 def test_log_dt_use() -> None:
-    # CfC reads the gaps; Mamba2 ignores them unless append_log_dt is set.
+    # CfC reads the gaps; Mamba2 reads only the features (which hold the log gap).
     x, log_dt = torch.randn(2, 12, F_IN), torch.randn(2, 12)
-    for kind, append, changes in [("cfc", False, True), ("mamba2", False, False),
-                                  ("mamba2", True, True)]:
-        enc = _encoder(kind, append_log_dt=append)
+    for kind, changes in [("cfc", True), ("mamba2", False)]:
+        enc = _encoder(kind)
         with torch.no_grad():
             diff = (enc(x, log_dt).last - enc(x, log_dt + 1.0).last).abs().max().item()
-        assert (diff > 1e-4) == changes, (kind, append, diff)
+        assert (diff > 1e-4) == changes, (kind, diff)
 
 
 @pytest.mark.parametrize("kind", ["mamba2", "cfc"])
@@ -85,94 +83,78 @@ def test_config_validation() -> None:
     assert cfg.d_inner == 256 and cfg.n_heads == 4
 
 
-def test_kernel_backends_validated_and_default_to_pytorch_on_the_cpu() -> None:
-    # ssd_backend "auto": the one-chunk Triton scan on CUDA, the PyTorch scan here
-    cfg = EncoderConfig()
-    assert cfg.ssd_backend == "auto" and cfg.conv_backend == "auto"
-    with pytest.raises(ValueError):
-        EncoderConfig(ssd_backend="cuda")
-    with pytest.raises(ValueError):
-        EncoderConfig(conv_backend="cuda")
-    # The Triton kernels need CUDA tensors: asking for them on the CPU fails loudly instead
-    # of silently running the PyTorch path.
-    for field in ("ssd_backend", "conv_backend"):
-        enc = Encoder(EncoderConfig(d_model=16, n_layers=1, d_state=16, headdim=16,
-                                    chunk_size=16, **{field: "triton"}), in_features=F_IN)
-        with pytest.raises(RuntimeError, match="triton"):
-            enc(torch.randn(2, 8, F_IN), torch.randn(2, 8))
+def _kernel_calls(monkeypatch) -> list:
+    # every kernel wrapper the Mamba2 mixer calls, each call recorded in one list
+    from lobsurf.models.kernels import conv_dt_triton, conv_triton, ssd_window_triton
+
+    calls: list = []
+    for module, name in ((ssd_window_triton, "ssd_window"), (ssd_window_triton, "ssd_window_gated"),
+                         (ssd_window_triton, "ssd_window_gated_projected"),
+                         (conv_dt_triton, "conv_dt"), (conv_triton, "conv_silu")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name,
+                            lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    return calls
 
 
-def test_conv_auto_keeps_pytorch_on_the_cpu_and_the_conv_kernels_match_it(monkeypatch) -> None:
-    # conv_backend "auto": the kernels only for CUDA tensors; "triton_dpre", "triton_fwd" and
-    # "triton_dx" insist (here in Triton's interpreter) and give PyTorch's outputs and
-    # gradients, with and without autograd
-    pytest.importorskip("triton", reason="the conv kernels need Triton")
-    from lobsurf.models.kernels import conv_dt_triton, conv_triton
-    from lobsurf.models.mamba2 import Mamba2Block
+def _kernel_encoder(mode: str) -> Encoder:
+    # shapes the kernels take (power-of-two headdim and d_state >= 16, one-chunk windows)
+    torch.manual_seed(0)
+    cfg = EncoderConfig(d_model=16, n_layers=2, d_state=16, headdim=16, chunk_size=16)
+    return Encoder(cfg, in_features=F_IN).use_kernels_(mode)
 
-    small = dict(d_model=16, d_state=16, headdim=16, chunk_size=16, ssd_backend="torch")
-    torch.manual_seed(3)
-    names = ("torch", "auto", "triton_dpre", "triton_fwd", "triton_dx")
-    blocks = {name: Mamba2Block(EncoderConfig(**small, conv_backend=name)) for name in names}
-    for block in blocks.values():
-        block.load_state_dict(blocks["torch"].state_dict())
-    h = torch.randn(2, 12, 16)
-    calls = {"dpre": [], "kernels": [], "dx": []}
-    real = {"dpre": conv_triton.conv_silu_dpre, "kernels": conv_triton.conv_silu_fwd_dpre,
-            "dx": conv_dt_triton.conv_dt, "dx_z": conv_dt_triton.conv_dt_z}
-    # "triton_dx" takes conv_dt_z (encoder.one_in_projection) or conv_dt
-    monkeypatch.setattr(conv_dt_triton, "conv_dt",
-                        lambda *a: calls["dx"].append(1) or real["dx"](*a))
-    monkeypatch.setattr(conv_dt_triton, "conv_dt_z",
-                        lambda *a: calls["dx"].append(1) or real["dx_z"](*a))
-    monkeypatch.setattr(conv_triton, "conv_silu_dpre",
-                        lambda *a: calls["dpre"].append(1) or real["dpre"](*a))
-    monkeypatch.setattr(conv_triton, "conv_silu_fwd_dpre",
-                        lambda *a: calls["kernels"].append(1) or real["kernels"](*a))
-    launches = []
-    real_fwd = conv_triton._conv_silu_op
-    monkeypatch.setattr(conv_triton, "_conv_silu_op",
-                        lambda *a: launches.append(1) or real_fwd(*a))
-    grads, no_grad = {}, {}
-    for name, block in blocks.items():
-        before = {k: len(v) for k, v in calls.items()}
-        block(h).square().sum().backward()
-        grads[name] = [p.grad for p in block.parameters()]
-        assert (len(calls["dpre"]) > before["dpre"]) == (name == "triton_dpre"), name
-        assert (len(calls["kernels"]) > before["kernels"]) == (name == "triton_fwd"), name
-        assert (len(calls["dx"]) > before["dx"]) == (name == "triton_dx"), name
-        before_launches = len(launches)
+
+def test_kernels_default_to_auto_and_auto_keeps_the_cpu_on_pytorch(monkeypatch) -> None:
+    # "auto" (every new block's mode) takes the kernels on CUDA only; "off" never; a mode
+    # other than the three is an error; use_kernels_ sets every block of the stack
+    from lobsurf.models.kernels import triton_support
+
+    enc = Encoder(EncoderConfig(d_model=16, n_layers=2, d_state=16, headdim=16, chunk_size=16),
+                  in_features=F_IN)
+    assert [b.mixer.kernels for b in enc.blocks] == ["auto", "auto"]
+    assert enc.use_kernels_("off") is enc
+    assert [b.mixer.kernels for b in enc.blocks] == ["off", "off"]
+    with pytest.raises(ValueError, match="kernels must be one of auto, off, on"):
+        enc.use_kernels_("triton")
+    calls = _kernel_calls(monkeypatch)
+    x, log_dt = torch.randn(2, 8, F_IN), torch.randn(2, 8)
+    for mode in ("auto", "off"):
+        enc.use_kernels_(mode)
+        enc(x, log_dt).last.sum().backward()
         with torch.no_grad():
-            no_grad[name] = block(h)
-        # without autograd "triton_fwd" and "triton_dx" run the forward kernel alone
-        assert (len(launches) > before_launches) == (name in ("triton_fwd", "triton_dx")), name
-    for name in names[1:]:
-        for a, b in zip(grads[name], grads["torch"]):
-            # fp32 sums in another order: ~1e-6 of the tensor's largest entry apart
-            atol = 1e-6 * (1.0 + b.abs().max())
-            assert torch.allclose(a, b, rtol=1e-4, atol=atol), name
-        assert torch.allclose(no_grad[name], no_grad["torch"], rtol=1e-4, atol=1e-6), name
+            enc(x, log_dt, return_sequence=False)
+    assert calls == []
+    # "on" insists: where Triton cannot run on the tensors' device it says so, never
+    # silently running the PyTorch path
+    monkeypatch.setattr(triton_support, "interpreter_active", lambda: False)
+    with pytest.raises(RuntimeError, match="kernels='on' needs Triton"):
+        enc.use_kernels_("on")(x, log_dt)
 
 
-def test_conv_triton_dpre_refuses_a_conv_wider_than_its_kernel_holds() -> None:
-    # the d pre kernel keeps the last W-1 inputs in named registers (W <= DPRE_MAX_WIDTH):
-    # a wider conv is an error with "triton_dpre", never a silently wrong gradient
-    pytest.importorskip("triton", reason="the d pre kernel needs Triton")
-    from lobsurf.models.kernels import conv_triton
-    from lobsurf.models.mamba2 import Mamba2Block
-
-    wide = conv_triton.DPRE_MAX_WIDTH + 1
-    block = Mamba2Block(EncoderConfig(d_model=16, d_state=16, headdim=16, chunk_size=16,
-                                      ssd_backend="torch", conv_backend="triton_dpre",
-                                      d_conv=wide))
-    with pytest.raises(RuntimeError, match=f"d_conv <= {conv_triton.DPRE_MAX_WIDTH}"):
-        block(torch.randn(2, 12, 16))
-    block.mixer.cfg = EncoderConfig(**{**block.mixer.cfg.__dict__, "conv_backend": "triton_fwd"})
-    with pytest.raises(RuntimeError, match="conv_backend='triton_fwd'"):
-        block(torch.randn(2, 12, 16))
-    x, dout = torch.randn(2, 12, 8), torch.randn(2, 12, 8)
-    with pytest.raises(ValueError, match="taps"):
-        conv_triton._conv_dpre_op(dout, x, torch.randn(wide, 8), torch.randn(8))
+def test_encoder_on_the_kernels_matches_the_pytorch_encoder(monkeypatch) -> None:
+    # "on" (here in Triton's interpreter): the default CUDA path of the whole stack, with
+    # autograd (the learner's) and without (acting, the target net), every row and the last
+    pytest.importorskip("triton", reason="the kernels need Triton")
+    x, log_dt = torch.randn(2, 12, F_IN), torch.randn(2, 12)
+    outs, grads = {}, {}
+    for mode in ("off", "on"):
+        calls = _kernel_calls(monkeypatch)
+        enc = _kernel_encoder(mode)
+        out = enc(x, log_dt)
+        (out.sequence.square().sum() + out.last.sum()).backward()
+        grads[mode] = [p.grad for p in enc.parameters()]
+        with torch.no_grad():
+            outs[mode] = (out.sequence, enc(x, log_dt).sequence,
+                          enc(x, log_dt, return_sequence=False).last)
+        assert bool(calls) == (mode == "on"), calls
+        monkeypatch.undo()
+    assert set(calls) == {"ssd_window", "conv_dt", "conv_silu", "ssd_window_gated",
+                          "ssd_window_gated_projected"}
+    for a, b in zip(outs["on"], outs["off"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(grads["on"], grads["off"]):
+        # fp32 sums over every row in another order: a relative error of ~1e-5 at most
+        assert ((a - b).norm() / b.norm()).item() < 1e-4
 
 
 def test_cfc_time_scale_is_fitted_and_checkpointed() -> None:

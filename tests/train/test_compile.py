@@ -74,22 +74,3 @@ def test_phase_timer_keeps_the_compiled_methods(tiny_setup):
     with timed_phases(state, "cpu"):
         train_step(state, data.train_book, scfg, learning=False)
     assert {name: vars(state.target)[name] for name in COMPILED_METHODS} == before
-
-
-def test_inductor_networks_with_the_target_in_two_halves_match_the_eager_step(tiny_store,
-                                                                             monkeypatch):
-    # train.split_target calls the compiled target net on B-window halves of the 2B
-    # windows (views, the s' half at an offset): the compiled step learns as the eager one
-    # (on CPU there is no stream for the s' half: the split is forced, the halves in turn)
-    import lobsurf.agent.learn as learn_module
-
-    monkeypatch.setattr(learn_module, "splits_target", lambda state, cfg: cfg.split_target)
-    from lobsurf.train.data import load_training_data
-    from lobsurf.train.loop import build_state, step_config
-    from tests.agent.conftest import tiny_config
-
-    cfg = tiny_config(tiny_store.path, train={"split_target": True})
-    data = load_training_data(cfg, "cpu", tiny_store.path)
-    state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
-    assert scfg.split_target
-    _inductor_networks_learn_as_eager(state, data, scfg)

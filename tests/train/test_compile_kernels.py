@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from lobsurf.agent.step import StepKernels, train_step
+from lobsurf.agent.step import eager_kernels, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.train.compile import (COMPILED_KERNELS, CompileConfig, compile_networks_,
                                    compiled, compiled_kernels)
@@ -36,10 +36,9 @@ RTOL, ATOL = 1e-5, 1e-6
 KERNELS_ONLY = CompileConfig(backend="inductor", methods=())
 
 
-def _setup(tiny_store, n_step: int = 1, flat: bool = True, draw_ahead: bool = False):
+def _setup(tiny_store, n_step: int = 1):
     cfg = tiny_config(tiny_store.path, gates={"warmup_steps": GATE_WARMUP},
-                      learner={"learning_starts": PREFILL, "n_step": n_step},
-                      train={"flat_parameters": flat, "draw_ahead": draw_ahead})
+                      learner={"learning_starts": PREFILL, "n_step": n_step})
     data = load_training_data(cfg, "cpu", tiny_store.path)
     return data, build_state(cfg, data, "cpu"), step_config(cfg)
 
@@ -118,7 +117,7 @@ def _checked(name: str, kernel, called: set[str] | None = None):
     """``kernel`` (compiled), each call compared with the eager function on the same inputs:
     its results, and its inputs after the call (the flat Adam writes its buffers in place);
     ``called`` collects the names of the kernels that ran."""
-    eager = getattr(StepKernels, name)
+    eager = getattr(eager_kernels(), name)
 
     def run(*args, **kwargs):
         if called is not None:
@@ -133,18 +132,14 @@ def _checked(name: str, kernel, called: set[str] | None = None):
     return run
 
 
-#: the kernels only the per-tensor optimizer path calls (train.flat_parameters false), and
-#: only the flat one
-PER_TENSOR_ONLY, FLAT_ONLY = {"clip_coefficient", "adam_scalars"}, {"flat_clip_coefficient",
-                                                                     "flat_adam"}
-#: the replay sample's kernels in one piece, and in two with train.draw_ahead
-DRAW_FIRST_ONLY, DRAW_AHEAD_ONLY = {"sample"}, {"draw", "sample_at"}
+#: the replay sample's kernel in one piece, which only ``learn`` (a sample drawn on the
+#: spot) calls: the training step draws ahead (``draw``, then ``sample_at``)
+DRAW_FIRST_ONLY = {"sample"}
 
 
-@pytest.mark.parametrize("n_step,flat,draw_ahead", [(1, True, False), (3, True, False),
-                                                    (1, False, False), (3, True, True)])
-def test_compiled_kernels_match_the_eager_step(tiny_store, n_step, flat, draw_ahead):
-    data, state, scfg = _setup(tiny_store, n_step, flat, draw_ahead)
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_compiled_kernels_match_the_eager_step(tiny_store, n_step):
+    data, state, scfg = _setup(tiny_store, n_step)
     twin = copy.deepcopy(state)
     torch._dynamo.reset()
     counters.clear()
@@ -159,8 +154,7 @@ def test_compiled_kernels_match_the_eager_step(tiny_store, n_step, flat, draw_ah
     assert bool(eager["metrics.loss_q"] > 0)
     assert bool(eager["metrics.trades"] > 0), "no trade closed: the reward pipeline untested"
     _compare(eager, traced)
-    assert called == (set(COMPILED_KERNELS) - (PER_TENSOR_ONLY if flat else FLAT_ONLY)
-                      - (DRAW_FIRST_ONLY if draw_ahead else DRAW_AHEAD_ONLY))
+    assert called == set(COMPILED_KERNELS) - DRAW_FIRST_ONLY
     # one Dynamo graph per kernel called (one shape each, no recompile) and no graph break
     assert counters["stats"]["unique_graphs"] == len(called)
     assert sum(counters["graph_break"].values()) == 0
@@ -173,18 +167,18 @@ def _twin_with(tiny_store, monkeypatch, name: str, planted):
 
     data, state, scfg = _setup(tiny_store)
     twin = copy.deepcopy(state)
-    right = getattr(StepKernels, name)
-    monkeypatch.setattr(StepKernels, name, planted)
-    setattr(twin.kernels, name, planted)
+    right = getattr(eager_kernels(), name)
     torch._dynamo.reset()
-    compile_networks_(twin, CompileConfig(backend="inductor", methods=(), kernels=(name,)))
-    assert getattr(sys.modules[right.__module__], name) is right  # the eager reference
+    setattr(twin.kernels, name,
+            CompileConfig(backend="inductor", methods=(), kernels=(name,)).compile(planted))
+    assert getattr(state.kernels, name) is right  # the eager reference
+    assert getattr(sys.modules[right.__module__], name) is right
     return data, state, scfg, twin
 
 
 def test_a_wrong_kernel_is_caught(tiny_store, monkeypatch):
     """The planted bug: the compiled loss drops the importance weights (all ones)."""
-    right = StepKernels.loss_terms
+    right = eager_kernels().loss_terms
 
     def unweighted(out, target, target_mean_s, z, t, weight, *rest):
         return right(out, target, target_mean_s, z, t, torch.ones_like(weight), *rest)
@@ -197,7 +191,7 @@ def test_a_wrong_kernel_is_caught(tiny_store, monkeypatch):
 def test_a_skipped_write_is_caught(tiny_store, monkeypatch):
     """The planted bug: the compiled bookkeeping leaves the atom span out of the values the
     step writes back (as an in-place write inside a compiled kernel would be lost)."""
-    right = StepKernels.collect_updates
+    right = eager_kernels().collect_updates
 
     def span_unwritten(*args):
         upd = right(*args)
@@ -224,9 +218,9 @@ def test_phase_timer_patches_stay_out_of_compiled_kernels(tiny_store):
     with timed_phases(state, "cpu") as timer:
         for _ in range(PREFILL + 1):
             train_step(state, data.train_book, scfg, learning=True)
-    # the learn kernels (sample, learner inputs, C51 target, losses, priority weights, clip,
-    # Adam, bookkeeping), first called here
-    assert counters["stats"]["unique_graphs"] == 8
+    # the learn kernels (the draw and its sample, learner inputs, C51 target, losses,
+    # priority weights, clip, Adam, bookkeeping), first called here
+    assert counters["stats"]["unique_graphs"] == 9
     assert sum(counters["graph_break"].values()) == 0
     bookkeeping = "collect/rewards, replay plan, controllers, metrics"
     assert bookkeeping in timer.seconds  # the kernel is timed as one piece ...

@@ -26,14 +26,30 @@ def test_file_then_set_overrides(tmp_path):
 
 
 def test_a_section_override_keeps_the_runs_other_defaults_of_that_section():
-    """RunConfig's sim default differs from SimConfig's (fee 1.0 per lot, stride 10): setting
+    """RunConfig's sim default differs from SimConfig's (fees not given, stride 10): setting
     one sim key must not reset the others to SimConfig's (fee 0 made every run free)."""
     default = RunConfig().sim
-    assert default.fee_per_lot == 1.0 and default.stride == 10
+    assert (default.fee_per_lot, default.fee_bps, default.stride) == (None, None, 10)
     cfg = resolve_run_config(None, ["sim.window=32"])
     assert cfg.sim.window == 32
-    assert (cfg.sim.fee_per_lot, cfg.sim.stride) == (default.fee_per_lot, default.stride)
-    assert resolve_run_config(None, ["sim.stride=1"]).sim.fee_per_lot == 1.0
+    assert (cfg.sim.fee_per_lot, cfg.sim.fee_bps, cfg.sim.stride) == (None, None, 10)
+    assert resolve_run_config(None, ["sim.stride=1"]).sim.fee_per_lot is None
+
+
+def test_fees_not_given_are_left_out_of_the_toml_and_read_back_as_not_given(tmp_path):
+    """TOML has no null: a fee not given is a key left out, and reads back as None; a given
+    (or resolved) fee is written and reads back equal."""
+    text = run_config_to_toml(RunConfig())
+    assert "fee_per_lot" not in text and "fee_bps" not in text
+    given = resolve_run_config(None, ["sim.fee_per_lot=0.5"])
+    assert (given.sim.fee_per_lot, given.sim.fee_bps) == (0.5, None)
+    path = tmp_path / "c.toml"
+    path.write_text(run_config_to_toml(given))
+    assert resolve_run_config(str(path), []) == given
+    with pytest.raises(UserError, match="sim.fee_bps: expected a number"):
+        resolve_run_config(None, ["sim.fee_bps=cheap"])
+    with pytest.raises(UserError, match=r"\[sim\].*fees must be finite and >= 0"):
+        resolve_run_config(None, ["sim.fee_per_lot=-1"])
 
 
 @pytest.mark.parametrize("overrides,message", [

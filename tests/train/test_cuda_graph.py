@@ -9,7 +9,8 @@ import torch
 
 from lobsurf.agent.replay import PrioritizedReplay
 from lobsurf.agent.step import train_step
-from lobsurf.commands.train import _flag_overrides
+from lobsurf.cli import build_parser
+from lobsurf.train.job import train_keywords
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.train.cuda_graph import (
     GraphConfig,
@@ -19,6 +20,7 @@ from lobsurf.train.cuda_graph import (
     state_fingerprint,
     step_generators,
 )
+from lobsurf.train.job import flag_overrides
 from lobsurf.train.loop import _graph_enabled
 
 
@@ -44,17 +46,17 @@ def test_loop_ignores_cuda_graph_on_cpu(tiny_setup, capsys) -> None:
 
 
 def test_cli_flag_sets_train_cuda_graph() -> None:
-    from argparse import Namespace
+    def sets(*argv):
+        return flag_overrides(**{k: v for k, v in train_keywords(
+            build_parser(["train", *argv]).parse_args(["train", *argv])).items()
+            if k in ("cuda_graph", "compile")})
 
-    base = {"store": None, "steps": None, "envs": None, "device": None,
-            "init_from": None, "tensorboard": None}
-    assert "train.cuda_graph=false" in _flag_overrides(Namespace(**base, cuda_graph=False))
-    assert "train.cuda_graph=true" in _flag_overrides(Namespace(**base, cuda_graph=True))
-    assert not any("cuda_graph" in s for s in _flag_overrides(Namespace(**base,
-                                                                        cuda_graph=None)))
-    assert "train.compile=false" in _flag_overrides(Namespace(**base, compile=False))
-    assert "train.compile=true" in _flag_overrides(Namespace(**base, compile=True))
-    assert not any("compile" in s for s in _flag_overrides(Namespace(**base, compile=None)))
+    assert "train.cuda_graph=false" in sets("--no-cuda-graph")
+    assert "train.cuda_graph=true" in sets("--cuda-graph")
+    assert not any("cuda_graph" in s for s in sets())
+    assert "train.compile=false" in sets("--no-compile")
+    assert "train.compile=true" in sets("--compile")
+    assert not any("compile" in s for s in sets())
 
 
 def test_generators_are_every_custom_generator_of_the_state(tiny_setup) -> None:
@@ -67,11 +69,10 @@ def test_generators_are_every_custom_generator_of_the_state(tiny_setup) -> None:
 
 
 def test_one_shared_generator_is_registered_once(tiny_setup) -> None:
-    # train.shared_generator (CUDA only: a CPU state keeps four) puts one generator in all
-    # four roles; a graph registers it once (each registered generator costs two fill
-    # kernels before every replay)
+    # on CUDA one generator takes all four roles (a CPU state keeps four); a graph
+    # registers it once (each registered generator costs two fill kernels before every
+    # replay)
     cfg, data, state, scfg = tiny_setup
-    assert cfg.train.shared_generator is True  # the default
     assert len({id(g) for g in step_generators(state)}) == 4  # on CPU: four
     g = state.noise_generator
     state.acting_generator = state.replay.generator = state.env.generator = g
@@ -123,11 +124,11 @@ def test_real_step_keeps_every_address_and_host_value(tiny_setup) -> None:
 
 
 def test_the_step_drawing_ahead_keeps_every_address_and_host_value(tiny_store) -> None:
-    # train.draw_ahead: the draw made ahead lives in buffers made at the first learning
+    # the draw made ahead lives in buffers made at the first learning
     # step (eager, before any capture) and written in place after; its host flag stays set
     from tests.train.test_compile_kernels import _setup
 
-    data, state, scfg = _setup(tiny_store, draw_ahead=True)
+    data, state, scfg = _setup(tiny_store)
     _learning_steps(state, data, scfg, 2)
     before = state_fingerprint(state)
     assert before["state.replay.ahead.ready"] == ("value", True)
@@ -192,28 +193,11 @@ def test_compile_auto_means_cuda_in_one_process() -> None:
     assert not compile_wanted(auto, "cpu", 1)
     assert compile_wanted(TrainConfig(compile=True), "cpu", 1)
     assert not compile_wanted(TrainConfig(compile=False), "cuda", 1)
-    # combo kernels are an Inductor GPU option: only passed to CUDA compiles, and only if asked
-    assert dict(compile_config(auto, "cuda").options) == {"combo_kernels": True}
-    assert compile_config(auto, "cpu").options == ()
-    no_combo = TrainConfig(compile_combo_kernels=False)
-    assert compile_config(no_combo, "cuda").options == ()
-    tuned = TrainConfig(compile_max_autotune=True)
-    assert dict(compile_config(tuned, "cuda").options) == {"combo_kernels": True,
-                                                           "max_autotune_gemm": True}
-    assert compile_config(tuned, "cpu").options == ()
-    # further Inductor settings come last, so they can override the two switches; CPU none
-    more = TrainConfig(compile_inductor_options=("triton.enable_pdl=True",
-                                                 "combo_kernels=False"))
-    assert dict(compile_config(more, "cuda").options) == {"combo_kernels": False,
-                                                          "triton.enable_pdl": True}
-    assert compile_config(more, "cpu").options == ()
-    for bad, why in (("enable_pdl", "expected name=value"), ("no_such=1", "no setting"),
-                     ("triton.enable_pdl=yes", "not a Python literal"),
-                     ("triton.enable_pdl=2", "takes a bool")):
-        with pytest.raises(ValueError, match=why):
-            TrainConfig(compile_inductor_options=(bad,))
-    with pytest.raises(ValueError, match="compile must be"):
-        TrainConfig(compile="yes")
+    # the readable reference step never compiles
+    assert not compile_wanted(TrainConfig(compile=True, reference=True), "cuda", 1)
+    # combo kernels are an Inductor GPU option: only passed to CUDA compiles
+    assert dict(compile_config("cuda").options) == {"combo_kernels": True}
+    assert compile_config("cpu").options == ()
 
 
 def test_a_failed_compilation_says_how_to_train_without_it(tiny_store, tiny_toml, tmp_path,

@@ -69,7 +69,8 @@ def _records(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
-    """A 20-step two-process run on the tiny store, checked every step."""
+    """A 20-step two-process run on the tiny store (its ranks checked identical before each
+    checkpoint)."""
     import tomli_w
 
     from tests.agent.conftest import TINY
@@ -81,8 +82,7 @@ def two_rank_run(tmp_path_factory):
     toml = root / "tiny.toml"
     toml.write_text(tomli_w.dumps(TINY))
     run = root / "straight"
-    _ok(_torchrun(WORLD, "--store", store.path, "--config", toml, "--out", run,
-                  "--set", "train.check_params_every=1"))
+    _ok(_torchrun(WORLD, "--store", store.path, "--config", toml, "--out", run))
     return store.path, toml, run
 
 
@@ -131,7 +131,7 @@ def test_resume_two_to_one_carries_rank_0(two_rank_run, tmp_path):
     assert torch.equal(state.env.state.cursor, payload["sim_state"]["cursor"])
     assert train("--resume", run, "--steps", STEPS) == 0
     records = _records(run)
-    assert records[-1] == {"event": "run_end", "step": STEPS}
+    assert records[-1] == {"event": "run_end", "step": STEPS, "stopped": "steps"}
     assert [r["step"] for r in records if r["event"] == "metrics"] == [5, 10, 15, 20]
 
 
@@ -148,7 +148,7 @@ def test_resume_one_to_two_starts_the_new_rank_from_rank_0(two_rank_run, tmp_pat
     assert torch.equal(state.env.state.cursor, fresh_cursor)  # its own fresh episodes
     _ok(_torchrun(WORLD, "--resume", run, "--steps", STEPS))
     records = _records(run)
-    assert records[-1] == {"event": "run_end", "step": STEPS}
+    assert records[-1] == {"event": "run_end", "step": STEPS, "stopped": "steps"}
     assert rank_shard_path(checkpoint_path(run, STEPS), 1).exists()
 
 

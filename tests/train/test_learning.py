@@ -45,13 +45,13 @@ ENTROPY_FLOOR = 0.3
 
 
 def _store(root: Path, name: str) -> Path:
-    from lobsurf.data.store.ingest import IngestConfig, ingest
-    from lobsurf.data.synth import write_synth
+    from lobsurf.data.store.ingest import ingest
+    from lobsurf.data.synth import synth_ingest_config, write_synth
     from lobsurf.presets import preset
 
     cfg = preset(name)
     paths = write_synth(root / f"{name}-dbn", cfg)
-    ingest(paths, root / f"{name}-store", IngestConfig(multiplier=cfg.multiplier), overwrite=True)
+    ingest(paths, root / f"{name}-store", synth_ingest_config(cfg), overwrite=True)
     return root / f"{name}-store"
 
 

@@ -1,12 +1,11 @@
-"""The learner's C51 target side as one Triton kernel (``train.c51_kernel``).
+"""The learner's C51 target side as one Triton kernel (on CUDA with ``train.kernels``).
 
 ``lobsurf.agent.learn.c51_target`` maps the target net's logits on s and s' [2B, A, N] to
 E[Q_target(s, .)] [B, A] and the projected Bellman target [B, N]: two softmaxes, three
 expectations, an argmax, a gather and the dense projection. Compiled, that is eight
 kernels of a few microseconds each (a cuBLAS matrix-vector product among them), and they
-lie on the step's critical path: the losses wait for them, and at B = 256 / 4 layers on
-the H200 they took 34 us after the target net's last product (benchmarks/RESULTS.md,
-thirty-third session). Here one program per sample does all of it in registers: both
+lie on the step's critical path: the losses wait for them (benchmarks/RESULTS.md, Defaults decided by measurement). Here one
+program per sample does all of it in registers: both
 [A, N] logit tiles, the softmaxes and expectations, the greedy action at s' (the first of
 equal maxima, as ``torch.argmax``; NaN counts as the largest), and the projection
 clip(1 - |Tz_j - z_i| / dz, 0, 1) as an [N, N] tile. fp32 throughout, as the reference.
@@ -19,9 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.agent.config import C51_KERNELS
 from lobsurf.errors import UserError
-from lobsurf.models.kernels.triton_support import available_for
+from lobsurf.models.kernels.triton_support import KERNEL_MODES, available_for
 
 try:
     import triton
@@ -91,21 +89,20 @@ if triton is not None:
         tl.store(out_ptr + b * N + n, tl.sum(weight * chosen[None, :], 1), mask=n < N)
 
 
-def kernel_applies(choice: str, device: torch.device | str) -> bool:
-    """Whether ``train.c51_kernel`` = ``choice`` takes the kernel on ``device``: "torch"
-    never, "auto" on CUDA where Triton imports, "triton" always (a UserError where it
-    cannot run: it needs Triton and a CUDA device, or Triton's CPU interpreter)."""
-    if choice not in C51_KERNELS:
-        raise ValueError(f"train.c51_kernel must be one of {', '.join(C51_KERNELS)}, got "
-                         f"{choice!r}")
+def kernel_applies(mode: str, device: torch.device | str) -> bool:
+    """Whether the kernel runs on ``device`` under ``mode`` (lobsurf.models.kernels.
+    triton_support.KERNEL_MODES: "auto" on CUDA, "off" never, "on" always; a UserError where
+    "on" cannot run: it needs Triton and a CUDA device, or Triton's CPU interpreter)."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"kernel mode must be one of {', '.join(KERNEL_MODES)}, got {mode!r}")
     device = torch.device(device)
-    if choice == "torch":
+    if mode == "off":
         return False
-    if choice == "auto":
+    if mode == "auto":
         return device.type == "cuda" and available_for(device)
     if not available_for(device):
-        raise UserError("train.c51_kernel='triton' needs Triton with a CUDA device (or "
-                        f"Triton's CPU interpreter, TRITON_INTERPRET=1); got {device.type}")
+        raise UserError("the C51 kernel needs Triton with a CUDA device (or Triton's CPU "
+                        f"interpreter, TRITON_INTERPRET=1); got {device.type}")
     return True
 
 

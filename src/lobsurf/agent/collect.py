@@ -16,7 +16,6 @@ together with the learner (``lobsurf.agent.learn``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -29,16 +28,16 @@ from lobsurf.agent.gates import (GateResult, apply_gates, exploration_slots,
                                  gate_threshold_values, move_probabilities, profit_confidence)
 from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentOutput, agent_state_features
-from lobsurf.agent.replay import PrioritizedReplay, Transitions, WritePlan, write_plan
+from lobsurf.agent.replay import PrioritizedReplay, Transitions, write_plan
 from lobsurf.agent.reward import mark_shaping, reward_pipeline_values
-from lobsurf.data.dataset import BookTensors, Window
-from lobsurf.models.feature_table import FeatureRows, book_window
+from lobsurf.agent.state import (Acted, CollectUpdates, Observation, StepConfig, StepTables,
+                                 TrainState)
+from lobsurf.data.dataset import BookTensors
+from lobsurf.models.feature_table import book_window
 from lobsurf.models.precision import at_least_fp32, float_outputs, forward_precision
 from lobsurf.sim.state import SimState, StepResult
 from lobsurf.writeback import copy_values_, named_pairs
 
-if TYPE_CHECKING:
-    from lobsurf.agent.step import StepConfig, StepTables, TrainState
 
 
 def state_inputs(ctl: ControllerState, position: torch.Tensor, time_in_trade: torch.Tensor,
@@ -77,20 +76,6 @@ def gate(out: AgentOutput, probs: torch.Tensor, z: torch.Tensor, proposed: torch
                        threshold, active, explore_slots, gates)
 
 
-class Observation(NamedTuple):
-    """What the acting forward sees (``observe``): copies of the envs' state before the
-    step (row [B] cursors, position, time_in_trade, unrealized_pnl), the support z [N], the
-    K-windows at the cursors and the agent-state inputs [B, 3]."""
-
-    row: torch.Tensor
-    position: torch.Tensor
-    time_in_trade: torch.Tensor
-    unrealized_pnl: torch.Tensor
-    z: torch.Tensor
-    window: Window | FeatureRows
-    inputs: torch.Tensor
-
-
 def observe(s: SimState, book: BookTensors, ctl: ControllerState, cfg: StepConfig
             ) -> Observation:
     """The K-window at each cursor plus the agent's own state (the acting network's input)."""
@@ -100,15 +85,6 @@ def observe(s: SimState, book: BookTensors, ctl: ControllerState, cfg: StepConfi
                        z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
                        window=book_window(book, row, cfg.window),
                        inputs=state_inputs(ctl, position, time_in_trade, unrealized, cfg))
-
-
-class Acted(NamedTuple):
-    """The acting policy's choice: actions [B] int64 sent to the simulator, gated [B] bool
-    (False where no gate ran), and the new values of the controllers it moved (by name)."""
-
-    actions: torch.Tensor
-    gated: torch.Tensor
-    controllers: dict[str, torch.Tensor]
 
 
 def thompson_gate(out: AgentOutput, z: torch.Tensor, u: torch.Tensor, book: BookTensors,
@@ -161,16 +137,6 @@ def collect_metrics(result: StepResult, action: torch.Tensor, gated: torch.Tenso
             "reward": reward.to(torch.float64).mean()}
 
 
-class CollectUpdates(NamedTuple):
-    """What one simulator step leaves to write (``collect_updates``): the transitions, the
-    replay's write plan, and the new controller values and metric sums by name."""
-
-    batch: Transitions
-    replay: WritePlan
-    controllers: dict[str, torch.Tensor]
-    metrics: dict[str, torch.Tensor]
-
-
 def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
                     result: StepResult, after: SimState, ctl: ControllerState,
                     tables: StepTables, metrics: MetricSums, replay: PrioritizedReplay,
@@ -205,7 +171,7 @@ def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
     plan = write_plan(replay.pointer, replay.size, replay.max_priority, batch,
                       result.reward > 0, replay.capacity, replay.cfg.alpha)
     # ---- controllers read the actions actually sent (post-gate)
-    values |= action_histogram_values(ctl, action, num_actions, cfg.controller_ema_rate)
+    values |= action_histogram_values(ctl, action, num_actions, cfg.policy.action_ema_rate)
     sums = added(metrics, collect_metrics(result, action, gated, after.position, reward))
     return CollectUpdates(batch=batch, replay=plan, controllers=values, metrics=sums)
 

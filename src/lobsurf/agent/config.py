@@ -10,13 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
-
-#: how the learner's C51 target side runs (``train.c51_kernel``, lobsurf.agent.c51_triton):
-#: "auto" one Triton kernel on CUDA, "torch" the PyTorch functions, "triton" the kernel always
-C51Kernel = Literal["auto", "torch", "triton"]
-C51_KERNELS: tuple[str, ...] = get_args(C51Kernel)
-
+from typing import Literal
 
 def _check_positive(obj: object, names: tuple[str, ...]) -> None:
     for name in names:
@@ -132,12 +126,6 @@ class LearnerConfig:
     acting: Literal["thompson", "pi", "greedy"] = "thompson"
     """Training-time action choice: one Thompson sample of Q per action then the gates,
     a sample of pi, or argmax E[Q]."""
-    sample_before_collect: bool = True
-    """A learning step draws its sample before the step's collect writes (from the
-    transitions of the steps before, never from the slots the write replaces) and reads
-    the controllers as they were before it, so its losses and backward can run beside the
-    collect (train.overlap_collect). False: collect, then sample (the newest transitions
-    can be drawn at once)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 0:
@@ -172,9 +160,13 @@ class PolicyConfig:
     """pi_ref: Hold gets this probability, the other actions share the rest equally."""
     value_weight: float = 0.5
     """Weight of the V regression (done-gated: closed trades only)."""
+    action_ema_rate: float = 0.01
+    """EMA rate of the controllers that read the actions sent to the simulator (their
+    entropy, which alpha and tau steer by, and the hold fraction, which the gate steers by)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, ("distill_weight", "ramp_rate", "decay_rate", "value_weight"))
+        _check_unit_interval(self, ("action_ema_rate",), closed_low=False)
         _check_unit_interval(self, ("entropy_target_fraction",), closed_low=False)
         if not 0 < self.reference_hold_prob < 1:
             raise ValueError(f"reference_hold_prob must be in (0, 1), got "

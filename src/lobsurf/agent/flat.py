@@ -3,9 +3,8 @@
 The learner's tail (the gradient clip's norm, Adam, the Polyak update of the target net)
 runs over every parameter tensor of the online network: 39 tensors, 0.44 M values at the
 default shape. Per tensor, each pass is a multi-tensor launch whose blocks each walk a
-64 K-value chunk: the fused Adam alone took 2 launches and 0.05-0.06 ms on the H200 at
-B = 1024, on the stretch of the step where nothing else runs (benchmarks/RESULTS.md,
-twenty-second session). Over one flat buffer each pass is one ordinary element-wise or
+64 K-value chunk, on the stretch of the step where nothing else runs (benchmarks/RESULTS.md, Defaults decided by measurement).
+Over one flat buffer each pass is one ordinary element-wise or
 reduction kernel over all the values, which torch.compile fuses (lobsurf.agent.optim's
 ``flat_adam_``: clip division, Adam and Polyak in one kernel).
 
@@ -116,9 +115,8 @@ class FlatParameters:
         """Write one gradient per parameter (None: zero) into ``grad``, gaps zero (a
         diverged step's division leaves NaN there), as one multi-tensor copy of 1-d
         pieces of at most ``GRAD_COPY_PIECE`` values. On CUDA that is a few launches over
-        every piece; a concatenation into the buffer took 20 us for its 0.44 M values at
-        the default shape, on the step's critical path (benchmarks/RESULTS.md,
-        thirty-third session)."""
+        every piece, where a concatenation into the buffer was slower on the step's
+        critical path (benchmarks/RESULTS.md, Defaults decided by measurement)."""
         if self.grad is None:
             raise ValueError("these parameters were flattened without gradients")
         into: list[torch.Tensor] = []

@@ -11,16 +11,14 @@ controllers and metrics.
 ``learn`` is one update; ``gradients`` and ``apply_gradients`` are its two halves, so that
 ``lobsurf.agent.step.learn_beside_collect`` can run the first beside the collect
 (``lobsurf.agent.collect``). The arithmetic is in pure functions (``learner_inputs``,
-``c51_target``, ``loss_terms``, ``clip_coefficient``, ``learn_updates``,
-``priority_weight``) that
-``lobsurf.agent.step.StepKernels`` holds and ``train.compile`` fuses.
+``c51_target``, ``loss_terms``, ``flat_clip_coefficient``, ``learn_updates``,
+``priority_weight``) that ``lobsurf.agent.state.StepKernels`` holds and ``train.compile``
+fuses. ``lobsurf.agent.reference`` is the same update written plainly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from dataclasses import fields
 
 import torch
 
@@ -33,6 +31,8 @@ from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentOutput
 from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_loss
 from lobsurf.agent.replay import Sample, Transitions, n_step_values, priority_values
+from lobsurf.agent.state import (GradientSync, LearnerInputs, LearnUpdates, Losses, StepConfig,
+                                 TrainState)
 from lobsurf.data.dataset import BookTensors, Window
 from lobsurf.data.labels import Labels
 from lobsurf.models.feature_table import FeatureRows, book_window
@@ -41,40 +41,6 @@ from lobsurf.models.precision import at_least_fp32, float_outputs, forward_preci
 from lobsurf.streams import run_beside
 from lobsurf.writeback import copy_values_, named_pairs
 
-if TYPE_CHECKING:
-    from lobsurf.agent.step import StepConfig, TrainState
-
-
-@dataclass
-class Losses:
-    """Every loss of one sample (0-d batch means) and what the updates need."""
-
-    total: torch.Tensor
-    q: torch.Tensor
-    q_per_sample: torch.Tensor
-    pi: torch.Tensor
-    value: torch.Tensor
-    frd: torch.Tensor
-    aux: torch.Tensor
-    policy_entropy: torch.Tensor
-    agreement: torch.Tensor
-    q_taken_mean: torch.Tensor
-
-
-class LearnerInputs(NamedTuple):
-    """The networks' inputs of a learning step and the bootstrap (``learner_inputs``): the
-    support z [N]; the target net's K-windows and agent-state inputs for s then s' [2B]; the
-    online net's for s [B] (the first half of the target's: gathered once); the bootstrap's
-    return, terminal flag and discount (a float or [B], ``project_categorical``)."""
-
-    z: torch.Tensor
-    target_window: Window | FeatureRows
-    target_inputs: torch.Tensor
-    online_window: Window | FeatureRows
-    online_inputs: torch.Tensor
-    reward: torch.Tensor
-    done: torch.Tensor
-    gamma: float | torch.Tensor
 
 
 def window_rows(window: Window | FeatureRows, rows: slice) -> Window | FeatureRows:
@@ -136,10 +102,11 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
         li = sampled_inputs(state, book, sample, cfg)
 
     def target_side() -> tuple[torch.Tensor, torch.Tensor]:
-        # ---- target net at s (pi's distillation target) and s' (C51 target)
+        # ---- target net at s (pi's distillation target) and s' (C51 target), one call
         with torch.no_grad():
             with forward_precision(cfg.precision, li.z.device):
-                target_q = target_logits(state, li, splits_target(state, cfg))
+                net = state.target
+                target_q = net.q_logits(net.embed(li.target_window), li.target_inputs)
             return state.kernels.c51_target(target_q, li.reward, li.done, li.gamma, li.z)
 
     def online_side() -> AgentOutput:
@@ -152,33 +119,6 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     return Losses(*state.kernels.loss_terms(out, target, target_mean_s, li.z, t,
                                             sample.weight, state.labels,
                                             state.tables.order_lots, ctl, cfg))
-
-
-def splits_target(state: TrainState, cfg: StepConfig) -> bool:
-    """Whether the learner calls the target net once per half (``target_logits``): where
-    ``train.split_target`` asks for it and the s' half has a stream of its own to run on
-    (CUDA with ``train.overlap_target``). The split only reorders work, so on one stream
-    (and on CPU) it would cost a second chain of calls for nothing."""
-    return cfg.split_target and state.target_halves is not None
-
-
-def target_logits(state: TrainState, li: LearnerInputs, split: bool) -> torch.Tensor:
-    """The target net's Q logits [2B, A, N] at s then s': one call on the 2B windows, or,
-    where ``split`` (``train.split_target``), one call per half, the s' half on
-    ``state.target_halves`` beside the s half (in turn without that stream). Each window's
-    logits depend on that window alone, so the halves hold the batched call's values; on
-    CUDA the two calls are two chains of B-window kernels side by side instead of one chain
-    of 2B-window kernels, whose small kernels take about as long as those of B windows."""
-    net, window, inputs = state.target, li.target_window, li.target_inputs
-    if not split:
-        return net.q_logits(net.embed(window), inputs)
-    b = inputs.shape[0] // 2
-
-    def half(rows: slice) -> Callable[[], torch.Tensor]:
-        return lambda: net.q_logits(net.embed(window_rows(window, rows)), inputs[rows])
-
-    q_next, q_s = run_beside(state.target_halves, half(slice(b, None)), half(slice(None, b)))
-    return torch.cat((q_s, q_next))
 
 
 def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
@@ -241,16 +181,6 @@ def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tens
     return (total, *(x.detach() for x in watched))
 
 
-class LearnUpdates(NamedTuple):
-    """What one learning step leaves to write after its backward (``learn_updates``): the
-    new max priority, the new controller values and metric sums by name (the sampled
-    entries' new sampling weights went in beside the backward: ``gradients``)."""
-
-    max_priority: torch.Tensor
-    controllers: dict[str, torch.Tensor]
-    metrics: dict[str, torch.Tensor]
-
-
 def learn_updates(ls: Losses, grad_norm: torch.Tensor, ctl: ControllerState,
                   metrics: MetricSums, max_priority: torch.Tensor, num_actions: int,
                   cfg: StepConfig) -> LearnUpdates:
@@ -271,36 +201,19 @@ _CLIP_NORM_TYPE, _CLIP_EPS = 2.0, 1e-6
 
 
 def flat_clip_coefficient(grad: torch.Tensor, max_norm: float
-                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``clip_coefficient`` of a flat gradient buffer (lobsurf.agent.flat): its norm is the
-    norm of the per-tensor norms (the gaps are zeros), in one reduction."""
-    return clip_coefficient([torch.linalg.vector_norm(grad, _CLIP_NORM_TYPE)], max_norm)
-
-
-def clip_coefficient(norms: list[torch.Tensor], max_norm: float
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(total gradient norm, the factor that clips it to ``max_norm``, at most 1, and the
-    divisor that does the same, at least 1) from the per-tensor norms: the arithmetic of
-    torch.nn.utils.clip_grad_norm_, pure. The divisor is for an optimizer that scales the
-    gradients inside its own kernel (fused Adam's grad_scale divides)."""
-    total = torch.linalg.vector_norm(torch.stack(norms), _CLIP_NORM_TYPE)
-    return (total, torch.clamp(max_norm / (total + _CLIP_EPS), max=1.0),
-            torch.clamp((total + _CLIP_EPS) / max_norm, min=1.0))
-
-
-class GradientSync(Protocol):
-    """The collectives a step needs (lobsurf.train.distributed.Collective; None: one process)."""
-
-    def grads_(self, params: list[torch.Tensor], flat: torch.Tensor | None = None) -> None: ...
-    def controllers_(self, ctl: ControllerState) -> None: ...
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the gradient's global L2 norm, the divisor that clips it to ``max_norm``, at least
+    1) of a flat gradient buffer (lobsurf.agent.flat; the gaps are zeros): the arithmetic
+    of torch.nn.utils.clip_grad_norm_, pure, for an update that divides in its own pass."""
+    total = torch.linalg.vector_norm(grad, _CLIP_NORM_TYPE)
+    return total, torch.clamp((total + _CLIP_EPS) / max_norm, min=1.0)
 
 
 def learn(state: TrainState, book: BookTensors, cfg: StepConfig,
           sync: GradientSync | None = None) -> Losses:
-    """One update from a prioritized sample; returns the (detached) losses."""
+    """One update from a prioritized sample drawn now; returns the (detached) losses."""
     sample, li = draw_sample(state, book, cfg)
-    ls, params = gradients(state, book, sample, cfg, li)
-    return apply_gradients(state, ls, params, cfg, sync)
+    return apply_gradients(state, gradients(state, book, sample, cfg, li), cfg, sync)
 
 
 def draw_sample(state: TrainState, book: BookTensors, cfg: StepConfig, reserved: int = 0
@@ -334,26 +247,19 @@ def learn_from(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCo
                sync: GradientSync | None = None) -> Losses:
     """The update of ``learn`` from a given sample; with ``sync`` the gradients are averaged
     over the ranks before clipping (data parallel: the same update on every rank)."""
-    ls, params = gradients(state, book, sample, cfg)
-    return apply_gradients(state, ls, params, cfg, sync)
+    return apply_gradients(state, gradients(state, book, sample, cfg), cfg, sync)
 
 
 def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig,
-              li: LearnerInputs | None = None, forwards_done: torch.cuda.Event | None = None,
-              priorities_done: torch.cuda.Event | None = None
-              ) -> tuple[Losses, list[torch.Tensor]]:
-    """The first half of a learning step: every loss of the sample and its gradients in
-    the online parameters' .grad (returns the losses and the parameters that have one),
-    and, beside the backward (on ``state.branch``), the sampled entries' new sampling
-    weights in the replay. It writes nothing else: the rest of the bookkeeping waits for
-    the gradient norm (``apply_gradients``). ``forwards_done`` is recorded on the current
-    stream between the losses and the backward (work waiting for it runs beside the
-    backward), ``priorities_done`` once the priorities are written."""
+              li: LearnerInputs | None = None,
+              priorities_done: torch.cuda.Event | None = None) -> Losses:
+    """The first half of a learning step: every loss of the sample and their gradients in
+    the optimizer's flat gradient buffer (returns the losses), and, beside the backward (on
+    ``state.branch``), the sampled entries' new sampling weights in the replay. It writes
+    nothing else: the rest of the bookkeeping waits for the gradient norm
+    (``apply_gradients``). ``priorities_done`` is recorded once the priorities are written."""
     ls = losses(state, book, sample, cfg, li)
-    if forwards_done is not None:
-        forwards_done.record()
     opt = state.optimizer
-    seed = state.tables.loss_seed
 
     @torch.no_grad()
     def new_priorities() -> None:
@@ -364,32 +270,24 @@ def gradients(state: TrainState, book: BookTensors, sample: Sample, cfg: StepCon
         if priorities_done is not None:
             priorities_done.record()
 
-    def backward() -> list[torch.Tensor]:
-        if opt.flat is not None:
-            return flat_gradients_(ls.total, opt.params, opt.flat, seed)
-        opt.zero_grad()
-        return accumulate_gradients_(ls.total, opt.params, seed)
+    def backward() -> None:
+        flat_gradients_(ls.total, opt.params, opt.flat, state.tables.loss_seed)
 
-    return ls, run_beside(state.branch, new_priorities, backward)[1]
+    run_beside(state.branch, new_priorities, backward)
+    return ls
 
 
-def apply_gradients(state: TrainState, ls: Losses, params: list[torch.Tensor], cfg: StepConfig,
+def apply_gradients(state: TrainState, ls: Losses, cfg: StepConfig,
                     sync: GradientSync | None = None) -> Losses:
     """The second half: (rank average,) clip, then Adam and Polyak beside the max priority
     and the learner's controllers and metrics."""
-    ctl, lc = state.controllers, cfg.learner
-    flat = state.optimizer.flat
+    ctl, lc, opt = state.controllers, cfg.learner, state.optimizer
     if sync is not None:
-        sync.grads_(params, None if flat is None else flat.grad)
-    # max_norm inf: measure the norm without clipping (clip disabled)
+        sync.grads_(opt.params, opt.flat.grad)
+    # max_norm inf: measure the norm without clipping (clip disabled); the flat update
+    # divides by the clip's divisor in its own pass
     max_norm = lc.grad_clip_norm if lc.grad_clip_norm > 0 else float("inf")
-    if flat is not None:
-        # the flat update divides by the clip's divisor in its own pass
-        grad_norm, _, divisor = state.kernels.flat_clip_coefficient(flat.grad, max_norm)
-    else:
-        # the fused Adam divides by the clip's divisor in its kernel (grad_scale)
-        grad_norm, divisor = clip_gradients_(params, max_norm, state.kernels.clip_coefficient,
-                                             defer=state.optimizer.fused)
+    grad_norm, divisor = state.kernels.flat_clip_coefficient(opt.flat.grad, max_norm)
 
     @torch.no_grad()
     def bookkeeping() -> None:
@@ -401,47 +299,15 @@ def apply_gradients(state: TrainState, ls: Losses, params: list[torch.Tensor], c
                      + [(state.replay.max_priority, upd.max_priority)])
 
     def update() -> None:
-        if flat is not None:
-            # Adam, and Polyak with a flat target, in one pass over the flat buffers
-            polyak = None if state.flat_target is None else (state.flat_target, lc.polyak_tau)
-            state.optimizer.step_flat(state.kernels.flat_adam, divisor, polyak=polyak)
-            if polyak is not None:
-                return
-        else:
-            state.optimizer.step(state.kernels.adam_scalars, grad_divisor=divisor)
-        # ---- Polyak: target <- (1 - tau) target + tau online, in place
-        with torch.no_grad():
-            torch._foreach_lerp_(list(state.target.parameters()),
-                                 list(state.online.parameters()), lc.polyak_tau)
+        # Adam, and Polyak (target <- (1 - tau) target + tau online), in one pass over the
+        # flat buffers
+        opt.step(state.kernels.flat_adam, divisor,
+                      polyak=(state.flat_target, lc.polyak_tau))
 
     # the bookkeeping reads the losses and the norm only, Adam and Polyak the parameters:
     # beside each other on state.branch
     run_beside(state.branch, bookkeeping, update)
     return ls
-
-
-def clip_gradients_(params: list[torch.Tensor], max_norm: float,
-                    coefficient: Callable[..., tuple[torch.Tensor, ...]] = clip_coefficient,
-                    defer: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` with its scalar
-    arithmetic in ``coefficient`` (``clip_coefficient`` or a compiled copy: one kernel for
-    five); the same numbers for gradients of one device and dtype, which the step's are
-    (else the torch function runs).
-
-    Returns (the total norm before clipping, None); with ``defer`` the gradients are left
-    as they are and the second value is the divisor that clips them, for an optimizer that
-    divides in its own kernel (the fused Adam: one multi-tensor pass fewer per step).
-    """
-    grads = [p.grad for p in params]
-    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), None
-    with torch.no_grad():
-        total, coef, divisor = coefficient(torch._foreach_norm(grads, _CLIP_NORM_TYPE),
-                                           max_norm)
-        if defer:
-            return total, divisor
-        torch._foreach_mul_(grads, coef)
-    return total, None
 
 
 def flat_gradients_(loss: torch.Tensor, params: list[torch.Tensor], flat: FlatParameters,
@@ -453,25 +319,3 @@ def flat_gradients_(loss: torch.Tensor, params: list[torch.Tensor], flat: FlatPa
     flat.write_gradients_(torch.autograd.grad(loss, params, grad_outputs=seed,
                                               allow_unused=True))
     return params
-
-
-def accumulate_gradients_(loss: torch.Tensor, params: list[torch.Tensor],
-                          seed: torch.Tensor | None = None) -> list[torch.Tensor]:
-    """``loss.backward()`` into ``params``' gradients, with one multi-tensor add where
-    backward's AccumulateGrad launches a kernel per parameter; returns the parameters that
-    have a gradient. Each .grad += g exactly as backward adds it; a first gradient is kept
-    as it comes (backward's steal), in the parameter's layout. ``seed`` as in
-    ``flat_gradients_``."""
-    grads = torch.autograd.grad(loss, params, grad_outputs=seed, allow_unused=True)
-    into, add = [], []
-    for p, g in zip(params, grads):
-        if g is None:
-            continue
-        if p.grad is None:
-            p.grad = g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
-        else:
-            into.append(p.grad)
-            add.append(g)
-    if into:
-        torch._foreach_add_(into, add)
-    return [p for p in params if p.grad is not None]

@@ -119,7 +119,7 @@ class AgentNetwork(nn.Module):
 
     def _gemm_multiple(self, x: torch.Tensor) -> int:
         # the encoder's GEMM alignment (models/align.py) for the heads' products too
-        return device_multiple(x, self.encoder.cfg.cuda_gemm_align_bytes)
+        return device_multiple(x)
 
     def _first_layers(self) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
         """The weight [sum of widths, D + 3] and bias of every layer that reads [h, s],

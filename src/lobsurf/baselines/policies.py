@@ -136,8 +136,9 @@ class OraclePolicy:
         self.cfg = cfg
         self.buy, self.sell = buy_sell_actions(env, cfg.size_index)
         tick_value = env.book.tick_size * env.book.multiplier
-        # twice the round-trip per-lot fee, in half ticks of the mid (mid2 units)
-        self.margin2 = 2 * 2 * env.cfg.fee_per_lot / tick_value
+        # twice the round-trip per-lot fee (bps fees at the book's price origin), in half
+        # ticks of the mid (mid2 units)
+        self.margin2 = 2 * 2 * env.fee_model.per_lot / tick_value
 
     def act(self, env: BatchedLobEnv) -> torch.Tensor:
         s, book = env.state, env.book

@@ -39,10 +39,9 @@ from lobsurf.agent.step import fresh_noise_, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.bench.roofline import DevicePeaks, roofline, step_traffic
 from lobsurf.data.synth import SynthConfig, write_synth_store
-from lobsurf.models.config import EncoderConfig
-from lobsurf.train.compile import (CompileConfig, compile_config, compile_networks_,
-                                   parse_inductor_option)
-from lobsurf.train.config import RunConfig, TrainConfig, run_config_from_dict
+from lobsurf.models.kernels.triton_support import KERNEL_MODES, use_kernels_
+from lobsurf.train.compile import CompileConfig, compile_config, compile_networks_
+from lobsurf.train.config import RunConfig, run_config_from_dict
 from lobsurf.train.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
 from lobsurf.train.data import load_training_data
 from lobsurf.train.loop import build_state, step_config
@@ -69,51 +68,9 @@ class BenchConfig:
     seed: int = 0
     top_ops: int = 10
     """Device kernels (by time) and aten ops (by bytes) listed per configuration."""
-    overlap_target: bool = True
-    """train.overlap_target: the target net's forward on a second CUDA stream."""
-    flat_parameters: bool = True
-    """train.flat_parameters: parameters, gradients and Adam moments as one buffer each
-    (the clip's norm one reduction, Adam with Polyak one kernel)."""
-    fused_adam: bool = True
-    """train.fused_adam: without flat parameters, Adam's update as one fused kernel on
-    CUDA."""
-    overlap_collect: bool = True
-    """train.overlap_collect: the learner's losses and backward beside the collect."""
-    prioritize_learner: bool = TrainConfig.prioritize_learner
-    """train.prioritize_learner: the learner's side streams at the highest priority."""
-    collect_beside_backward: bool = TrainConfig.collect_beside_backward
-    """train.collect_beside_backward: the collect starts after the learner's forwards."""
-    split_target: bool = TrainConfig.split_target
-    """train.split_target: the learner's target-net forward as two calls of B windows."""
-    c51_kernel: str = TrainConfig.c51_kernel
-    """train.c51_kernel: the learner's C51 target side as one Triton kernel (auto: on CUDA)."""
-    draw_ahead: bool = TrainConfig.draw_ahead
-    """train.draw_ahead: the next step's replay indices drawn beside the backward."""
-    shared_generator: bool = TrainConfig.shared_generator
-    """train.shared_generator: on CUDA the step's draws from one generator."""
-    feature_table: bool = True
-    """train.feature_table: the book's per-snapshot features computed once and gathered by
-    row in each forward (lobsurf.models.feature_table)."""
-    max_autotune: bool = False
-    """train.compile_max_autotune: Inductor's GEMM autotuning in the compiled step."""
-    inductor_options: tuple[str, ...] = ()
-    """train.compile_inductor_options: further Inductor settings ("name=value") of the
-    compiled step."""
-    ssd_backend: str = EncoderConfig.ssd_backend
-    """encoder.ssd_backend: the SSD scan's implementation (torch, triton, triton_window, auto)."""
-    conv_backend: str = EncoderConfig.conv_backend
-    """encoder.conv_backend: the causal conv + SiLU's (one of models.config.CONV_BACKENDS)."""
-    scan_gate: str = EncoderConfig.scan_gate
-    """encoder.scan_gate: the no-grad forwards' gated-norm gate inside the scan kernel."""
-    scan_z_proj: str = EncoderConfig.scan_z_proj
-    """encoder.scan_z_proj: z of the gated scan's every-row calls computed in its kernel."""
-    fold_norm_weights: bool = EncoderConfig.fold_norm_weights
-    """encoder.fold_norm_weights: the block's RMSNorm weights inside the next products."""
-    scan_last_row: str = EncoderConfig.scan_last_row
-    """encoder.scan_last_row: the last layer's scan forward (tile kernel or vectors)."""
-    one_in_projection: bool = EncoderConfig.one_in_projection
-    """encoder.one_in_projection: under autograd the in-projection as one product each way,
-    z's gradient written by conv_dt's backward kernel."""
+    kernels: str = "auto"
+    """The encoders' Triton kernels (``Encoder.use_kernels_``): "auto" on CUDA, "off" the
+    PyTorch path everywhere, "on" wherever Triton runs (the CPU under its interpreter)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -122,8 +79,9 @@ class BenchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.prefill_steps < 1:
             raise ValueError(f"prefill_steps must be >= 1, got {self.prefill_steps}")
-        for text in self.inductor_options:
-            parse_inductor_option(text)
+        if self.kernels not in KERNEL_MODES:
+            raise ValueError(f"kernels must be one of {', '.join(KERNEL_MODES)}, got "
+                             f"{self.kernels!r}")
 
 
 def make_store(root: Path, cfg: BenchConfig) -> Path:
@@ -138,23 +96,9 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
                precision: str = "fp32") -> RunConfig:
     return run_config_from_dict({
         "data": {"store": str(store)},
-        "encoder": {"n_layers": layers, "ssd_backend": cfg.ssd_backend,
-                    "conv_backend": cfg.conv_backend, "scan_gate": cfg.scan_gate,
-                    "scan_z_proj": cfg.scan_z_proj, "scan_last_row": cfg.scan_last_row,
-                    "fold_norm_weights": cfg.fold_norm_weights,
-                    "one_in_projection": cfg.one_in_projection},
+        "encoder": {"n_layers": layers},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
-                  "overlap_target": cfg.overlap_target, "fused_adam": cfg.fused_adam,
-                  "flat_parameters": cfg.flat_parameters,
-                  "overlap_collect": cfg.overlap_collect,
-                  "prioritize_learner": cfg.prioritize_learner,
-                  "collect_beside_backward": cfg.collect_beside_backward,
-                  "split_target": cfg.split_target, "c51_kernel": cfg.c51_kernel,
-                  "feature_table": cfg.feature_table,
-                  "shared_generator": cfg.shared_generator,
-                  "draw_ahead": cfg.draw_ahead,
-                  "compile_max_autotune": cfg.max_autotune,
-                  "compile_inductor_options": list(cfg.inductor_options)},
+                  "kernels": cfg.kernels != "off"},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
 
@@ -252,6 +196,8 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
                          cfg, precision)
     data = load_training_data(run_cfg, device, store)
     state = build_state(run_cfg, data, device)
+    for net in (state.online, state.target):
+        use_kernels_(net, cfg.kernels)
     scfg, book = step_config(run_cfg), data.train_book
     step = functools.partial(train_step, state, book, scfg, True)
     for _ in range(cfg.prefill_steps):
@@ -261,19 +207,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     row: dict[str, Any] = {"batch": batch, "layers": layers, "precision": precision,
-                           "ssd_backend": cfg.ssd_backend,
-                           "conv_backend": cfg.conv_backend,
-                           "scan_gate": cfg.scan_gate,
-                           "scan_z_proj": cfg.scan_z_proj,
-                           "fold_norm_weights": cfg.fold_norm_weights,
-                           "one_in_projection": cfg.one_in_projection,
-                           "prioritize_learner": cfg.prioritize_learner,
-                           "collect_beside_backward": cfg.collect_beside_backward,
-                           "split_target": cfg.split_target, "c51_kernel": cfg.c51_kernel,
-                           "scan_last_row": cfg.scan_last_row,
-                           "shared_generator": cfg.shared_generator,
-                           "draw_ahead": cfg.draw_ahead,
-                           "inductor_options": list(cfg.inductor_options),
+                           "kernels": cfg.kernels,
                            "learner_batch": run_cfg.learner_batch,
                            "replay_capacity": run_cfg.replay.capacity}
     eager = time_blocks(step, device, cfg)
@@ -309,7 +243,7 @@ def measure(store: Path, device: str, batch: int, layers: int, cfg: BenchConfig,
     row["graph_phase_ms"] = (graphed_phases(state, book, scfg, device, cfg)
                              if graph_unsupported(device) is None else None)
     row["compiled"] = compiled_graph(state, step, device, batch, run_cfg.learner_batch,
-                                     cfg, compile_config(run_cfg.train, device)
+                                     cfg, compile_config(device)
                                      ) if compile_ else None
     if row["compiled"] is not None and "ms_per_step" in row["compiled"]:
         # the per-op traffic against the fused step's time: an upper bound (roofline.py)

@@ -10,8 +10,8 @@ phases is a little above an unprofiled step.
 
 With ``label=True`` each timed call is also a ``torch.profiler.record_function`` range named
 ``PHASE_MARK + path``, opened after the entry synchronize and closed after the exit one, so
-every device kernel of a phase runs inside its range (benchmarks/count_step_kernels.py
-attributes kernels to phases by that containment).
+every device kernel of a phase runs inside its range (a profiler trace of a labelled pass
+attributes each kernel to its phase by that containment).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ _METHODS = (
     ("replay", "draw_ahead_", "replay draw"), ("online", "forward", "online forward"),
     ("target", "embed", "target encoder"), ("target", "q_logits", "target heads"),
     ("optimizer", "zero_grad", "zero grad"), ("optimizer", "step", "adam"),
-    ("optimizer", "step_flat", "adam"),
     ("replay", "write_priorities_", "priorities"),
     # the step's kernels (compiled or eager: timed as one piece either way)
     ("kernels", "observe", "observe"), ("kernels", "act", "thompson + gates"),
@@ -52,16 +51,13 @@ _METHODS = (
     ("kernels", "sample_at", "sampled transitions"),
     ("kernels", "learner_inputs", "learner inputs"),
     ("kernels", "c51_target", "C51 target"), ("kernels", "loss_terms", "loss terms"),
-    ("kernels", "clip_coefficient", "clip coefficient"),
     ("kernels", "flat_clip_coefficient", "grad clip"),
-    ("kernels", "adam_scalars", "adam scalars"), ("kernels", "flat_adam", "flat update"),
+    ("kernels", "flat_adam", "flat update"),
     ("kernels", "priority_weight", "priority weights"),
     ("kernels", "learn_updates", "max priority, controllers, metrics"),
 )
 _FUNCTIONS = (
-    ("fresh_noise_", "noise"), ("accumulate_gradients_", "backward"),
-    ("flat_gradients_", "backward"),
-    ("clip_gradients_", "grad clip"),
+    ("fresh_noise_", "noise"), ("flat_gradients_", "backward"),
     # collect and the learner's three parts by name, so that the phases read the same
     # whether the learner runs after the collect or beside it (learn_beside_collect)
     ("collect_deferred", "collect"), ("draw_sample", "learn"), ("drawn_sample", "learn"),

@@ -20,40 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lobsurf.agent.config import C51_KERNELS
 from lobsurf.errors import UserError
-from lobsurf.models.config import CONV_BACKENDS, SSD_BACKENDS
-
-#: the step's on/off switches, each a BenchConfig field and a --[no-]flag of its name
-SWITCHES = (
-    ("overlap_target", "the target net's forward on a second CUDA stream beside the online "
-     "net's (train.overlap_target)"),
-    ("flat_parameters", "parameters, gradients and Adam moments as one buffer each: the "
-     "clip's norm one reduction, Adam with Polyak one kernel (train.flat_parameters)"),
-    ("fused_adam", "without flat parameters, Adam's update as one fused multi-tensor kernel "
-     "on CUDA (train.fused_adam)"),
-    ("overlap_collect", "the learner's losses and backward on a CUDA stream of their own "
-     "beside the collect (train.overlap_collect)"),
-    ("prioritize_learner", "the learner's CUDA streams at the highest priority, the "
-     "collect's at the default (train.prioritize_learner)"),
-    ("collect_beside_backward", "the collect starts after the learner's forwards, beside its "
-     "backward (train.collect_beside_backward)"),
-    ("split_target", "the learner's target-net forward as two calls of B windows, on CUDA "
-     "side by side (train.split_target)"),
-    ("draw_ahead", "each learning step draws the next one's replay indices beside its "
-     "backward (train.draw_ahead)"),
-    ("shared_generator", "on CUDA the step's draws from one generator, not four (fewer "
-     "kernels before each graph replay; train.shared_generator)"),
-    ("feature_table", "the book's per-snapshot features computed once and gathered by row in "
-     "every forward, instead of computed per window (train.feature_table)"),
-    ("max_autotune", "Inductor's GEMM autotuning in the compiled step "
-     "(train.compile_max_autotune; minutes more compilation)"),
-    ("fold_norm_weights", "the Mamba2 block's RMSNorm weights inside the products after "
-     "them (encoder.fold_norm_weights)"),
-    ("one_in_projection", "under autograd the Mamba2 in-projection as one product each way, "
-     "z's gradient written by the conv + dt backward kernel (encoder.one_in_projection)"),
-)
-
+from lobsurf.models.kernels.triton_support import KERNEL_MODES
 
 def _ints(text: str) -> list[int]:
     try:
@@ -100,32 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time the graphed step compiled, as lobsurf train runs it "
                         "on CUDA (train.compile; about a minute of compilation per "
                         "configuration; default: on for CUDA, off on CPU)")
-    for field, help_text in SWITCHES:
-        parser.add_argument("--" + field.replace("_", "-"), action=argparse.BooleanOptionalAction,
-                            default=getattr(d, field), help=help_text)
-    parser.add_argument("--inductor-option", action="append", default=[],
-                        metavar="NAME=VALUE", dest="inductor_options",
-                        help="an Inductor setting of the compiled step, e.g. "
-                        "triton.enable_pdl=True (train.compile_inductor_options; repeat for "
-                        "several)")
-    parser.add_argument("--ssd-backend", choices=SSD_BACKENDS,
-                        default=d.ssd_backend, help="the SSD scan's implementation "
-                        "(encoder.ssd_backend)")
-    parser.add_argument("--conv-backend", choices=CONV_BACKENDS,
-                        default=d.conv_backend, help="the causal conv + SiLU's implementation "
-                        "(encoder.conv_backend)")
-    parser.add_argument("--scan-gate", choices=["auto", "torch", "triton"],
-                        default=d.scan_gate, help="the no-grad forwards' gated-norm gate "
-                        "inside the one-chunk scan kernel (encoder.scan_gate)")
-    parser.add_argument("--scan-z-proj", choices=["auto", "torch", "triton"],
-                        default=d.scan_z_proj, help="z of the gated scan's every-row calls "
-                        "computed inside the scan kernel (encoder.scan_z_proj)")
-    parser.add_argument("--c51-kernel", choices=C51_KERNELS,
-                        default=d.c51_kernel, help="the learner's C51 target side as one "
-                        "Triton kernel (train.c51_kernel; auto: on CUDA)")
-    parser.add_argument("--scan-last-row", choices=["tile", "vector"], default=d.scan_last_row,
-                        help="the last layer's one-chunk scan forward: the [Q, Q] tile kernel or "
-                        "the last row as vectors (encoder.scan_last_row)")
+    parser.add_argument("--kernels", choices=KERNEL_MODES, default=d.kernels,
+                        help="the step's Triton kernels (train.kernels): auto = on CUDA, off = "
+                        "the PyTorch path, on = wherever Triton runs (the CPU under its "
+                        "interpreter)")
     from lobsurf.bench.memory_plan import PlanConfig
 
     plan = PlanConfig()
@@ -141,26 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
 
 
-def _collect_late(cfg, cuda: bool) -> bool:
-    # train.collect_beside_backward takes effect only where the collect has a stream of its own
-    return cfg.collect_beside_backward and cfg.overlap_collect and cuda
-
-
-def _split(cfg, cuda: bool) -> bool:
-    # train.split_target takes effect only where the s' half has a stream of its own
-    return cfg.split_target and cfg.overlap_target and cuda
-
-
-def _adam_path(cfg, cuda: bool) -> str:
-    """How the bench's step runs Adam (train.flat_parameters, train.fused_adam)."""
-    if cfg.flat_parameters:
-        return "flat (one kernel with Polyak)"
-    return "fused" if cfg.fused_adam and cuda else "multi-tensor"
-
-
-def _inductor_note(options: tuple[str, ...]) -> str:
-    """The header's note of the Inductor settings asked for (none: nothing)."""
-    return f", Inductor {' '.join(options)}" if options else ""
+def kernels_note(mode: str, cuda: bool) -> str:
+    """What computes the encoders in the bench's step: "kernels auto (Triton)" and so on."""
+    runs = "Triton" if mode == "on" or (mode == "auto" and cuda) else "PyTorch"
+    return f"kernels {mode} ({runs})"
 
 
 def _config(args: argparse.Namespace):
@@ -168,12 +98,7 @@ def _config(args: argparse.Namespace):
 
     try:
         return BenchConfig(steps=args.steps, repeats=args.repeats,
-                           snapshots_per_day=args.snapshots,
-                           inductor_options=tuple(args.inductor_options),
-                           ssd_backend=args.ssd_backend, conv_backend=args.conv_backend,
-                           scan_gate=args.scan_gate, scan_z_proj=args.scan_z_proj,
-                           scan_last_row=args.scan_last_row, c51_kernel=args.c51_kernel,
-                           **{field: getattr(args, field) for field, _ in SWITCHES})
+                           snapshots_per_day=args.snapshots, kernels=args.kernels)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -295,27 +220,9 @@ def run(args: argparse.Namespace) -> int:
         print(phase_table(row))
     v, cuda = out["versions"], device.startswith("cuda")
     print(f"lobsurf bench on {out['device']}, torch {v['torch']}, CUDA {v['cuda']}, "
-          f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, target and "
-          f"online nets {'side by side' if cfg.overlap_target and cuda else 'in turn'}, Adam "
-          f"{_adam_path(cfg, cuda)}, learner "
-          f"{'beside' if cfg.overlap_collect and cuda else 'after'} collect"
-          f"{', side streams at the highest priority' if cfg.prioritize_learner and cuda else ''}"
-          f"{', collect beside the backward' if _collect_late(cfg, cuda) else ''}"
-          f"{', target net in two halves' if _split(cfg, cuda) else ''}"
-          f"{', C51 target one kernel' if cfg.c51_kernel != 'torch' and cuda else ''}"
-          f"{', the next draw ahead' if cfg.draw_ahead else ''}"
-          f"{', one generator' if cfg.shared_generator and cuda else ''}"
-          f", features "
-          f"{'gathered from a table' if cfg.feature_table else 'computed per window'}"
-          f"{', GEMMs autotuned' if cfg.max_autotune and cuda and compile_ else ''}"
-          f"{_inductor_note(cfg.inductor_options) if cuda and compile_ else ''}"
-          f"{f', SSD {cfg.ssd_backend}' if cfg.ssd_backend != 'torch' else ''}"
-          f"{f', conv {cfg.conv_backend}' if cfg.conv_backend != 'torch' else ''}"
-          f"{f', scan gate {cfg.scan_gate}' if cfg.scan_gate != 'torch' else ''}"
-          f"{f', z in the scan {cfg.scan_z_proj}' if cfg.scan_z_proj != 'torch' else ''}"
-          f"{', norm weights folded' if cfg.fold_norm_weights else ''}"
-          f"{', one in-projection under autograd' if cfg.one_in_projection else ''}"
-          f"{', last row as the tile kernel' if cfg.scan_last_row == 'tile' else ''}")
+          f"{out['date']}, {out['model']}, TF32 {'on' if out['tf32'] else 'off'}, "
+          f"{'learner beside the collect on side streams' if cuda else 'one stream'}, "
+          f"{kernels_note(cfg.kernels, cuda)}")
     print("steps/s eager and graphed (x = speed-up), transitions learned/s and env steps/s "
           "of the faster; nodes = graph nodes; ops/step and busy ms = device ops of an "
           "eager step and their summed time; collect/learn = ms of each as its own graph")

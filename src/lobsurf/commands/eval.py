@@ -8,7 +8,14 @@ table of every metric (docs/metrics.md), or with ``--json`` one object::
 
     {"policies": {"hold": {metric: value, ...}, ...}, "split": {...}, "settings": {...}}
 
-Heavy imports happen inside the functions (``lobsurf --help`` stays fast).
+Fees: ``--fee-per-lot`` / ``--fee-bps``, else the store's recorded at ingest, else the
+default in bps of notional (a run: its config's); one stderr line names the fee and its
+source, and a warning says when its round trip is above the typical move
+(``lobsurf.sim.fees``).
+
+``lobsurf eval RUN`` (a run or a seed group) is ``lobsurf.api.evaluate``: this module maps
+the flags onto its arguments and prints the dict it returns. Heavy imports happen inside
+the functions (``lobsurf --help`` stays fast).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import json
 import sys
 from dataclasses import asdict
 
+from lobsurf.eval.evaluate import WARN_MIN_ROWS
+from lobsurf.sim.fees import announce_fees
 from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
 from lobsurf.errors import UserError
 from lobsurf.progress import add_progress_flag, status
@@ -25,7 +34,7 @@ from lobsurf.progress import add_progress_flag, status
 POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
                "baseline:oracle | baseline:optimal (the exact optimum of the sweep), or baseline:all")
-SPLITS = ("heldout", "all", "random")
+SPLITS = ("heldout", "all", "random", "train")
 #: fee_bps above this is refused: a fee of more than the whole notional of every fill.
 MAX_FEE_BPS = 10_000.0
 #: fee_bps above this (1% of notional per fill, far above any exchange) draws a warning.
@@ -34,8 +43,6 @@ WARN_FEE_BPS = 100.0
 WARN_FEE_TICKS = 10.0
 #: random backtest: warn when the envs x steps visits exceed this many per tradeable row.
 WARN_VISITS_PER_ROW = 10.0
-#: sweeps: warn when fewer rows than this are swept (the metrics' intervals are wide).
-WARN_MIN_ROWS = 1000
 #: characters per column of the walk-forward table
 WALK_FORWARD_COLUMN = 16
 #: config field (or phrase of a config's message) → the flag a user types.
@@ -70,7 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a run's acting policy: argmax E[Q], Thompson + gates, or pi")
     parser.add_argument("--split", choices=SPLITS, default="heldout",
                         help="heldout: every row after the purged time split, once; all: every "
-                             "row once; random: random cursors, --envs x --steps")
+                             "row once; random: random cursors, --envs x --steps; train (a "
+                             "run): every row it trained on, once (in-sample)")
+    parser.add_argument("--checkpoint", default="chosen",
+                        help="a run: what trades: chosen (the policy chosen on validation: the "
+                             "best checkpoint, or hold), last (the newest checkpoint) or a step")
     parser.add_argument("--train-fraction", type=float, default=DEFAULT_TRAIN_FRACTION,
                         help="heldout: share of rows before the cut (as pretraining)")
     parser.add_argument("--horizons", default=horizons,
@@ -88,7 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="random split: steps per environment")
     parser.add_argument("--seed", type=int, default=sim.seed,
                         help="seed of random cursors and the random policy")
-    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
+    parser.add_argument("--device", default="auto",
+                        help="torch device: auto (cuda when available, else cpu, as lobsurf "
+                             "train), cpu, cuda or cuda:N")
     parser.add_argument("--instrument-id", type=int, default=None,
                         help="instrument to trade when the store holds several (lobsurf info)")
     add_progress_flag(parser)
@@ -102,9 +115,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="comma-separated lots of the Buy/Sell actions")
     g.add_argument("--position-limit", type=int, default=sim.position_limit_lots,
                    help="max |position|, lots")
-    g.add_argument("--fee-per-lot", type=float, default=sim.fee_per_lot, help="fee per lot, currency")
-    g.add_argument("--fee-bps", type=float, default=sim.fee_bps,
-                   help=f"fee, basis points of notional (at most {MAX_FEE_BPS:g})")
+    g.add_argument("--fee-per-lot", type=float, default=None,
+                   help="fee per lot, currency (default: the store's fee recorded at ingest, "
+                        "else lobsurf's default in bps of notional; docs/sim_assumptions.md)")
+    g.add_argument("--fee-bps", type=float, default=None,
+                   help=f"fee, basis points of notional (at most {MAX_FEE_BPS:g}; default: as "
+                        "--fee-per-lot; with one of the two given, the other is 0)")
     g.add_argument("--max-episode-steps", type=int, default=sim.max_episode_steps,
                    help="episode length, steps")
     b = parser.add_argument_group("baselines")
@@ -160,7 +176,7 @@ def configs(args: argparse.Namespace):
             raise ValueError(f"horizons_snapshots must be > 0, got {args.horizons}")
     except ValueError as exc:
         raise config_error(exc, FLAGS) from exc
-    if sim.fee_bps > MAX_FEE_BPS:
+    if sim.fee_bps is not None and sim.fee_bps > MAX_FEE_BPS:
         raise UserError(f"--fee-bps {sim.fee_bps:g} is more than the whole notional of a fill; "
                         f"at most {MAX_FEE_BPS:g}")
     return sim, run, sweep, base, horizons
@@ -309,10 +325,11 @@ def run_folder_argument(args: argparse.Namespace):
     from pathlib import Path
 
     from lobsurf.train.run_folder import is_run_folder
+    from lobsurf.train.seeds import is_seed_group
 
     if len(args.policy) == 1 and not args.policy[0].startswith("baseline:"):
         path = Path(args.policy[0])
-        if not is_run_folder(path):
+        if not (is_run_folder(path) or is_seed_group(path)):
             raise UserError(f"{path}: not a lobsurf training run (and not baseline:NAME); "
                             f"{POLICY_HELP}")
         return path
@@ -363,25 +380,24 @@ def run_walk_forward(run_dir, args: argparse.Namespace) -> int:
 
 
 def run_agent(run_dir, args: argparse.Namespace) -> int:
-    """``lobsurf eval RUN``: the run's agent beside every baseline on held-out rows."""
-    from lobsurf.devices import resolve_device
-    from lobsurf.progress import step_progress
-    from lobsurf.train.evaluate import prepare_run_evaluation
+    """``lobsurf eval RUN``: the run's agent (a seed group: each seed's) beside every baseline
+    on held-out rows (``lobsurf.api.evaluate``), as JSON or as tables."""
+    from lobsurf.api import evaluate
+    from lobsurf.train.evaluate import chosen_line
+    from lobsurf.train.evaluate_seeds import print_verdict
 
-    device = resolve_device(args.device)
-    split = "heldout" if args.split == "random" else args.split
-    with status(f"eval: loading {run_dir} and its data", args.progress):
-        plan = prepare_run_evaluation(run_dir, args.store, args.acting_policy, split, device,
-                                      args.envs)
-    if len(plan.rows) < WARN_MIN_ROWS:
-        warn(f"only {len(plan.rows):,} rows to sweep: every metric rests on few trades")
-    with step_progress(plan.steps, "eval", args.progress) as advance:
-        result = plan.run(advance)
+    result = evaluate(run_dir, store=args.store, checkpoint=args.checkpoint,
+                      split="heldout" if args.split == "random" else args.split,
+                      policy=args.acting_policy, device=args.device, envs=args.envs,
+                      progress=args.progress)
     if args.json:
         print(json.dumps(result))
+    elif "seeds" in result:
+        print_verdict(result)
     else:
         print(f"{run_dir}: agent ({args.acting_policy}, {result['settings']['checkpoint']}, "
-              f"{result['settings']['trained_steps']:,} steps trained) beside every baseline")
+              f"{result['settings']['trained_steps'] or 0:,} steps trained) beside every "
+              f"baseline\n{chosen_line(result['chosen'])}")
         print_table(result)
     return 0
 
@@ -392,7 +408,11 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.devices import resolve_device
 
     run_dir = run_folder_argument(args)
+    from lobsurf.train.seeds import is_seed_group
+
     if run_dir is not None and args.walk_forward is not None:
+        if is_seed_group(run_dir):
+            raise UserError(f"--walk-forward runs on one run: give {run_dir}/seed_S")
         return run_walk_forward(run_dir, args)
     if run_dir is not None:
         return run_agent(run_dir, args)
@@ -401,11 +421,18 @@ def run(args: argparse.Namespace) -> int:
                         "baselines")
     if args.store is None:
         raise UserError("--store is required to evaluate baselines")
+    if args.split == "train":
+        raise UserError("--split train sweeps a training run's own training rows; for "
+                        "baselines use --split all or heldout")
     names = parse_policies(args.policy)
     sim, run_cfg, sweep_cfg, base, horizons = configs(args)
     device = resolve_device(args.device)
     with status(f"eval: loading {args.store}", args.progress):
         book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
+    from lobsurf.sim.fees import holding_rows
+
+    sim = announce_fees(sim, book, holding_rows(max(horizons), sim.stride),
+                   "given: --fee-per-lot / --fee-bps", "--fee-per-lot / --fee-bps")
     check_fees(sim, book.tick_size * book.multiplier)
     if args.split == "random":
         result = run_random(book, names, args, sim, run_cfg, base, horizons)

@@ -11,6 +11,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def fee_text(instrument: dict) -> str:
+    """The fees recorded for an instrument of ``summarize``, or what applies without them."""
+    per_lot, bps = instrument.get("fee_per_lot"), instrument.get("fee_bps")
+    if per_lot is None and bps is None:
+        return ("none recorded (training and evaluation charge lobsurf's default in bps of "
+                "notional unless given a fee; docs/sim_assumptions.md)")
+    return f"{per_lot or 0:g} per lot + {bps or 0:g} bps of notional (recorded at ingest)"
+
+
 def print_summary(s: dict) -> None:
     print(f"snapshots    {s['snapshots']:,}")
     print(f"segments     {s['segments']}")
@@ -18,6 +27,7 @@ def print_summary(s: dict) -> None:
         given = "" if i.get("multiplier_known", True) else " (not given)"
         print(f"instrument   {i['symbol']} (id {i['instrument_id']}), tick {i['tick_size']:g} "
               f"{i['currency']}, multiplier {i['multiplier']:g}{given}")
+        print(f"fees         {fee_text(i)}")
     print(f"time range   {s['start']} .. {s['end']}")
     print(f"price range  {s['price_min']} .. {s['price_max']}")
     skipped = ", ".join(f"{k} {v:,}" for k, v in s["skipped"].items() if v) or "none"

@@ -1,4 +1,5 @@
-"""``lobsurf ingest``: build a snapshot store from DBN (MBP-10/MBO) or LOBSTER files."""
+"""``lobsurf ingest``: build a snapshot store from DBN (MBP-10/MBO) or LOBSTER files
+(``lobsurf.api.ingest``, which this module's flags map onto), then print its summary."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Databento instrument-definition DBN file: multiplier, currency, tick")
     p.add_argument("--instrument-id", type=int, default=None,
                    help="keep only this instrument id (default: the first seen in each file)")
+    p.add_argument("--fee-per-lot", type=float, default=None,
+                   help="fee per lot filled, currency, recorded for training and evaluation "
+                        "(default: none recorded; they then charge lobsurf's default fee in "
+                        "bps of notional unless given one: docs/sim_assumptions.md)")
+    p.add_argument("--fee-bps", type=float, default=None,
+                   help="fee in basis points of filled notional, recorded likewise (with one "
+                        "of the two fee flags given, the other is 0)")
     p.add_argument("--chunk-records", type=int, default=cfg.chunk_records,
                    help=f"records processed at a time; bounds memory (default {cfg.chunk_records})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
@@ -38,28 +46,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
     import time
 
-    from lobsurf.data.store.ingest import IngestConfig, ingest, money_warnings, summarize
+    from lobsurf.api import ingest
     from lobsurf.commands.info import print_summary
-    from lobsurf.progress import byte_progress
+    from lobsurf.data.store.ingest import summarize
 
-    cfg = IngestConfig(chunk_records=args.chunk_records, gap_threshold_s=args.gap_seconds,
-                       tick_size=args.tick_size, multiplier=args.multiplier,
-                       currency=args.currency, definitions=args.definitions,
-                       instrument_id=args.instrument_id)
     began = time.perf_counter()
-    with byte_progress(args.progress) as update:
-        manifest = ingest(args.paths, args.out, cfg, fmt=args.format, overwrite=args.overwrite,
-                          progress=update)
-    for line in money_warnings(manifest):
-        print(f"lobsurf ingest: warning: {line}", file=sys.stderr)
-    summary = summarize(manifest)
+    store = ingest(args.paths, args.out, format=args.format, multiplier=args.multiplier,
+                   currency=args.currency, fee_per_lot=args.fee_per_lot, fee_bps=args.fee_bps,
+                   tick_size=args.tick_size, definitions=args.definitions,
+                   instrument_id=args.instrument_id, gap_seconds=args.gap_seconds,
+                   chunk_records=args.chunk_records, overwrite=args.overwrite,
+                   progress=args.progress)
+    summary = summarize(store.manifest)
     if args.json:
         print(json.dumps(summary))
     else:
         seconds = time.perf_counter() - began
-        print(f"wrote {args.out}: {manifest.snapshots:,} snapshots in {seconds:.1f} s")
+        print(f"wrote {args.out}: {store.manifest.snapshots:,} snapshots in {seconds:.1f} s")
         print_summary(summary)
     return 0

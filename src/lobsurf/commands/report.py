@@ -3,6 +3,8 @@ PNG figures: held-out metrics of the agent beside every baseline, equity and dra
 training curves, actions, the position over the mid-price, walk-forward folds, the config.
 
 Works on a run that is still training (it reports what is there and says what is missing).
+On a seed group (``lobsurf train --seeds N``) the page is the verdict over seeds
+(lobsurf.report.seeds).
 ``--tensorboard`` also mirrors metrics.jsonl into RUN/tb/ for ``tensorboard --logdir RUN/tb``.
 """
 
@@ -53,7 +55,18 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     # a bar for the sweep only (a spinner cannot run around a progress bar)
-    report = build_report(run_dir, cfg, partial(_sweep_progress, enabled=args.progress))
+    progress = partial(_sweep_progress, enabled=args.progress)
+    from lobsurf.train.seeds import is_seed_group
+
+    if is_seed_group(run_dir):
+        from lobsurf.report.seeds import build_group_report
+
+        if args.tensorboard or not args.eval:
+            raise UserError("a seed group's page is its held-out verdict: --tensorboard and "
+                            "--no-eval apply to one seed's folder (RUN/seed_S)")
+        report = build_group_report(run_dir, cfg, progress)
+    else:
+        report = build_report(run_dir, cfg, progress)
     for note in report.notes:
         print(f"lobsurf report: note: {note}", file=sys.stderr)
     if args.tensorboard:

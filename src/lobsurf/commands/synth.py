@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"synth: {total:_} snapshots of {cfg.symbol} in {len(paths)} file(s), seed {cfg.seed}, "
           f"edge {cfg.edge}, move_prob {cfg.move_prob}, tick {cfg.tick_size_fixed / 1e9:g}"
           + (f" (preset {args.preset})" if args.preset else ""))
+    # DBN files carry no multiplier and no fee: the ingest that records the market's own
+    bps = f" --fee-bps {cfg.fee_bps:g}" if cfg.fee_bps else ""
+    print(f"next: lobsurf ingest {Path(args.out) / '*.mbp-10.dbn.zst'} --out STORE "
+          f"--multiplier {cfg.multiplier:g} --currency USD --fee-per-lot {cfg.fee_per_lot:g}{bps}")
     others = sorted(set(Path(args.out).glob("*.dbn*")) - set(paths))
     if others:
         # Same-named days were replaced; older files stay and a later glob would mix runs.

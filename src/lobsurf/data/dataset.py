@@ -47,6 +47,8 @@ class BookTensors:
             ``lobsurf.models.feature_table.with_feature_table``, which the training step
             gathers by row instead of computing them per window); None without.
         feature_config: the ``FeatureConfig`` the table holds (None without one).
+        fee_per_lot, fee_bps: the instrument's fees recorded in the store at ingest
+            (currency per lot, bps of notional; lobsurf.sim.fees); None: not recorded.
     """
 
     ts_ns: torch.Tensor
@@ -65,6 +67,8 @@ class BookTensors:
     tick_size_fixed: int
     features: torch.Tensor | None = None
     feature_config: object | None = None
+    fee_per_lot: float | None = None
+    fee_bps: float | None = None
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -224,6 +228,8 @@ def load_book_tensors(
         multiplier=inst.multiplier,
         price_origin_fixed=int(origin),
         tick_size_fixed=int(tick),
+        fee_per_lot=inst.fee_per_lot,
+        fee_bps=inst.fee_bps,
     )
 
 

@@ -35,6 +35,8 @@ from lobsurf.sim.config import SimConfig
 
 #: the split modes of ``eval_split``.
 SPLIT_MODES = ("heldout", "all")
+#: sweeps: warn when fewer rows than this are swept (the metrics' intervals are wide).
+WARN_MIN_ROWS = 1000
 #: share of rows before the cut of the held-out split (as pretraining's default).
 DEFAULT_TRAIN_FRACTION = 0.8
 

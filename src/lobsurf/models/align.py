@@ -4,17 +4,17 @@ cuBLAS's Hopper kernels (and the vectorised Ampere ones) need every operand's ro
 on 16-byte boundaries. Two of the encoder's token-level products have odd widths: the
 in-projection's output (2E + 2N + H = 644 columns at the default shape: 1,288 bytes per bf16
 row) and the input projection's input (66 features: 132 bytes). On them cuBLAS falls back to
-``align2`` kernels, which ran the in-projection at ~1 TB/s on the H200, a fifth of its HBM
-peak (benchmarks/RESULTS.md, ninth session). In fp32 (TF32) the in-projection's rows are
-2,576 bytes, aligned already, so it is left alone there: the multiple is counted in bytes
-of the product's compute dtype (bf16 under autocast).
+``align2`` kernels, several times slower (benchmarks/RESULTS.md, Defaults decided by
+measurement). In fp32 (TF32) the in-projection's rows are 2,576 bytes, aligned already, so
+it is left alone there: the multiple is counted in bytes of the product's compute dtype
+(bf16 under autocast).
 
 The fix changes no parameter and no arithmetic of the kept columns: the weight is padded
 with zero rows (more outputs, dropped by the caller) or zero columns (more inputs, matched
 by zero input columns) inside the forward, so the product's rows are multiples of
-``EncoderConfig.cuda_gemm_align_bytes``. Autograd slices the padding off the weight's
-gradient. The CPU path pads nothing (``device_multiple`` is 1 there), so CPU results, and
-checkpoints, stay as they were; the tests call the helpers with a multiple directly.
+``GEMM_ALIGN_BYTES``. Autograd slices the padding off the weight's gradient. The CPU path
+pads nothing (``device_multiple`` is 1 there), so CPU results, and checkpoints, stay as they
+were; the tests call the helpers with a multiple directly.
 
 The agent's heads use ``linear_aligned`` (both widths padded, the output sliced back): their
 merged product reads [h, agent state], 131 columns at the default shape, and Q's output
@@ -26,20 +26,24 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+#: on CUDA, a product's rows are padded to a multiple of this many bytes in its compute
+#: dtype (cuBLAS's aligned kernels)
+GEMM_ALIGN_BYTES = 16
 
-def elements_per_alignment(dtype: torch.dtype, align_bytes: int) -> int:
+
+def elements_per_alignment(dtype: torch.dtype, align_bytes: int = GEMM_ALIGN_BYTES) -> int:
     """Elements of ``dtype`` in ``align_bytes`` (at least 1): 8 for bf16 at 16 bytes, 4 for
     fp32."""
     return max(1, align_bytes // dtype.itemsize)
 
 
-def device_multiple(x: torch.Tensor, align_bytes: int) -> int:
+def device_multiple(x: torch.Tensor) -> int:
     """The width multiple (in elements) to pad ``x``'s products to: on CUDA the elements of
-    the compute dtype (autocast's when it is on) in ``align_bytes``; 1 elsewhere."""
+    the compute dtype (autocast's when it is on) in ``GEMM_ALIGN_BYTES``; 1 elsewhere."""
     if not x.is_cuda:
         return 1
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
-    return elements_per_alignment(dtype, align_bytes)
+    return elements_per_alignment(dtype)
 
 
 def _round_up(n: int, multiple: int) -> int:

@@ -35,14 +35,12 @@ def lecun_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 def elapsed_time(log_dt: torch.Tensor, cfg: EncoderConfig,
-                 time_scale: torch.Tensor | float | None = None) -> torch.Tensor:
-    """Scaled, clamped gap t = min(scale * exp(log_dt), cfc_max_time). [B, K] -> [B, K].
+                 time_scale: torch.Tensor | float) -> torch.Tensor:
+    """Scaled, clamped gap t = min(time_scale * exp(log_dt), cfc_max_time). [B, K] -> [B, K].
 
-    ``scale`` is ``time_scale`` when given (the encoder's fitted buffer), else
-    ``cfg.cfc_time_scale``.
+    ``time_scale``: the encoder's fitted gap scale (``typical_gap_scale``, a 0-d buffer).
     """
-    scale = cfg.cfc_time_scale if time_scale is None else time_scale
-    return (torch.exp(log_dt) * scale).clamp(max=cfg.cfc_max_time)
+    return (torch.exp(log_dt) * time_scale).clamp(max=cfg.cfc_max_time)
 
 
 def typical_gap_scale(log_dt: torch.Tensor) -> torch.Tensor:

@@ -4,11 +4,12 @@
 
 Blocks are Mamba2 (``mamba2.py``, chunked SSD) or CfC (``cfc.py``, closed-form
 continuous-time cells that read the gap between snapshots), chosen by ``EncoderConfig.kind``.
-Mamba2 treats the window as evenly spaced steps and ignores ``log_dt`` unless
-``append_log_dt`` feeds it in as a feature; CfC always uses it as the elapsed time.
+Mamba2 treats the window as evenly spaced steps (the features hold the log time since the
+previous snapshot); CfC also uses ``log_dt`` as the elapsed time of its gate.
 
 ``forward(..., return_sequence=False)`` is the cheap path when only the last embedding is
 used (the RL heads): the last Mamba2 layer then computes its final state and one output row.
+``use_kernels_`` chooses the Triton kernels or the PyTorch path for the whole stack.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 from lobsurf.models.align import device_multiple, linear_padded_in
 from lobsurf.models.cfc import CfCBlock, elapsed_time, typical_gap_scale
 from lobsurf.models.config import EncoderConfig
+from lobsurf.models.kernels.triton_support import use_kernels_
 from lobsurf.models.mamba2 import Mamba2Block, rms_norm
 
 __all__ = ["Encoder", "EncoderConfig", "EncoderOutput"]
@@ -46,14 +48,19 @@ class Encoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.in_features = in_features
-        extra = 1 if cfg.append_log_dt else 0
-        self.input_proj = nn.Linear(in_features + extra, cfg.d_model)
+        self.input_proj = nn.Linear(in_features, cfg.d_model)
         block = Mamba2Block if cfg.kind == "mamba2" else CfCBlock
         self.blocks = nn.ModuleList(block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        # CfC: gap scale, 0-d, starts at cfg.cfc_time_scale; fit_time_scale_ sets it from
-        # training data. A buffer, so checkpoints carry it and graphs read it in place.
-        self.register_buffer("time_scale", torch.tensor(float(cfg.cfc_time_scale)))
+        # CfC: gap scale, 0-d, starts at 1; fit_time_scale_ sets it from training data. A
+        # buffer, so checkpoints carry it and graphs read it in place.
+        self.register_buffer("time_scale", torch.tensor(1.0))
+
+    def use_kernels_(self, mode: str) -> Encoder:
+        """Every block's ``kernels`` mode (``Mamba2Mixer.kernels``): "auto" (the default)
+        the Triton kernels on CUDA, "off" the PyTorch path everywhere, "on" the kernels
+        wherever Triton runs (on the CPU under its interpreter). Returns self."""
+        return use_kernels_(self, mode)
 
     @torch.no_grad()
     def fit_time_scale_(self, log_dt: torch.Tensor) -> Encoder:
@@ -75,11 +82,9 @@ class Encoder(nn.Module):
         Returns:
             EncoderOutput(last [B, D], sequence [B, K, D] or None).
         """
-        if self.cfg.append_log_dt:
-            x = torch.cat([x, log_dt.unsqueeze(-1).to(x.dtype)], dim=-1)
         # [B, K, D]; the feature axis padded to an aligned width on CUDA (models/align.py)
         h = linear_padded_in(x, self.input_proj.weight, self.input_proj.bias,
-                             device_multiple(x, self.cfg.cuda_gemm_align_bytes))
+                             device_multiple(x))
         if self.cfg.kind == "cfc":
             t = elapsed_time(log_dt, self.cfg, self.time_scale)  # [B, K]
             for blk in self.blocks:

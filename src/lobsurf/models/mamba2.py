@@ -17,23 +17,18 @@ and ``step`` for one token with a preallocated ``Mamba2State`` updated in place 
 recurrent acting path and the step-by-step reference that tests compare against).
 The causal convolution is written as W shifted multiply-adds on the channel-last layout,
 so no [B, L, C] <-> [B, C, L] transposes are needed and torch.compile fuses it.
-``EncoderConfig.ssd_backend`` / ``conv_backend`` swap the scan and the conv (its backward)
-of the stateless window call for Triton kernels: by default ("auto") on CUDA the one-chunk
-scan (``ssd_window_triton.py``), the conv's forward kernel (``conv_triton.py``) and, in
-forwards that record gradients, z projected apart and the conv + dt softplus with one
-backward kernel that writes their in-projection gradient (``conv_dt_triton.py``; with
-``one_in_projection`` z's columns too, the in-projection one product); "triton"
-selects older opt-in kernels. ``scan_gate`` (on by default on CUDA) has the one-chunk scan
-kernel of the forwards without autograd apply the gated norm's gate and weight and write
-each row's sums of squares, the norm's 1 / rms applied after the out-projection
-(``Mamba2Mixer._gated_scan_out``), and on every row (the layers before the last)
-``scan_z_proj`` (on by default on CUDA) has that kernel compute z = u W_z^T itself, so the
-in-projection writes only x, B, C and dt; ``scan_last_row = "vector"`` (the default) computes
-the last layer's last row alone as vectors over the rows (``ssd_last_row_triton.py``).
-``fold_norm_weights`` (the default) applies the two RMSNorm weights inside the products after
-them (W_in diag(w), W_out diag(w)): the same function, whose backward then takes the
-weights' gradients from the products' weight gradients. The PyTorch code here stays the CPU
-path and the reference.
+
+The window call applies the two RMSNorm weights inside the products after them (W_in
+diag(w), W_out diag(w)): the same function, whose backward takes the weights' gradients
+from the products' weight gradients instead of a sum over every row. On CUDA
+(``Mamba2Mixer.kernels``) the stateless window call runs Triton kernels
+(``lobsurf.models.kernels``): the one-chunk scan; under autograd z projected apart and the
+conv + dt softplus with one backward kernel that writes their in-projection gradient;
+without autograd the conv's forward kernel, and the scan kernel also applies the gated
+norm's gate and weight (its 1 / rms after the out-projection, ``_gated_scan_out``) and, on
+every row, computes z = u W_z^T itself; the last layer's last row alone as vectors over
+the rows. The PyTorch code here stays the CPU path and the reference (``kernels = "off"``).
+Figures: benchmarks/RESULTS.md, Defaults decided by measurement.
 """
 
 from __future__ import annotations
@@ -46,10 +41,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from lobsurf.models.align import device_multiple, linear_padded_out
-from lobsurf.models.config import CONV_AUTO_ON_CUDA, EncoderConfig
-from lobsurf.models.kernels import conv_dt_triton, conv_triton, ssd_triton, ssd_window_triton
-from lobsurf.models.kernels.triton_support import use_kernel
+from lobsurf.models.config import EncoderConfig
+from lobsurf.models.kernels import conv_dt_triton, conv_triton, ssd_window_triton
+from lobsurf.models.kernels.triton_support import KernelMode, kernel_runs
 from lobsurf.models.ssd import ssd_chunked, ssd_final_state, ssd_step
+
+#: floor of the sampled initial dt before its softplus is inverted for dt_bias (Mamba2's init)
+DT_INIT_FLOOR = 1e-4
 
 
 @dataclass
@@ -79,46 +77,42 @@ def rms_norm(norm: nn.RMSNorm, h: torch.Tensor, weighted: bool = True) -> torch.
     """``norm(h)`` with the weight cast to h's dtype, so bf16 inputs (autocast) keep the fused
     kernel instead of the mixed-dtype fallback; identical for fp32/fp64 inputs. With
     ``weighted`` False the normalised rows alone (the weight then goes into the next
-    product: ``EncoderConfig.fold_norm_weights``)."""
+    product: ``Mamba2Block.forward``)."""
     weight = norm.weight.to(h.dtype) if weighted else None
     return F.rms_norm(h, norm.normalized_shape, weight, norm.eps)
 
 
-def _backend_is_triton(choice: str, t: torch.Tensor, supported: bool) -> bool:
-    # "triton" is opt-in and insists (saying why it cannot run); "torch" never uses kernels.
-    if choice == "torch":
-        return False
-    if not (supported and t.is_cuda):
-        raise RuntimeError("a 'triton' backend needs Triton, CUDA tensors and sizes the kernel "
-                           "supports (power-of-two headdim, d_state, chunk_size >= 16)")
-    return True
-
-
 def _split_padded(proj: torch.Tensor, sizes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     """``proj``'s leading columns split into pieces of ``sizes``; columns past them (an
-    aligned product's padding: ``in_proj_pad_multiple``, models/align.py) are split off as a
-    last piece and dropped, not sliced off first, so the backward's zero columns can be
-    written where the pieces' gradients are assembled: in Inductor's compiled backward the
-    slice's was a pass of its own over the [B, L, width] gradient (a 644 -> 648 column copy,
-    ~85 MB each way at B = 1024 in bf16; benchmarks/RESULTS.md, tenth session)."""
+    aligned product's padding, models/align.py) are split off as a last piece and dropped,
+    not sliced off first, so the backward's zero columns can be written where the pieces'
+    gradients are assembled: in Inductor's compiled backward the slice's was a pass of its
+    own over the [B, L, width] gradient."""
     pad = proj.shape[-1] - sum(sizes)
     return torch.split(proj, sizes + ((pad,) if pad else ()), dim=-1)[:len(sizes)]
 
 
 class Mamba2Mixer(nn.Module):
-    """The Mamba2 mixer (without the residual and pre-norm); see the module docstring."""
+    """The Mamba2 mixer (without the residual and pre-norm); see the module docstring.
+
+    Attributes:
+        kernels: which path the stateless window call takes: "auto" (the default) the
+            Triton kernels on CUDA, "off" the PyTorch path, "on" the kernels wherever
+            Triton runs (``lobsurf.models.kernels.triton_support``). A runtime choice, not
+            saved with the parameters; ``Encoder.use_kernels_`` sets it for a network.
+    """
 
     def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
         D, E, N, H, W = cfg.d_model, cfg.d_inner, cfg.d_state, cfg.n_heads, cfg.d_conv
         self.cfg = cfg
+        self.kernels: KernelMode = "auto"
         self.conv_channels = E + 2 * N
-        # Order: [z (E), x (E), B (N), C (N), dt (H), unused padding]; x, B, C are contiguous
-        # (= xBC, the conv input). The padding rows only round the GEMM width up.
+        # Order: [z (E), x (E), B (N), C (N), dt (H)]; x, B, C are contiguous (= xBC, the
+        # conv input). On CUDA the product's output is padded at use (models/align.py).
         self.split_sizes = (E, self.conv_channels, H)
         self.proj_width = 2 * E + 2 * N + H
-        padded = -(-self.proj_width // cfg.in_proj_pad_multiple) * cfg.in_proj_pad_multiple
-        self.in_proj = nn.Linear(D, padded, bias=False)
+        self.in_proj = nn.Linear(D, self.proj_width, bias=False)
         # Depthwise causal conv: tap k multiplies the input at t - (W-1) + k (like nn.Conv1d
         # with padding W-1, groups=channels, weight [C, 1, W] stored here as [W, C]).
         bound = 1.0 / math.sqrt(W)  # nn.Conv1d default init, fan_in = W
@@ -126,7 +120,7 @@ class Mamba2Mixer(nn.Module):
         self.conv_bias = nn.Parameter(torch.empty(self.conv_channels).uniform_(-bound, bound))
         # dt bias: inverse softplus of dt ~ log-uniform[dt_min, dt_max] (Mamba2 init).
         log_dt = torch.rand(H) * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min)
-        dt = torch.exp(log_dt).clamp(min=cfg.dt_init_floor)
+        dt = torch.exp(log_dt).clamp(min=DT_INIT_FLOOR)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
         self.A_log = nn.Parameter(torch.log(torch.empty(H).uniform_(cfg.a_init_min, cfg.a_init_max)))
         self.D = nn.Parameter(torch.ones(H))
@@ -150,15 +144,11 @@ class Mamba2Mixer(nn.Module):
         # Weights in the activation dtype: under bf16 autocast the conv output (and so the
         # SSD input) stays bf16 instead of being promoted to fp32 by the fp32 parameters.
         weight, bias = self.conv_weight.to(xbc.dtype), self.conv_bias.to(xbc.dtype)
-        if (context is None and self.cfg.conv_backend == "triton"
-                and _backend_is_triton("triton", xbc, conv_triton.supported())):
-            # Fused kernel; no context is asked for when no state is carried.
+        if context is None and self._runs(xbc, not torch.is_grad_enabled(),
+                                          conv_triton.supports(W)):
+            # the forward kernel, forwards without autograd (with it: conv_dt); no context
+            # is asked for when no state is carried
             return conv_triton.conv_silu(xbc, weight, bias), None
-        dpre = None if context is not None else self._dpre_path(xbc)
-        if dpre is not None:
-            # the backward's d pre and weight sums in one kernel; the forward PyTorch's or
-            # the forward kernel (which alone serves forwards without gradients)
-            return dpre(xbc, weight, bias), None
         if context is None:
             padded = F.pad(xbc, (0, 0, W - 1, 0))
         else:
@@ -166,77 +156,23 @@ class Mamba2Mixer(nn.Module):
         # activations [B, L, C]; new context [B, W-1, C]
         return conv_triton.torch_conv_silu(padded, weight, bias, L), padded[:, L:]
 
-    def _conv_choice(self) -> tuple[str, str, str]:
-        # conv_backend as set, the kernel pair it names ("auto": CONV_AUTO_ON_CUDA), and how
-        # use_kernel takes it ("auto" falls back off CUDA, "triton" insists)
-        choice = self.cfg.conv_backend
-        if choice == "auto":
-            return choice, CONV_AUTO_ON_CUDA, "auto"
-        return choice, choice, "triton"
-
-    def _dpre_path(self, xbc: torch.Tensor):
-        # conv_backend "triton_dpre" / "triton_fwd" insist; "auto" takes CONV_AUTO_ON_CUDA
-        # on CUDA. "triton_dpre" keeps PyTorch's forward, so under "auto" it serves only
-        # forwards that record gradients (without them it is the same code as "torch").
-        choice, resolved, insist = self._conv_choice()
-        if resolved not in ("triton_dpre", "triton_fwd", "triton_dx"):
-            return None
-        # "triton_dx" reaches here without autograd (or with a conv wider than its kernel)
-        kernel_forward = resolved != "triton_dpre"
-        use = use_kernel(
-            insist, "conv_backend", xbc,
-            kernel_forward or choice != "auto" or torch.is_grad_enabled(),
-            self.cfg.d_conv <= conv_triton.DPRE_MAX_WIDTH,
-            f"d_conv <= {conv_triton.DPRE_MAX_WIDTH}", f"d_conv {self.cfg.d_conv}",
-            choice_name=choice)
-        if not use:
-            return None
-        return conv_triton.conv_silu_fwd_dpre if kernel_forward else conv_triton.conv_silu_dpre
+    def _runs(self, x: torch.Tensor, wanted: bool, shape_ok: bool) -> bool:
+        # whether a kernel runs on x in this mixer's ``kernels`` mode (triton_support)
+        return kernel_runs(self.kernels, x, wanted, shape_ok)
 
     def _conv_dt(self, u: torch.Tensor) -> bool:
-        # conv_backend "triton_dx" ("auto" where CONV_AUTO_ON_CUDA names it, on CUDA): a
-        # forward with autograd takes the conv and dt softplus through conv_dt_triton
-        choice, resolved, insist = self._conv_choice()
-        if resolved != "triton_dx":
-            return False
-        return use_kernel(
-            insist, "conv_backend", u,
-            torch.is_grad_enabled(), conv_dt_triton.supports(self.cfg.d_conv),
-            f"d_conv <= {conv_dt_triton.MAX_WIDTH}", f"d_conv {self.cfg.d_conv}",
-            choice_name=choice)
+        # a stateless forward with autograd takes the conv and dt softplus through conv_dt
+        return self._runs(u, torch.is_grad_enabled(), conv_dt_triton.supports(self.cfg.d_conv))
 
     def _split_proj(self, proj: torch.Tensor):
         # [..., padded width] -> z [..., E], xBC [..., E+2N], dt [..., H] (padding dropped).
         return _split_padded(proj, self.split_sizes)
 
-    def _use_triton(self, xbc: torch.Tensor, state: Mamba2State | None) -> bool:
-        # The fused kernels cover the training call (no initial state) on CUDA tensors.
+    def _window_kernel(self, x: torch.Tensor, state: Mamba2State | None) -> bool:
+        # the one-chunk scan kernels: the stateless window call of at most chunk_size rows
         cfg = self.cfg
-        if cfg.ssd_backend != "triton":
-            return False
-        ok = ssd_triton.supports(cfg.n_heads, cfg.headdim, cfg.d_state, cfg.chunk_size)
-        return state is None and _backend_is_triton(cfg.ssd_backend, xbc, ok)
-
-    def _use_window_kernel(self, xbc: torch.Tensor, state: Mamba2State | None) -> bool:
-        # The one-chunk kernels (ssd_backend "triton_window" insists, "auto" on CUDA) cover
-        # the stateless window call of at most chunk_size snapshots.
-        cfg = self.cfg
-        if cfg.ssd_backend not in ("triton_window", "auto") or state is not None:
-            return False
-        choice = "triton" if cfg.ssd_backend == "triton_window" else "auto"
-        return use_kernel(
-            choice, "ssd_backend", xbc, True,
-            ssd_window_triton.supports(cfg.headdim, cfg.d_state, xbc.shape[1], cfg.chunk_size),
-            "power-of-two headdim and d_state >= 16 and a window of at most chunk_size",
-            f"headdim {cfg.headdim}, d_state {cfg.d_state}, window {xbc.shape[1]}, "
-            f"chunk_size {cfg.chunk_size}", choice_name="triton_window")
-
-    def _triton_scan(self, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-        cfg = self.cfg
-        # contiguous() is a no-op for the usual layouts; the kernels need unit inner strides.
-        return ssd_triton.ssd_scan(xbc.contiguous(), dt.contiguous(), A, cfg.headdim,
-                                   cfg.d_state, cfg.chunk_size, cfg.ssd_triton_warps_fwd,
-                                   cfg.ssd_triton_warps_bwd)
+        return self._runs(x, state is None, ssd_window_triton.supports(
+            cfg.headdim, cfg.d_state, x.shape[1], cfg.chunk_size))
 
     def _split_xbc(self, xbc: torch.Tensor):
         E, N = self.cfg.d_inner, self.cfg.d_state
@@ -252,32 +188,22 @@ class Mamba2Mixer(nn.Module):
                 the state after the last token (so ``step`` can continue from it).
             last_only: compute the output of the last position only (z gate, norm and
                 out_proj on one row; on the PyTorch scan the SSD goes through its final
-                state, no Q x Q scores; the one-chunk kernel stores the last row only; the
-                multi-chunk Triton scan writes all rows, one is used).
+                state, no Q x Q scores; the kernels compute the last row alone).
             in_scale: [D], the pre-norm's weight when u is the normalised rows without it
-                (``EncoderConfig.fold_norm_weights``): the in-projection then takes
-                W diag(in_scale), the same product; None when u carries it.
+                (``Mamba2Block.forward``): the in-projection then takes W diag(in_scale),
+                the same product; None when u carries it.
 
         Returns:
             [B, L, D], or [B, D] when ``last_only``.
         """
         cfg = self.cfg
         E = cfg.d_inner
-        align = device_multiple(u, cfg.cuda_gemm_align_bytes)  # aligned GEMM widths (align.py)
+        align = device_multiple(u)  # aligned GEMM widths (align.py)
         w_in = self.in_proj.weight if in_scale is None else self.in_proj.weight * in_scale
         conv_dt = state is None and self._conv_dt(u)
         z_in_scan = state is None and not (last_only or conv_dt) and self._scan_z_proj(u)
-        if conv_dt and not last_only and cfg.one_in_projection:
-            # one product for z, xBC and dt, each way: conv_dt's backward kernel writes the
-            # z columns' gradient beside its own (conv_dt_triton.conv_dt_z)
-            proj = linear_padded_out(u, w_in, align)
-            z, xbc, dt = conv_dt_triton.conv_dt_z(
-                proj, self.conv_weight.to(proj.dtype), self.conv_bias.to(proj.dtype),
-                self.dt_bias, E, self.conv_channels, cfg.n_heads)
-            new_context = None
-        else:
-            z, xbc, dt, new_context = self._project_apart(u, w_in, align, state, last_only,
-                                                          conv_dt, z_in_scan)
+        z, xbc, dt, new_context = self._project(u, w_in, align, state, last_only, conv_dt,
+                                                z_in_scan)
         if z_in_scan:
             return self._gated_scan_out(xbc, dt, None, False, u, w_in[:E])
         if state is None and self._scan_gate(xbc):
@@ -286,28 +212,24 @@ class Mamba2Mixer(nn.Module):
         if state is not None:
             state.conv_state.copy_(new_context)
             state.ssm_state.copy_(final)
-        if cfg.fold_norm_weights:
-            # the norm's weight in the out-projection's columns: the same product, and its
-            # gradient comes from the product's weight gradient, not from a column sum
-            return F.linear(gated_rms_norm(y, z, None, cfg.norm_eps),
-                            self.out_proj.weight * self.norm_weight)
-        return self.out_proj(gated_rms_norm(y, z, self.norm_weight, cfg.norm_eps))
+        # the norm's weight in the out-projection's columns: the same product, and its
+        # gradient comes from the product's weight gradient, not from a column sum
+        return F.linear(gated_rms_norm(y, z, None, cfg.norm_eps),
+                        self.out_proj.weight * self.norm_weight)
 
-    def _project_apart(self, u: torch.Tensor, w_in: torch.Tensor, align: int,
-                       state: Mamba2State | None, last_only: bool, conv_dt: bool,
-                       z_in_scan: bool) -> tuple[torch.Tensor | None, ...]:
+    def _project(self, u: torch.Tensor, w_in: torch.Tensor, align: int,
+                 state: Mamba2State | None, last_only: bool, conv_dt: bool,
+                 z_in_scan: bool) -> tuple[torch.Tensor | None, ...]:
         # (z, the conv's output xBC, dt after its softplus, the conv's new context or None)
-        # where the in-projection is not one product through conv_dt_z
         cfg = self.cfg
         E = cfg.d_inner
         if last_only or conv_dt or z_in_scan:
             # z by a product of its own: for one row only when that is all that is needed;
-            # on the conv_dt path without ``one_in_projection``, so that its gradient and the
-            # one conv_dt writes for the other columns never meet in one [rows, 648] tensor
-            # (conv_dt_triton.py); not at all when the scan kernel computes it (scan_z_proj,
-            # only without autograd)
+            # on the conv_dt path, so that its gradient and the one conv_dt writes for the
+            # other columns never meet in one [rows, 648] tensor (conv_dt_triton.py); not at
+            # all when the scan kernel computes it (only without autograd)
             z = None if z_in_scan else F.linear(u[:, -1] if last_only else u, w_in[:E])
-            xbc_dt = linear_padded_out(u, w_in[E:self.proj_width], align)
+            xbc_dt = linear_padded_out(u, w_in[E:], align)
         if conv_dt:
             xbc, dt = conv_dt_triton.conv_dt(
                 xbc_dt, self.conv_weight.to(xbc_dt.dtype), self.conv_bias.to(xbc_dt.dtype),
@@ -320,45 +242,30 @@ class Mamba2Mixer(nn.Module):
         xbc, new_context = self._conv(xbc, None if state is None else state.conv_state)
         return z, xbc, F.softplus(dt + self.dt_bias), new_context  # dt [B, L, H]
 
-    def _scan_gate(self, xbc: torch.Tensor) -> bool:
-        # scan_gate: a stateless forward without autograd where the one-chunk scan kernel
-        # runs takes the gate in the kernel (``_gated_scan_out``)
-        cfg = self.cfg
-        return use_kernel(
-            cfg.scan_gate, "scan_gate", xbc,
-            not torch.is_grad_enabled() and self._use_window_kernel(xbc, None), True,
-            "the one-chunk scan kernel", "", choice_name="triton")
+    def _scan_gate(self, x: torch.Tensor) -> bool:
+        # a stateless forward without autograd where the one-chunk scan kernel runs takes
+        # the gated norm's gate in that kernel (``_gated_scan_out``)
+        return not torch.is_grad_enabled() and self._window_kernel(x, None)
 
     def _scan_z_proj(self, u: torch.Tensor) -> bool:
-        # scan_z_proj: where the gate runs in the scan kernel on every row, z computed there
-        cfg = self.cfg
-        return self._scan_gate(u) and use_kernel(
-            cfg.scan_z_proj, "scan_z_proj", u, True,
-            ssd_window_triton.z_projection_supported(cfg.d_model),
-            "a power-of-two d_model >= 16", f"d_model {cfg.d_model}", choice_name="triton")
-
-    def _vector_last(self, last_only: bool) -> bool:
-        # scan_last_row: the one-chunk scan's last-row forward as vectors over the rows
-        return last_only and self.cfg.scan_last_row == "vector"
+        # where the gate runs in the scan kernel on every row, z is computed there too
+        return self._scan_gate(u) and ssd_window_triton.z_projection_supported(self.cfg.d_model)
 
     def _gated_scan_out(self, xbc: torch.Tensor, dt: torch.Tensor, z: torch.Tensor | None,
                         last_only: bool, u: torch.Tensor | None = None,
                         w_z: torch.Tensor | None = None) -> torch.Tensor:
         # out_proj(RMSNorm(y SiLU(z)) w) as rstd * out_proj(g w): the scan kernel writes g w
         # and each row's per-head sum of g^2; the per-row 1 / rms commutes with the product.
-        # With u and w_z (scan_z_proj) and no z, the kernel computes z = u w_z^T itself.
+        # With u and w_z and no z, the kernel computes z = u w_z^T itself.
         cfg = self.cfg
         A = -torch.exp(self.A_log.float())
-        vector = self._vector_last(last_only)
         if z is None:
             g, ss = ssd_window_triton.ssd_window_gated_projected(
-                xbc, dt, A, self.D, u, w_z.to(u.dtype),
-                self.norm_weight, cfg.headdim, cfg.d_state, cfg.ssd_window_warps_fwd)
+                xbc, dt, A, self.D, u, w_z.to(u.dtype), self.norm_weight, cfg.headdim,
+                cfg.d_state)
         else:
             g, ss = ssd_window_triton.ssd_window_gated(
-                xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state,
-                cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd,
-                last_only, vector)
+                xbc, dt, A, self.D, z, self.norm_weight, cfg.headdim, cfg.d_state, last_only)
         out = self.out_proj(g)
         rstd = torch.rsqrt(ss.sum(-1, keepdim=True) / cfg.d_inner + cfg.norm_eps)
         return (out.float() * rstd).to(out.dtype)
@@ -375,20 +282,9 @@ class Mamba2Mixer(nn.Module):
         A = -torch.exp(self.A_log.float())  # [H]
         xh = x.reshape(batch, length, H, P)
         init = None if state is None else state.ssm_state
-        if self._use_triton(xbc, state):
-            # Fused scan over the whole window, reading x, B, C from xbc in place.
-            y = self._triton_scan(xbc, dt, A).view(batch, length, H, P)
-            if last_only:  # the kernel writes every row; only the last one goes on
-                y = (y[:, -1] + xh[:, -1] * self.D[:, None]).reshape(batch, E)
-            else:
-                y = (y + xh * self.D[:, None]).reshape(batch, length, E)
-        elif self._use_window_kernel(xbc, state):
+        if self._window_kernel(xbc, state):
             # [x | B | C] read in place; the kernel adds D x itself
-            warps_bwd = cfg.ssd_window_warps_bwd_last if last_only else cfg.ssd_window_warps_bwd
-            vector = self._vector_last(last_only)
-            warps_fwd = cfg.ssd_window_warps_fwd_last if vector else cfg.ssd_window_warps_fwd
-            y = ssd_window_triton.ssd_window(xbc, dt, A, self.D, P, cfg.d_state, warps_fwd,
-                                             warps_bwd, last_only, vector)
+            y = ssd_window_triton.ssd_window(xbc, dt, A, self.D, P, cfg.d_state, last_only)
         elif last_only:
             final = ssd_final_state(xh, dt, A, B, cfg.chunk_size, init)  # [B, H, P, N]
             y = (final.to(C.dtype) @ C[:, -1, None, :, None]).squeeze(-1)  # [B, H, P]
@@ -433,14 +329,11 @@ class Mamba2Block(nn.Module):
     def forward(self, h: torch.Tensor, state: Mamba2State | None = None,
                 last_only: bool = False) -> torch.Tensor:
         """h: [B, L, D] -> [B, L, D] (or [B, D] when ``last_only``); see Mamba2Mixer.forward."""
-        if self.mixer.cfg.fold_norm_weights:
-            # the pre-norm's weight goes into the in-projection (Mamba2Mixer.forward); by
-            # keyword, as module hooks (the FLOP counter's) that watch a call's positional
-            # tensors cannot take a leaf parameter under autograd.grad
-            mixed = self.mixer(rms_norm(self.norm, h, weighted=False), state, last_only,
-                               in_scale=self.norm.weight)
-        else:
-            mixed = self.mixer(rms_norm(self.norm, h), state, last_only)
+        # the pre-norm's weight goes into the in-projection (Mamba2Mixer.forward); by
+        # keyword, as module hooks (the FLOP counter's) that watch a call's positional
+        # tensors cannot take a leaf parameter under autograd.grad
+        mixed = self.mixer(rms_norm(self.norm, h, weighted=False), state, last_only,
+                           in_scale=self.norm.weight)
         return (h[:, -1] if last_only else h) + mixed
 
     def step(self, h: torch.Tensor, state: Mamba2State) -> torch.Tensor:

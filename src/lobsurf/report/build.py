@@ -4,12 +4,15 @@ The page, top to bottom: what is missing (a run still training), the held-out me
 (agent and every baseline, with the bootstrap interval of PnL per trade and each policy's
 capture of the exact optimum), the equity and drawdown curves, the action distribution, the
 agent's position over a sample of the held-out period, the training curves from
-metrics.jsonl, the walk-forward folds (when ``lobsurf eval RUN --walk-forward K`` has run),
-and the run's config and data summary.
+metrics.jsonl, validation and the model choice (training beside validation win rate, the
+chosen policy and why), the walk-forward folds (when ``lobsurf eval RUN --walk-forward K``
+has run), and the run's config and data summary.
 
-The held-out part sweeps the newest checkpoint once (``lobsurf.train.evaluate``, the same
-sweep as ``lobsurf eval RUN``) and keeps its per-step records for the plots; its result is
-written beside the page as heldout.json.
+The held-out part sweeps the run's chosen policy once (``lobsurf.train.evaluate``, the same
+sweep as ``lobsurf eval RUN``: the checkpoint chosen on validation, hold when none beat it,
+the last checkpoint without validation) and keeps its per-step records for the plots; its
+result is written beside the page as heldout.json. A seed group (``lobsurf train --seeds
+N``) gets the verdict page of ``lobsurf.report.seeds`` instead.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class ReportConfig:
     sample_steps: int = 400
     """held-out steps in the position-over-mid-price figure."""
     evaluate: bool = True
-    """sweep the newest checkpoint (False: training curves only)."""
+    """sweep the chosen policy (False: training curves only)."""
 
     def __post_init__(self) -> None:
         if self.num_envs < 1 or self.sample_steps < 1:
@@ -85,8 +88,8 @@ def _mid_price(book, rows) -> np.ndarray:
 
 def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
              sweep_progress: Callable[[int], Any]) -> list[str]:
-    """Sweep the newest checkpoint; its sections (table, equity, actions, position)."""
-    from lobsurf.train.evaluate import prepare_run_evaluation
+    """Sweep the chosen policy; its sections (table, equity, actions, position)."""
+    from lobsurf.train.evaluate import chosen_line, prepare_run_evaluation
 
     plan = prepare_run_evaluation(data.run_dir, cfg.store, cfg.policy, "heldout", cfg.device,
                                   cfg.num_envs)
@@ -99,7 +102,8 @@ def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
     intro = paragraph(
         f"{split['rows']:,} rows of {where} ({split['mode']} split, {split['ranges']} "
         f"contiguous range(s)), swept once by every policy; agent = {settings['checkpoint']} "
-        f"({settings['trained_steps']:,} steps trained, {settings['policy']} acting). "
+        f"({settings['trained_steps'] or 0:,} steps trained, {settings['policy']} acting; "
+        f"{chosen_line(result['chosen'])}). "
         "pnl_per_trade_ci: percentile bootstrap interval of the mean PnL per trade. capture: "
         "net PnL as a share of baseline optimal, the exact best attainable on these rows "
         "(dynamic programming over the position; it reads the future, as does oracle).")
@@ -121,6 +125,27 @@ def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
             "Fills are marked at the mid of the fill row (decision row + latency); the "
             "position is the agent's after each step."))),
     ]
+
+
+def _validation(data: RunData, out: Path, report: Report) -> str:
+    """Training beside validation, and the chosen policy with its reason."""
+    from lobsurf.train.choice import NO_EDGE
+
+    fig = figures.validation_figure(data, out / "validation.png")
+    report.figures.append(fig)
+    chosen = data.chosen
+    if chosen is None:
+        what = "no policy chosen yet"
+    elif chosen["policy"] == "hold":
+        what = f"chosen policy: hold ({NO_EDGE}): {chosen['reason']}"
+    else:
+        what = f"chosen policy: the checkpoint of step {chosen['step']:,}, which {chosen['reason']}"
+    text = paragraph(
+        f"{len(data.validations)} validations: the greedy agent (what lobsurf eval trades) "
+        "swept over the purged validation slice at the end of the training rows, and over as "
+        "many of the simulator's last training rows. A training win rate far above the "
+        "validation one is memorised, not learned. " + what + ".")
+    return section("Validation and model choice", image(fig, "training vs validation"), text)
 
 
 def _walk_forward(summary: dict[str, Any], out: Path, report: Report) -> str:
@@ -185,6 +210,8 @@ def build_report(run_dir: Path, cfg: ReportConfig = ReportConfig(),
         body.append(section("Training curves", image(train_fig, "training curves"), paragraph(
             f"{len(data.metrics)} log records up to step {data.metrics[-1]['step']:,}; each "
             "point is the mean over one log interval (docs/metrics.md).", "caption")))
+        if data.validations:
+            body.append(_validation(data, out, report))
         if report.heldout is None:  # the action panel still has the training half
             actions = figures.actions_figure(data, None, _order_sizes(data), out / "actions.png")
             report.figures.append(actions)

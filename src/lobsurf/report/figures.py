@@ -1,7 +1,8 @@
 """The report's PNG figures (matplotlib, Agg backend: no display needed).
 
 Each function draws one figure from plain arrays or records and writes it to ``path``:
-training curves from metrics.jsonl, the held-out equity and drawdown of every policy, the
+training curves from metrics.jsonl, training beside validation (the memorisation gauge),
+the held-out equity and drawdown of every policy, the
 action distribution, the agent's position over a sample of the held-out period, and the
 walk-forward folds.
 """
@@ -97,6 +98,35 @@ def training_figure(data: RunData, path: Path) -> Path:
             ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(TRAINING_PANELS):]:
         ax.axis("off")
+    return _save(fig, path)
+
+
+def validation_figure(data: RunData, path: Path) -> Path:
+    """Left: the win rate of training's closed trades (log intervals), of the greedy agent
+    swept over the simulator's last rows and over the validation slice (the memorisation
+    gauge: a training win rate far above the validation one is memorised). Right: the two
+    sweeps' net PnL; the chosen checkpoint's step is marked, hold's PnL is the zero line."""
+    fig, (win_ax, pnl_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for ax, keys in ((win_ax, ("train_sweep_win_rate", "val_win_rate")),
+                     (pnl_ax, ("train_sweep_net_pnl", "val_net_pnl"))):
+        for key, color in zip(keys, ("tab:orange", AGENT_COLOR)):
+            steps, values = data.series(key, data.validations)
+            label = ("greedy sweep of training rows" if key.startswith("train")
+                     else "greedy sweep of validation rows")
+            ax.plot(steps, values, marker="o", color=color, label=label)
+        ax.set_xlabel("training step", fontsize=8)
+    steps, values = data.series("win_rate")
+    win_ax.plot(steps, values, color="tab:gray", linewidth=0.8,
+                label="training (acting policy, per log interval)")
+    chosen = data.chosen or {}
+    if chosen.get("policy") == "checkpoint":
+        pnl_ax.axvline(chosen["step"], color="tab:green", linestyle="--",
+                       label=f"chosen: step {chosen['step']:,}")
+    pnl_ax.axhline(0, color="gray", linewidth=0.5, label="hold")
+    win_ax.set_title("win rate: training vs validation", fontsize=10)
+    pnl_ax.set_title("net PnL of the greedy sweeps (currency)", fontsize=10)
+    for ax in (win_ax, pnl_ax):
+        ax.legend(fontsize=7)
     return _save(fig, path)
 
 
@@ -221,4 +251,30 @@ def walk_forward_figure(summary: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("net PnL (currency)")
     ax.set_title("walk-forward: net PnL on each fold's test segment")
     ax.legend(fontsize=8, ncol=4)
+    return _save(fig, path)
+
+
+def seeds_figure(result: dict[str, Any], path: Path) -> Path:
+    """Held-out net PnL of each seed's chosen policy (black) beside every baseline's, with
+    the IQM over seeds and its interval (a seed group's verdict, lobsurf.report.seeds)."""
+    v, pol = result["seeds"], result["policies"]
+    names = [f"seed {s['seed']}" for s in v["per_seed"]] + [
+        n for n in pol if not n.startswith("seed_")]
+    values = [s["net_pnl"] for s in v["per_seed"]] + [
+        pol[n]["net_pnl"] for n in pol if not n.startswith("seed_")]
+    fig, ax = plt.subplots(figsize=(11, 0.35 * len(names) + 1.6))
+    y = np.arange(len(names))
+    colors = [AGENT_COLOR if n.startswith("seed") else "tab:gray" for n in names]
+    ax.barh(y, values, color=colors, height=0.6)
+    lo, hi = v["iqm_ci"]["net_pnl"]
+    ax.axvspan(lo, hi, color="tab:green", alpha=0.15,
+               label=f"IQM over seeds, {v['ci_level'] * 100:g} % interval")
+    ax.axvline(v["iqm"]["net_pnl"], color="tab:green")
+    ax.axvline(0, color="gray", linewidth=0.5)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("held-out net PnL (currency)")
+    ax.set_title("held-out net PnL: each seed's chosen policy (black) beside every baseline "
+                 "(oracle and optimal read the future)")
+    ax.legend(fontsize=8)
     return _save(fig, path)

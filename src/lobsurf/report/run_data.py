@@ -1,5 +1,6 @@
 """What a run folder holds right now, read without training anything: its config, the
-metrics records written so far, its checkpoints and walk-forward folds.
+metrics records written so far (training and validation), its chosen policy, its
+checkpoints and walk-forward folds.
 
 A run may still be training: the reader takes every complete line of metrics.jsonl (a line
 being written is skipped) and says what is missing (no metrics yet, no checkpoint yet) in
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lobsurf.train.checkpoint import list_checkpoints
+from lobsurf.train.choice import read_choice
 from lobsurf.train.run_folder import CONFIG_NAME, METRICS_NAME, require_run_folder
 from lobsurf.train.walk_forward import SUMMARY_NAME, WALK_FORWARD_DIR
 
@@ -31,6 +33,8 @@ class RunData:
         checkpoints: checkpoint paths, oldest first.
         walk_forward: the walk-forward summary (lobsurf eval RUN --walk-forward), or None.
         notes: what is missing, one sentence each.
+        validations: the validation records in step order (the latest of a step).
+        chosen: RUN/chosen.json (lobsurf.train.choice), or None (no validation yet).
     """
 
     run_dir: Path
@@ -41,14 +45,18 @@ class RunData:
     checkpoints: list[Path]
     walk_forward: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    validations: list[dict[str, Any]] = field(default_factory=list)
+    chosen: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
         return any(e.get("event") == "run_end" for e in self.events)
 
-    def series(self, key: str) -> tuple[list[int], list[float]]:
-        """(steps, values) of one metric; records without it (or with null) are left out."""
-        pairs = [(r["step"], r[key]) for r in self.metrics
+    def series(self, key: str, records: list[dict[str, Any]] | None = None
+               ) -> tuple[list[int], list[float]]:
+        """(steps, values) of one metric of ``records`` (default: the metrics records);
+        records without it (or with null) are left out."""
+        pairs = [(r["step"], r[key]) for r in (self.metrics if records is None else records)
                  if isinstance(r.get(key), (int, float)) and r.get("step") is not None]
         return [p[0] for p in pairs], [float(p[1]) for p in pairs]
 
@@ -73,12 +81,13 @@ def load_run_data(run_dir: Path) -> RunData:
     metrics_path = run_dir / METRICS_NAME
     records = _read_lines(metrics_path) if metrics_path.is_file() else []
     start = next((r for r in records if r.get("event") == "run_start"), None)
-    by_step: dict[int, dict[str, Any]] = {}
+    by_step: dict[str, dict[int, dict[str, Any]]] = {"metrics": {}, "validation": {}}
     for r in records:
-        if r.get("event") == "metrics":
-            by_step[r["step"]] = r  # a resume rewrites steps after its checkpoint: keep the last
-    metrics = [by_step[s] for s in sorted(by_step)]
-    events = [r for r in records if r.get("event") not in ("metrics", "run_start")]
+        if r.get("event") in by_step:
+            # a resume rewrites steps after its checkpoint: keep the last
+            by_step[r["event"]][r["step"]] = r
+    metrics, validations = ([kind[s] for s in sorted(kind)] for kind in by_step.values())
+    events = [r for r in records if r.get("event") not in ("metrics", "validation", "run_start")]
     checkpoints = list_checkpoints(run_dir)
     if not metrics:
         notes.append("no metrics record yet: the run has not reached its first log interval")
@@ -90,4 +99,4 @@ def load_run_data(run_dir: Path) -> RunData:
     walk_forward = json.loads(wf_path.read_text()) if wf_path.is_file() else None
     return RunData(run_dir=run_dir, config_text=config_text, start=start, metrics=metrics,
                    events=events, checkpoints=checkpoints, walk_forward=walk_forward,
-                   notes=notes)
+                   notes=notes, validations=validations, chosen=read_choice(run_dir))

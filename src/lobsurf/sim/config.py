@@ -23,10 +23,12 @@ class SimConfig:
     """lots of the Buy and Sell actions: action 1..n buys sizes[i-1], n+1..2n sells them."""
     position_limit_lots: int = 10
     """|position| never exceeds this; orders are clipped to it before they reach the book."""
-    fee_per_lot: float = 0.0
-    """fee per lot filled, in the instrument's currency."""
-    fee_bps: float = 0.0
-    """fee in basis points of filled notional (price x multiplier x lots)."""
+    fee_per_lot: float | None = 0.0
+    """fee per lot filled, in the instrument's currency; None with fee_bps None: not given,
+    the store's recorded fee or the default (lobsurf.sim.fees); one None of two counts 0."""
+    fee_bps: float | None = 0.0
+    """fee in basis points of filled notional (price x multiplier x lots); None: see
+    fee_per_lot."""
     max_episode_steps: int = 1000
     """an episode ends after this many steps (or at its segment's end); position closed at market."""
     seed: int = 0
@@ -43,7 +45,8 @@ class SimConfig:
             raise ValueError("order_sizes_lots must be positive lots")
         if self.position_limit_lots < 1:
             raise ValueError("position_limit_lots must be >= 1")
-        if not (0 <= self.fee_per_lot < math.inf and 0 <= self.fee_bps < math.inf):
+        if not all(0 <= fee < math.inf for fee in (self.fee_per_lot, self.fee_bps)
+                   if fee is not None):
             raise ValueError("fees must be finite and >= 0")  # NaN fails too
         if self.max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")

@@ -35,6 +35,7 @@ import torch
 
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
+from lobsurf.sim.fees import resolve_fees
 from lobsurf.sim.matching import closing_lots, strictly_upper_ones, walk_levels
 from lobsurf.sim.reward import FeeModel, fees, money_scalar, ticks_to_money
 from lobsurf.sim.state import SimState, SimStats, StepResult
@@ -183,6 +184,8 @@ class BatchedLobEnv:
         stats: SimStats, [B] accumulators (``reset_stats`` zeroes them).
         tables: EnvTables, the device constants of a step.
         generator: torch.Generator of the reset draws (one int64 per env per step).
+        fees: the fees charged (``lobsurf.sim.fees.Fees``: cfg's, else the store's, else
+            the default) and where they came from.
     """
 
     def __init__(self, book: BookTensors, num_envs: int, cfg: SimConfig) -> None:
@@ -202,8 +205,11 @@ class BatchedLobEnv:
         self.valid_end, self.valid_offset, self.total_cursors = reset_tables(book, cfg)
         self.segment_stop = book.segment_stop
         self.tick_value = book.tick_size * book.multiplier
-        self.fee_model = FeeModel.build(cfg.fee_per_lot, cfg.fee_bps, book.price_origin_fixed / 1e9,
-                                        book.tick_size, book.multiplier)
+        # the fees of cfg, else the store's, else the default (lobsurf.sim.fees)
+        self.fees = resolve_fees(cfg, book)
+        self.fee_model = FeeModel.build(self.fees.per_lot, self.fees.bps,
+                                        book.price_origin_fixed / 1e9, book.tick_size,
+                                        book.multiplier)
         # 0-d float64 device constants, made once (no host->device copy inside step)
         self.tables = EnvTables(
             order_table=self.order_table, fill_px=self.fill_px, fill_sz=self.fill_sz,

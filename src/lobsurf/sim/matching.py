@@ -45,7 +45,7 @@ def walk_levels(
     """
     # Depth strictly better than each level: [B, L]. A float64 product with a strictly upper
     # triangular ones-matrix, not cumsum: CUDA's scan over a 10-wide innermost dim took 418 us
-    # at B=65536 (65% of the step, benchmarks/profile_sim_step.py); the GEMM is exact because
+    # at B=65536 (65% of the step; benchmarks/RESULTS.md, Simulator step); the GEMM is exact because
     # 10 sizes < 2**32 sum far below 2**53.
     if strictly_upper is None:
         strictly_upper = strictly_upper_ones(size_lots.shape[1], size_lots.device)

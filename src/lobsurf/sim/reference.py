@@ -16,6 +16,7 @@ import numpy as np
 
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
+from lobsurf.sim.fees import resolve_fees
 from lobsurf.sim.reward import BPS
 
 
@@ -67,14 +68,15 @@ class ReferenceEnv:
 
     @staticmethod
     def from_book(book: BookTensors, cfg: SimConfig) -> ReferenceEnv:
-        rate = cfg.fee_bps * BPS
+        resolved = resolve_fees(cfg, book)
+        rate = resolved.bps * BPS
         origin = book.price_origin_fixed / 1e9
         return ReferenceEnv(
             bid_px=book.bid_px_ticks.cpu().numpy(), ask_px=book.ask_px_ticks.cpu().numpy(),
             bid_sz=book.bid_sz.cpu().numpy(), ask_sz=book.ask_sz.cpu().numpy(),
             segments=list(zip(book.segment_start.tolist(), book.segment_stop.tolist())),
             cfg=cfg, tick_value=book.tick_size * book.multiplier,
-            fee_per_lot=cfg.fee_per_lot + rate * origin * book.multiplier,
+            fee_per_lot=resolved.per_lot + rate * origin * book.multiplier,
             fee_per_value_tick=rate * book.tick_size * book.multiplier)
 
     def fee(self, lots: int, value_ticks: int) -> float:

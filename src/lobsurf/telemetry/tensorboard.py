@@ -28,7 +28,7 @@ CONTROL_KEYS = frozenset({"alpha", "tau", "beta", "gate_threshold", "v_min", "v_
 #: keys that are the record's coordinates, not values
 SKIPPED_KEYS = frozenset({"event", "step"})
 #: record events mirrored as scalars, and the tag namespace of their other keys
-SCALAR_EVENTS = {"metrics": "train", "eval": "eval"}
+SCALAR_EVENTS = {"metrics": "train", "eval": "eval", "validation": "validation"}
 INSTALL_HINT = "pip install 'lobsurf[tensorboard]' (or pip install tensorboard)"
 
 

@@ -1,5 +1,6 @@
 """A trained agent as a ``lobsurf.eval.policy.Policy``: ``act(env)`` reads the K-window at
-each env's cursor and the env's agent state, runs the network, and picks actions.
+each env's cursor (from the book's feature table when it has one) and the env's agent
+state, runs the network, and picks actions.
 
 Modes (``--policy``):
 * ``greedy``: argmax over actions of E[Q] (the default for evaluation; deterministic);
@@ -25,8 +26,8 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.distributional import support
 from lobsurf.agent.network import AgentNetwork, agent_state_features
 from lobsurf.agent.noisy import NoisyLinear
-from lobsurf.agent.step import StepTables
-from lobsurf.data.dataset import gather_window
+from lobsurf.agent.state import StepTables
+from lobsurf.models.feature_table import book_window
 from lobsurf.sim.env import BatchedLobEnv
 
 PolicyMode = Literal["greedy", "thompson", "pi"]
@@ -65,7 +66,9 @@ class AgentPolicy:
         s, ctl = env.state, self.controllers
         state = agent_state_features(s.position, s.time_in_trade, s.unrealized_pnl,
                                      ctl.pnl_magnitude, self.position_unit, self.network.cfg)
-        out = self.network(gather_window(env.book, s.cursor, self.window), state)
+        # the book's feature table where it has one (validation: the same values, half
+        # the time), else the gathered book fields
+        out = self.network(book_window(env.book, s.cursor, self.window), state)
         probs = torch.softmax(out.q_logits, dim=-1)
         z = support(ctl.v_min, ctl.v_max, self.network.cfg.num_atoms)
         if self.mode == "greedy":

@@ -61,7 +61,7 @@ from typing import Any, BinaryIO
 import torch
 
 from lobsurf.agent.controllers import controller_table
-from lobsurf.agent.step import TrainState
+from lobsurf.agent.state import TrainState
 from lobsurf.errors import UserError
 from lobsurf.sim.state import SimState, SimStats
 from lobsurf.train import faults
@@ -296,6 +296,20 @@ def write_marked_bytes(path: Path, data: Packed) -> None:
     _write_atomic(marker_path(path), lambda fh: fh.write(f"{digest}  {path.name}\n".encode()))
 
 
+def write_packed_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """``payload`` packed to ``path`` atomically (temporary file, fsync, rename) and without
+    a complete-marker: the rename alone makes the file whole, so there is no moment at
+    which a reader finds a file and a marker that disagree (RUN/chosen.pt)."""
+    data = pack(payload)
+
+    _write_atomic(path, lambda fh: fh.writelines(data.chunks(WRITE_CHUNK_BYTES)))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``text`` to ``path`` atomically (temporary file, fsync, rename)."""
+    _write_atomic(path, lambda fh: fh.write(text.encode()))
+
+
 def rank_shard_path(path: Path, rank: int) -> Path:
     """step_N.rankR.pt: rank R's replay, simulator and generators beside main file ``path``."""
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
@@ -365,8 +379,7 @@ def restore_shared_(state: TrainState, payload: dict[str, Any]) -> None:
     state.online.load_state_dict(payload["online"])
     state.target.load_state_dict(payload["target"])
     state.optimizer.load_state_dict(payload["optimizer"])  # zeroes its flat buffers' gaps
-    if state.flat_target is not None:
-        state.flat_target.zero_gaps_(state.flat_target.data)
+    state.flat_target.zero_gaps_(state.flat_target.data)
     state.controllers.load_(payload["controllers"])
     state.step_count.copy_(payload["step_count"])
 

@@ -10,7 +10,7 @@
   per-snapshot features (element-wise chains over [B, K, F]) into the encoder's Inductor
   graph, and ``heads`` fuses the heads' small element-wise ops.
 * **step kernels**: the pure tensor functions the step calls through ``state.kernels``
-  (``lobsurf.agent.step.StepKernels``): the observation (state copies, support, K-windows,
+  (``lobsurf.agent.state.StepKernels``): the observation (state copies, support, K-windows,
   agent-state inputs), Thompson acting with the confidence + FRD gates, the simulator step,
   the post-simulator bookkeeping (reward pipeline, replay write plan, action-histogram
   controllers, metrics), the prioritized draw, the learner's inputs (n-step bootstrap,
@@ -26,9 +26,9 @@
   to recompile.
 
 ``lobsurf train`` compiles where ``compile_wanted`` says (``train.compile``: auto = one
-CUDA process) with ``compile_config`` (Inductor's combo kernels on CUDA, and any Inductor
-setting ``train.compile_inductor_options`` names); a failed compile
-stops the run with ``compile_failure``'s message. Static shapes; ``fullgraph`` by default,
+CUDA process) with ``compile_config`` (Inductor's combo kernels on CUDA: independent small
+kernels of one compiled piece launched as one, benchmarks/RESULTS.md, Defaults decided by measurement); a failed
+compile stops the run with ``compile_failure``'s message. Static shapes; ``fullgraph`` by default,
 so a graph break is an error at the first call instead of a silent eager island inside the
 CUDA graph. Each piece compiles once per
 (batch shape, grad mode, autocast state) it meets; the graphed step's eager warm-up makes
@@ -48,19 +48,20 @@ sums, simulator state and ring counters, and the step copies them in place outsi
 from __future__ import annotations
 
 import types
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from lobsurf.agent.step import eager_kernels
+
 #: the AgentNetwork methods the training step calls, compiled in place
 COMPILED_METHODS = ("embed", "heads", "q_logits")
-#: the StepKernels fields (lobsurf.agent.step) compiled in place
+#: the StepKernels fields (lobsurf.agent.state) compiled in place
 COMPILED_KERNELS = ("observe", "act", "sim_step", "collect_updates", "sample", "draw",
                     "sample_at", "learner_inputs", "c51_target", "loss_terms",
-                    "clip_coefficient", "flat_clip_coefficient", "adam_scalars", "flat_adam",
+                    "flat_clip_coefficient", "flat_adam",
                     "learn_updates", "priority_weight", "noise")
 
 
@@ -88,52 +89,24 @@ class CompileConfig:
                              dynamic=self.dynamic, options=options)
 
 
-def compile_config(train: Any, device: torch.device | str) -> CompileConfig:
-    """The CompileConfig of a run's ``train`` section (TrainConfig) on ``device``: combo
-    kernels and GEMM autotuning on CUDA where ``train.compile_combo_kernels`` and
-    ``train.compile_max_autotune`` ask (Inductor's CPU backend has no combo kernels), then
-    ``train.compile_inductor_options`` (which can override those two)."""
+#: Inductor settings of the compiled pieces on CUDA: combo kernels (independent small
+#: kernels of one compiled piece launched as one; Inductor's CPU backend has none)
+CUDA_INDUCTOR_OPTIONS = (("combo_kernels", True),)
+
+
+def compile_config(device: torch.device | str) -> CompileConfig:
+    """The CompileConfig of a run on ``device``: ``CUDA_INDUCTOR_OPTIONS`` on CUDA."""
     if torch.device(device).type != "cuda":
         return CompileConfig()
-    asked = {"combo_kernels": train.compile_combo_kernels,
-             "max_autotune_gemm": train.compile_max_autotune}
-    options = {name: True for name, on in asked.items() if on}
-    options.update(parse_inductor_option(text) for text in train.compile_inductor_options)
-    return CompileConfig(options=tuple(options.items()))
-
-
-def parse_inductor_option(text: str) -> tuple[str, Any]:
-    """``"name=value"`` -> (name, value): ``name`` a torch._inductor.config setting (dotted
-    for its sub-sections: ``triton.enable_pdl``), ``value`` a Python literal of the
-    setting's type (``True``, ``4``, ``"TRITON"``). ValueError names what is wrong."""
-    import ast
-
-    import torch._inductor.config as inductor
-
-    name, sep, raw = text.partition("=")
-    name = name.strip()
-    if not sep or not name:
-        raise ValueError(f"Inductor option {text!r}: expected name=value")
-    known = inductor.get_config_copy()
-    if name not in known:
-        raise ValueError(f"Inductor option {text!r}: torch._inductor.config has no "
-                         f"setting {name!r}")
-    try:
-        value = ast.literal_eval(raw.strip())
-    except (ValueError, SyntaxError) as exc:
-        raise ValueError(f"Inductor option {text!r}: the value is not a Python literal "
-                         f"(True, 4, 0.5, \"text\")") from exc
-    kind = inductor.get_type(name)
-    # torch.compile's own check (it skips generic types such as Optional[int])
-    if typing.get_origin(kind) is None and not isinstance(value, kind):
-        raise ValueError(f"Inductor option {text!r}: {name} takes a "
-                         f"{type(known[name]).__name__}, got {value!r}")
-    return name, value
+    return CompileConfig(options=CUDA_INDUCTOR_OPTIONS)
 
 
 def compile_wanted(train: Any, device: torch.device | str, processes: int) -> bool:
     """Whether a run compiles: ``train.compile`` true, or "auto" on CUDA in one process
-    (several processes' steps are eager and unverified compiled)."""
+    (several processes' steps are eager and unverified compiled); never with
+    ``train.reference`` (the readable step is eager by design)."""
+    if train.reference:
+        return False
     if train.compile == "auto":
         return torch.device(device).type == "cuda" and processes == 1
     return bool(train.compile)
@@ -173,7 +146,7 @@ def compile_networks_(state: Any, cfg: CompileConfig = CompileConfig()) -> None:
             if name in vars(net):  # already compiled (or patched): leave it
                 continue
             setattr(net, name, cfg.compile(getattr(net, name)))
-    eager = type(state.kernels)
+    eager = eager_kernels()
     for name in cfg.kernels:
         fn = getattr(state.kernels, name)
         if fn is getattr(eager, name):  # still the eager default
@@ -212,6 +185,6 @@ def compiled(net: torch.nn.Module) -> bool:
 
 def compiled_kernels(state: Any) -> tuple[str, ...]:
     """The ``state.kernels`` fields that are no longer the eager defaults."""
-    eager = type(state.kernels)
+    eager = eager_kernels()
     return tuple(name for name in COMPILED_KERNELS
                  if getattr(state.kernels, name) is not getattr(eager, name))

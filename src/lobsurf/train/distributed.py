@@ -11,9 +11,9 @@ global goes through ``Collective``:
   stay equal). Averaging the updated EMAs equals an EMA of the cross-rank mean statistic
   for the linear ones (action entropy, hold fraction, pnl magnitude) and is the simplest
   rule that keeps the others identical across ranks;
-- parameters: broadcast from rank 0 at the start (and after a resume) and, every
-  ``train.check_params_every`` steps, a checksum of parameters and controllers compared
-  through one all-reduce (max of +c and -c gives max - min);
+- parameters: broadcast from rank 0 at the start (and after a resume) and, before every
+  checkpoint, a checksum of parameters and controllers compared through one all-reduce
+  (max of +c and -c gives max - min);
 - metrics: the device sums are all-reduced (summed) at a log interval, so rank 0 logs the
   means over every rank's steps; stop requests and divergence flags are agreed by max.
 

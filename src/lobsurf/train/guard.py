@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from lobsurf.agent.step import TrainState
+from lobsurf.agent.state import TrainState
 
 #: what is checked, in causal order (a loss feeds the gradients, they the parameters)
 QUANTITIES = ("loss", "gradient", "parameter", "controller")
@@ -76,12 +76,8 @@ class DivergenceGuard:
     def check_(self, state: TrainState) -> None:
         """Record the first non-finite quantity of this step, if it is the first (device
         ops; the target network waits for ``read``, module docstring)."""
-        flat = state.optimizer.flat
-        if flat is not None:  # the flat buffers hold every gradient and parameter
-            grads, params = [flat.grad], [flat.data]
-        else:
-            grads = [p.grad for p in state.online.parameters() if p.grad is not None]
-            params = [p.detach() for p in state.online.parameters()]
+        flat = state.optimizer.flat  # the flat buffers hold every gradient and parameter
+        grads, params = [flat.grad], [flat.data]
         maxes = _max_abs(grads + params)
         self.values([getattr(state.metrics, name) for name in LOSS_SUMS], maxes[:len(grads)],
                     maxes[len(grads):], list(state.controllers.as_dict().values()),

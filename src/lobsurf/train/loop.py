@@ -4,7 +4,10 @@ data (store, split, training book) -> network (seeded init, normaliser fitted on
 rows, or a pretrain checkpoint) -> target network -> optimiser -> simulator -> replay ->
 controllers -> run folder -> loop of ``lobsurf.agent.step.train_step`` with metrics every
 ``log_every`` steps (one device-to-host copy with the guard's state, read a step later in one
-process: lobsurf.train.readout) and checkpoints every ``checkpoint_every``.
+process: lobsurf.train.readout), checkpoints every ``checkpoint_every`` and, with a
+validation slice (``data.validation_fraction``), a validation every ``validate_every`` that
+keeps the best checkpoint or hold (lobsurf.train.validate; ``train.patience`` ends the run
+early, with a final checkpoint).
 On CUDA (``train.cuda_graph``, one process) the learning step is one CUDA graph replayed
 (lobsurf.train.cuda_graph); the pre-learning steps, metrics and checkpoints stay eager,
 between replays on the same stream.
@@ -53,15 +56,19 @@ from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.policy import reference_log_probs
 from lobsurf.agent.replay import PrioritizedReplay
-from lobsurf.agent.step import StepConfig, StepKernels, StepTables, TrainState, train_step
+from lobsurf.agent.state import StepConfig, StepTables, TrainState
+from lobsurf.agent.reference import reference_step
+from lobsurf.agent.step import eager_kernels, train_step
 from lobsurf.data.labels import compute_labels
 from lobsurf.errors import UserError
+from lobsurf.models.kernels.triton_support import use_kernels_
 from lobsurf.pretrain.loop import last_snapshot
 from lobsurf.pretrain.split import evenly_spaced
 from lobsurf.progress import step_progress
 from lobsurf.sim.env import BatchedLobEnv
+from lobsurf.sim.fees import resolve_fees
 from lobsurf.sim.reward import money_scalar
-from lobsurf.streams import side_event, side_stream
+from lobsurf.streams import side_stream
 from lobsurf.train import faults
 from lobsurf.train.checkpoint import CheckpointWriter, newest_valid_checkpoint, save_checkpoint
 from lobsurf.train.compile import (
@@ -83,6 +90,7 @@ from lobsurf.train.rank_shards import restore_rank_, save_all_ranks
 from lobsurf.train.readout import Readout
 from lobsurf.train.rollback import roll_back
 from lobsurf.train.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog, NullLog
+from lobsurf.train.validate import ModelSelection
 
 #: offsets of the run seed for each generator, so no two draw the same stream
 SEED_OFFSETS = {"init": 0, "noise": 1, "acting": 2, "replay": 3}
@@ -94,9 +102,7 @@ def step_config(cfg: RunConfig) -> StepConfig:
                       window=cfg.sim.window,
                       position_unit=max(cfg.sim.order_sizes_lots), batch_size=cfg.learner_batch,
                       num_envs=cfg.train.envs,
-                      controller_ema_rate=cfg.train.controller_ema_rate,
-                      precision=cfg.train.precision, split_target=cfg.train.split_target,
-                      draw_ahead=cfg.train.draw_ahead)
+                      precision=cfg.train.precision)
 
 
 def _generator(device: torch.device | str, seed: int) -> torch.Generator:
@@ -116,7 +122,7 @@ def build_network(cfg: RunConfig, data: TrainingData, device: torch.device | str
     if pretrained is not None:
         net.load_pretrained_(pretrained)
     else:
-        rows = evenly_spaced(data.split.train_rows, cfg.data.normalizer_rows)
+        rows = evenly_spaced(data.fit_rows, cfg.data.normalizer_rows)
         x, log_dt = last_snapshot(data.book, rows, cfg.features, cfg.sim.window)
         net.normalizer.fit_(x)
         if cfg.encoder.kind == "cfc":
@@ -135,12 +141,9 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     target = copy.deepcopy(online)
     for p in target.parameters():
         p.requires_grad_(False)
-    flat = cfg.train.flat_parameters
-    optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps,
-                           fused=cfg.train.fused_adam and torch.device(device).type == "cuda",
-                           flat=flat)
+    optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps)
     # the target's buffer in the online's layout: Polyak inside the flat Adam's pass
-    flat_target = flatten_parameters_(target.parameters(), with_grads=False) if flat else None
+    flat_target = flatten_parameters_(target.parameters(), with_grads=False)
     try:
         env = BatchedLobEnv(data.train_book, cfg.train.envs, sim)
     except ValueError as exc:
@@ -149,16 +152,19 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     replay = PrioritizedReplay(cfg.replay, device, seed + SEED_OFFSETS["replay"])
     noise_generator = _generator(device, seed + SEED_OFFSETS["noise"])
     acting_generator = _generator(device, seed + SEED_OFFSETS["acting"])
-    if cfg.train.shared_generator and torch.device(device).type == "cuda":
-        # one generator for every draw of the step (train.shared_generator)
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        # one generator for every draw of the step: fewer kernels before each graph replay
+        # (lobsurf.train.cuda_graph; benchmarks/RESULTS.md, Defaults decided by measurement)
         replay.generator = env.generator = acting_generator = noise_generator
-    learner_branch = side_stream(cfg.train.overlap_collect and cfg.learner.sample_before_collect,
-                                 device, cfg.train.prioritize_learner)
-    # train.c51_kernel: the learner's C51 target side as one kernel (else the PyTorch one,
-    # which train.compile compiles)
-    kernels = StepKernels()
-    if kernel_applies(cfg.train.c51_kernel, device):
+    # train.kernels: the learner's C51 target side as one kernel on CUDA (else the PyTorch
+    # one, which train.compile compiles)
+    kernels = eager_kernels()
+    mode = "auto" if cfg.train.kernels else "off"
+    if kernel_applies(mode, device):
         kernels.c51_target = c51_target_triton
+    for net in (online, target):  # the encoders' kernels (lobsurf.models.kernels)
+        use_kernels_(net, mode)
     return TrainState(
         online=online, target=target, optimizer=optimizer, kernels=kernels,
         controllers=ControllerState.bootstrap(device, {"per_beta": cfg.replay.beta_start}),
@@ -168,11 +174,10 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
         step_count=torch.zeros((), dtype=torch.int64, device=device),
         tables=step_tables(cfg, env, device),
         labels=compute_labels(data.train_book, cfg.labels),
-        branch=side_stream(cfg.train.overlap_target, device, cfg.train.prioritize_learner),
-        learner_branch=learner_branch,
-        target_halves=side_stream(cfg.train.split_target and cfg.train.overlap_target, device,
-                                  cfg.train.prioritize_learner),
-        forwards_done=side_event(cfg.train.collect_beside_backward, learner_branch),
+        # on CUDA the learner's two side streams at the highest priority: its chain is the
+        # step's critical path (lobsurf.streams)
+        branch=side_stream(cuda, device, high_priority=True),
+        learner_branch=side_stream(cuda, device, high_priority=True),
         flat_target=flat_target)
 
 
@@ -206,13 +211,17 @@ def device_name(device: torch.device | str) -> str:
 @dataclass
 class RunResult:
     """What ``train`` returns: the run folder, the last metrics record, the step reached,
-    the newest checkpoint, and the signal that stopped the run early (None: it finished)."""
+    the newest checkpoint, the signal that stopped the run early (None: it finished), the
+    chosen policy (RUN/chosen.json's content; None without validation) and why training
+    ended before train.steps (None: it did not)."""
 
     run_dir: Path
     last_metrics: dict[str, Any] | None
     step: int
     checkpoint: Path
     interrupted: str | None = None
+    chosen: dict[str, Any] | None = None
+    stopped_early: str | None = None
 
 
 def _mirror(cfg: RunConfig, run_dir: Path):
@@ -236,10 +245,11 @@ def _start_run(cfg: RunConfig, run_dir: Path, meta: dict[str, Any]) -> MetricsLo
     return log
 
 
-def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int, rank: int
-            ) -> tuple[Path, int, int]:
-    """Copy the newest complete checkpoint into ``state`` and cut metrics.jsonl back to it;
-    returns (checkpoint, its step, rollbacks so far)."""
+def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int, rank: int,
+            selection: ModelSelection | None) -> tuple[Path, int, int]:
+    """Copy the newest complete checkpoint into ``state`` (and its model choice into
+    ``selection``) and cut metrics.jsonl back to it; returns (checkpoint, its step,
+    rollbacks so far)."""
     found = newest_valid_checkpoint(run_dir)
     if found is None:
         raise UserError(f"{run_dir}: no complete checkpoint to resume from; start it again "
@@ -250,6 +260,8 @@ def _resume(state: TrainState, run_dir: Path, log: MetricsLog, steps: int, rank:
         print(f"train: rank {rank} is new to {path.name}: a copy of rank 0's replay, a "
               "fresh simulator", file=sys.stderr)
     start = int(payload["step"])
+    if selection is not None:
+        selection.restore_(payload)
     log.truncate(int(payload["metrics_bytes"]))
     log.write({"event": "resume", "step": start, "checkpoint": path.name, "steps": steps})
     return path, start, int(payload.get("rollbacks", 0))
@@ -263,20 +275,28 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
     (``collective``: this process's rank of a multi-process run; None: one process)."""
     coll = collective or Collective.local()
     sync = coll if coll.active else None
+    if cfg.train.reference and sync is not None:
+        raise UserError("train.reference runs in one process (the readable step has no "
+                        "collectives); drop --gpus or train.reference")
+    # ---- fees: the run's, else the store's, else the default; config.toml keeps them
+    fees = resolve_fees(cfg.sim, data.book)
+    cfg = dataclasses.replace(cfg, sim=fees.applied_to(cfg.sim))
     # ---- state: fresh, or the newest complete checkpoint copied into a fresh build
     state = _build(cfg, data, device, pretrained, coll.rank, coll.world_size)
     scfg = step_config(cfg)
     tc = cfg.train
     config_dict = run_config_to_dict(cfg)
-    meta = {"data": data.summary(), "versions": versions(), "device": device_name(device),
-            "init": init_note, "world_size": coll.world_size}
+    meta = {"data": data.summary(), "fees": fees.record(), "versions": versions(),
+            "device": device_name(device), "init": init_note, "world_size": coll.world_size}
     guard = DivergenceGuard(device)
     if compiled_kernels(state):
-        compile_guard_(guard, compile_config(cfg.train, device))
+        compile_guard_(guard, compile_config(device))
     log = None
     progress = progress and coll.is_main
     # one process: checkpoint files written beside the loop (the payload is copied first)
-    writer = CheckpointWriter(background=tc.background_checkpoints and coll.world_size == 1)
+    writer = CheckpointWriter(background=coll.world_size == 1)
+    selection = (ModelSelection(cfg, data, device, run_dir, config_dict, sweeps=coll.is_main)
+                 if data.validation is not None else None)
     try:
         if not coll.is_main:
             log = NullLog()
@@ -284,10 +304,14 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
             log = (MetricsLog(run_dir / METRICS_NAME, mirror=_mirror(cfg, run_dir)) if resume
                    else _start_run(cfg, run_dir, meta))
         if resume:
-            last_path, start, rollbacks = _resume(state, run_dir, log, tc.steps, coll.rank)
+            last_path, start, rollbacks = _resume(state, run_dir, log, tc.steps, coll.rank,
+                                                  selection)
             fresh_bytes = None  # a resumed run always has a checkpoint to roll back to
         else:
             last_path, start, rollbacks, fresh_bytes = None, 0, 0, log.size()
+        # a run that train.patience ended stays ended (and says so again after its resume)
+        stopped_before = selection is not None and selection.choice.stopped
+        total = start if stopped_before else tc.steps
         coll.broadcast_(state_tensors(state.online, state.target, state.controllers))
         # end of the newest rollback record: a later rollback to the same checkpoint keeps it
         kept_bytes = 0
@@ -295,12 +319,12 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
         graph_on = _graph_enabled(cfg, device, sync)
         graphed = None
         # one process: a log step's readout is finished a step later (train.defer_log_readout)
-        defer = tc.defer_log_readout and not coll.active
+        defer = not coll.active
         pending: Readout | None = None
         t0 = time.perf_counter()
         t_log, s_log = t0, start
-        total = tc.steps
-        step, stopping = start, False
+        step, stopping, ended_early = start, False, stopped_before
+        bar: dict[str, str] = {}
         with StopOnSignal() as stop, step_progress(total, "train", progress) as advance:
             advance(start)
             while step < total:
@@ -317,32 +341,35 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                             graphed = _graphed_step(state, data.train_book, scfg, guard, device)
                         graphed()
                     else:
-                        _guarded_step(state, data.train_book, scfg, guard, learning, sync)
+                        _guarded_step(state, data.train_book, scfg, guard, learning, sync,
+                                      tc.reference)
                 except compile_errors() as exc:
                     raise UserError(compile_failure(exc)) from exc
                 step += 1
                 faults.pause_point("step")
                 # a signal during the last step changes nothing: the run ends normally
                 stopping = coll.any_(stop.requested is not None, device) and step < total
-                if sync is not None and tc.check_params_every and \
-                        step % tc.check_params_every == 0:
-                    check_identical(coll, list(state.online.parameters()), state.controllers,
-                                    step)
                 log_now = step % tc.log_every == 0 or step == total
                 save_now = step % tc.checkpoint_every == 0 or step == total or stopping
+                if sync is not None and save_now:
+                    # the ranks must hold one model before it is saved (docs/distributed.md)
+                    check_identical(coll, list(state.online.parameters()), state.controllers,
+                                    step)
+                validate_now = selection is not None and selection.due(step, total)
                 # ---- readouts: the previous log step's (taken without a sync, finished
                 # now that this step is launched: lobsurf.train.readout), then this step's
                 due = [] if pending is None else [pending]
                 pending = None
-                if log_now or save_now:
+                if log_now or save_now or validate_now:
                     writer.check()  # a failed background write stops the run here
                     if log_now:
                         coll.metric_sums_(state.metrics)  # rank 0 logs every rank's steps
                     taken = Readout(state, guard, step, with_metrics=log_now)
-                    if log_now and not save_now and defer:
+                    if log_now and not (save_now or validate_now) and defer:
                         pending = taken
                     else:
-                        due.append(taken)  # a checkpoint needs the guard's verdict first
+                        due.append(taken)  # a checkpoint or a validation needs the guard's
+                                           # verdict first
                 rolled_back = False
                 for readout in due:
                     bad = readout.finish().bad
@@ -355,10 +382,10 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                         state, good = roll_back(
                             state, cfg.train, run_dir, log, kept_bytes, fresh_bytes, bad,
                             rollbacks,
-                            rebuild=lambda: _build(cfg, data, device, pretrained, coll.rank,
-                                                   coll.world_size),
-                            restore=lambda st, path, payload: restore_rank_(st, path, payload,
-                                                                            coll.rank))
+                            rebuild=lambda: _rebuild(cfg, data, device, pretrained, coll,
+                                                     selection),
+                            restore=lambda st, path, payload: _restore(st, path, payload,
+                                                                       coll.rank, selection))
                         kept_bytes = log.size()
                         guard.reset_()
                         graphed = None  # a rebuilt state: capture again
@@ -375,31 +402,46 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                                                      tc.envs * coll.world_size)
                         log.write(last_record)
                         t_log, s_log = now, readout.step
-                        advance(0, **_bar_fields(last_record))
+                        bar.update(_bar_fields(last_record))
+                        advance(0, **bar)
                 if rolled_back:
                     if stopping:
                         break
                     continue
+                # ---- validate: sweep the greedy agent, keep the best checkpoint or hold
+                if validate_now:
+                    ended_early = coll.any_(selection.validate(state, step, log), device)
+                    save_now = save_now or ended_early
+                    bar.update(selection.bar_fields())
+                    advance(0, **bar)
                 if stopping:
                     log.write({"event": "interrupted", "step": step,
                                "signal": stop.requested.name})
                 # ---- checkpoint (the metrics file size goes with it)
                 if save_now:
+                    extra = {"rollbacks": rollbacks, "world_size": coll.world_size}
+                    if selection is not None:
+                        extra["model_choice"] = selection.state_dict()
                     last_path = save_all_ranks(run_dir, state, step, coll, functools.partial(
                         save_checkpoint, run_dir, state, step, config_dict, log.flushed_size(),
-                        meta, tc.keep_checkpoints,
-                        extra={"rollbacks": rollbacks, "world_size": coll.world_size},
-                        writer=writer, before_write=log.sync))
+                        meta, tc.keep_checkpoints, extra=extra, writer=writer,
+                        before_write=log.sync))
                 advance(1)
-                if stopping:
+                if stopping or ended_early:
                     break
             interrupted = stop.requested.name if stopping else None
         writer.wait()
-        if interrupted is None and start < total:
-            log.write({"event": "run_end", "step": total,
-                       "wall_s": round(time.perf_counter() - t0, 3)})
+        chosen = selection.choice.info() if selection is not None else None
+        early = selection.choice.stop_reason() if selection and selection.choice.stopped else None
+        if interrupted is None and (start < total or ended_early):
+            log.write({"event": "run_end", "step": step,
+                       "wall_s": round(time.perf_counter() - t0, 3),
+                       "stopped": "patience" if ended_early else "steps",
+                       **({"reason": early} if ended_early else {}),
+                       **({"chosen": chosen} if chosen is not None else {})})
         return RunResult(run_dir=run_dir, last_metrics=last_record, step=max(step, start),
-                         checkpoint=last_path, interrupted=interrupted)
+                         checkpoint=last_path, interrupted=interrupted, chosen=chosen,
+                         stopped_early=early)
     finally:
         try:
             writer.wait()  # an error here is the run's own, or follows the one raised above
@@ -414,13 +456,35 @@ def _build(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     """build_state, then the networks compiled where train.compile asks for it."""
     state = build_state(cfg, data, device, pretrained, rank)
     if compile_wanted(cfg.train, device, processes):
-        compile_networks_(state, compile_config(cfg.train, device))
+        compile_networks_(state, compile_config(device))
     return state
 
 
+def _rebuild(cfg: RunConfig, data: TrainingData, device: torch.device | str,
+             pretrained: dict[str, torch.Tensor] | None, coll: Collective,
+             selection: ModelSelection | None) -> TrainState:
+    """A fresh state for a rollback before the first checkpoint: no validation yet either."""
+    if selection is not None:
+        selection.restore_({})
+    return _build(cfg, data, device, pretrained, coll.rank, coll.world_size)
+
+
+def _restore(state: TrainState, path: Path, payload: dict, rank: int,
+             selection: ModelSelection | None) -> None:
+    """A rollback's checkpoint into ``state``, and its model choice into ``selection``."""
+    restore_rank_(state, path, payload, rank)
+    if selection is not None:
+        selection.restore_(payload)
+
+
 def _guarded_step(state: TrainState, book, scfg: StepConfig, guard: DivergenceGuard,
-                  learning: bool, sync=None) -> None:
-    train_step(state, book, scfg, learning=learning, sync=sync)
+                  learning: bool, sync=None, reference: bool = False) -> None:
+    """One step (the production step, or with ``reference`` the readable one:
+    lobsurf.agent.reference), then the divergence guard's device-side check."""
+    if reference:
+        reference_step(state, book, scfg, learning)
+    else:
+        train_step(state, book, scfg, learning=learning, sync=sync)
     guard.check_(state)
 
 
@@ -428,6 +492,10 @@ def _graph_enabled(cfg: RunConfig, device: torch.device | str, sync) -> bool:
     """train.cuda_graph on a device that can graph, one process (else eager, said once
     where it was asked for on CUDA)."""
     if not cfg.train.cuda_graph or torch.device(device).type != "cuda":
+        return False
+    if cfg.train.reference:
+        print("train: CUDA graph off: train.reference runs the readable step eagerly",
+              file=sys.stderr)
         return False
     why = graph_unsupported(device) or ("several processes (collectives inside the step)"
                                         if sync is not None else None)

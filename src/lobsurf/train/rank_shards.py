@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lobsurf.agent.step import TrainState
+from lobsurf.agent.state import TrainState
 from lobsurf.train.checkpoint import (CorruptCheckpoint, checkpoint_path, local_payload,
                                       rank_shard_path, restore_local_, restore_shared_,
                                       verify_checkpoint, write_marked)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from lobsurf.agent.metrics import MetricSums
-from lobsurf.agent.step import TrainState
+from lobsurf.agent.state import TrainState
 from lobsurf.devices import HostCopy
 from lobsurf.train.guard import DivergenceGuard
 

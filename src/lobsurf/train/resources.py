@@ -140,8 +140,7 @@ def memory_estimate(cfg: RunConfig, rows: int, device: torch.device | str = "cpu
     return MemoryEstimate(
         rows=rows, book_bytes_per_row=_per_row(book),
         # the training book's feature table, computed on the device (never staged)
-        feature_bytes_per_row=(_per_row([with_feature_table(probe, cfg.features).features])
-                               if cfg.train.feature_table else 0),
+        feature_bytes_per_row=_per_row([with_feature_table(probe, cfg.features).features]),
         label_bytes_per_row=_per_row(label_tensors),
         replay_capacity=cfg.replay.capacity,
         replay_bytes_per_transition=_tensor_bytes(slots) // 2,

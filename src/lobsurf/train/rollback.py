@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lobsurf.agent.step import TrainState
+from lobsurf.agent.state import TrainState
 from lobsurf.errors import UserError
 from lobsurf.train.checkpoint import newest_valid_checkpoint, restore_state_
 from lobsurf.train.config import TrainConfig

@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +45,14 @@ def is_run_folder(path: Path) -> bool:
         return False
 
 
-def prepare_run_folder(path: Path, overwrite: bool) -> None:
-    """Create a fresh run folder at ``path`` (see module doc for the refusal rules)."""
+def fresh_folder(path: Path, overwrite: bool, ours: Callable[[Path], bool] = is_run_folder
+                 ) -> None:
+    """An empty folder at ``path``, made or emptied: never a folder that holds anything but
+    what ``ours`` recognises (a lobsurf run), and an existing one only with ``overwrite``."""
     if path.exists() and not path.is_dir():
         raise UserError(f"--out {path}: exists and is not a folder")
     if path.is_dir() and any(path.iterdir()):
-        if not is_run_folder(path):
+        if not ours(path):
             raise UserError(f"--out {path}: folder is not empty and is not a lobsurf training "
                             "run; choose a new or empty folder")
         if not overwrite:
@@ -57,6 +60,11 @@ def prepare_run_folder(path: Path, overwrite: bool) -> None:
                             "continues it, --overwrite replaces it")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
+
+
+def prepare_run_folder(path: Path, overwrite: bool) -> None:
+    """Create a fresh run folder at ``path`` (see module doc for the refusal rules)."""
+    fresh_folder(path, overwrite)
     (path / RUN_MARKER).write_text(json.dumps({"format": RUN_FORMAT,
                                                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}))
 

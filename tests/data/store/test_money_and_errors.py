@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import databento_dbn as dbn
+import pytest
 
 from lobsurf.cli import main
 from lobsurf.data.store import Store
@@ -105,3 +106,52 @@ def test_info_on_a_file_says_what_it_is(tmp_path, capsys):
     assert "lobsurf ingest" in info_error(capsys, renamed)
     err = info_error(capsys, tmp_path)  # a folder, but no store: says so
     assert "not a finished store" in err
+
+
+def test_fees_given_at_ingest_are_recorded_and_shown(tmp_path, capsys):
+    """--fee-per-lot / --fee-bps go into the manifest (one flag given: the other is 0) and
+    lobsurf info shows them; without either nothing is recorded and info says what applies."""
+    store = tmp_path / "s"
+    assert main(["ingest", str(mbo_file(tmp_path)), "--out", str(store), "--no-progress",
+                 "--multiplier", "50", "--fee-per-lot", "0.7"]) == 0
+    capsys.readouterr()
+    instrument = Store.open(store).manifest.instruments[0]
+    assert (instrument.fee_per_lot, instrument.fee_bps) == (0.7, 0.0)
+    assert main(["info", str(store)]) == 0
+    assert "fees         0.7 per lot + 0 bps of notional (recorded at ingest)" in (
+        capsys.readouterr().out)
+    assert main(["info", str(store), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["instruments"][0]
+    assert (shown["fee_per_lot"], shown["fee_bps"]) == (0.7, 0.0)
+    bare = tmp_path / "bare"
+    assert main(["ingest", str(mbo_file(tmp_path)), "--out", str(bare), "--no-progress",
+                 "--multiplier", "50"]) == 0
+    instrument = Store.open(bare).manifest.instruments[0]
+    assert (instrument.fee_per_lot, instrument.fee_bps) == (None, None)
+    capsys.readouterr()
+    assert main(["info", str(bare)]) == 0
+    assert "fees         none recorded (training and evaluation charge" in capsys.readouterr().out
+    for flag, value in (("--fee-per-lot", "-1"), ("--fee-bps", "nan"), ("--fee-bps", "20000")):
+        assert main(["ingest", str(mbo_file(tmp_path)), "--out", str(tmp_path / "x"),
+                     "--no-progress", flag, value]) == 2
+        err = capsys.readouterr().err
+        assert flag in err and err.count("\n") == 1, err
+
+
+def test_a_store_written_before_fees_were_recorded_still_loads(tiny_store):
+    """Manifests without fee keys (stores ingested before they existed) open with no fee
+    recorded, and a manifest with a nonsense fee is one clear error."""
+    from lobsurf.data.dataset import load_book_tensors
+    from lobsurf.data.store import StoreError
+
+    path = tiny_store.path / "manifest.json"
+    raw = json.loads(path.read_text())
+    for instrument in raw["instruments"]:
+        del instrument["fee_per_lot"], instrument["fee_bps"]
+    path.write_text(json.dumps(raw))
+    book = load_book_tensors(Store.open(tiny_store.path))
+    assert (book.fee_per_lot, book.fee_bps) == (None, None)
+    raw["instruments"][0]["fee_per_lot"] = -3
+    path.write_text(json.dumps(raw))
+    with pytest.raises(StoreError, match="malformed manifest entry: fee_per_lot -3"):
+        Store.open(tiny_store.path)

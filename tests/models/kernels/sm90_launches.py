@@ -4,8 +4,8 @@ path, compiled for Hopper
 with TRITON_INTERPRET unset, it prints one JSON line per distinct launch.
 
 Triton's CPU interpreter, which every other kernel test runs in, accepts code its compiler
-rejects (a plain-float global read inside a kernel passed in the interpreter and failed to
-compile for sm_90: benchmarks/RESULTS.md, twenty-fifth session). So here nothing runs: each
+rejects (a plain-float global read inside a kernel passes in the interpreter and fails to
+compile for sm_90). So here nothing runs: each
 kernel the block launches is replaced by a recorder, the block runs forward and backward on
 CPU tensors (the kernels' outputs are left uninitialised, which no later op minds), and each
 recorded launch is then compiled by Triton's own compiler the way a launch on CUDA tensors
@@ -32,12 +32,13 @@ from lobsurf.models import mamba2
 from lobsurf.models.align import elements_per_alignment
 from lobsurf.models.config import EncoderConfig
 from lobsurf.models.kernels import (conv_dt_triton, conv_triton, ssd_last_row_triton,
-                                    ssd_triton, ssd_window_triton, triton_support)
+                                    ssd_window_triton, triton_support)
+from lobsurf.models.kernels.triton_support import use_kernels_
 from lobsurf.models.mamba2 import Mamba2Block
 
 #: the modules whose launched kernels are recorded (every module-level JITFunction of theirs)
 KERNEL_MODULES = (ssd_window_triton, ssd_last_row_triton, conv_triton, conv_dt_triton,
-                  ssd_triton, c51_triton)
+                  c51_triton)
 #: PyTorch dtype -> Triton pointer type
 POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16",
            torch.int64: "*i64", torch.int32: "*i32", torch.bool: "*i1"}
@@ -84,7 +85,7 @@ def record(fn) -> list[Launch]:
             if is_launched_kernel(name, value):
                 saved.append((module, name, value))
                 setattr(module, name, _recorder(value, name, launches))
-    # the choices that insist on the kernels take CPU tensors only under the interpreter
+    # kernels "on" takes CPU tensors only under the interpreter
     real_interpreter = triton_support.interpreter_active
     triton_support.interpreter_active = lambda: True
     try:
@@ -143,66 +144,36 @@ def compile_launch(launch: Launch) -> dict:
             "shared": compiled.metadata.shared, "cubin_bytes": len(compiled.asm["cubin"])}
 
 
-def _cuda_multiple(x: torch.Tensor, align_bytes: int) -> int:
-    # align.device_multiple as on CUDA: the compute dtype's elements in align_bytes
+def _cuda_multiple(x: torch.Tensor) -> int:
+    # align.device_multiple as on CUDA: the compute dtype's elements in GEMM_ALIGN_BYTES
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-    return elements_per_alignment(dtype, align_bytes)
+    return elements_per_alignment(dtype)
 
 
 def block_calls() -> None:
     """A block's forward and backward (the learner's), and its forwards without autograd
-    (acting, the target net), every row and the last, fp32 and bf16, with the last row's
-    forward as the tile kernel and as vectors and z read by the gated scan or computed in it
-    (``scan_z_proj``): the default CUDA path's kernels, insisted on
-    (they would be "auto" on CUDA), with the in-projection padded as on CUDA."""
-    cfg = EncoderConfig(ssd_backend="triton_window", conv_backend="triton_dx",
-                        scan_gate="triton")
+    (acting, the target net), every row and the last, fp32 and bf16, z computed in the
+    gated scan (the default width) or read by it (a width that is not a power of two):
+    the default CUDA path's kernels ("auto" on CUDA, here "on"), with the in-projection
+    padded as on CUDA."""
     real_multiple, mamba2.device_multiple = mamba2.device_multiple, _cuda_multiple
     try:
-        _block_calls(cfg)
+        _block_calls(EncoderConfig(), with_grad=True, last_only=(False, True))
+        _block_calls(EncoderConfig(d_model=96), with_grad=False, last_only=(False,))
     finally:
         mamba2.device_multiple = real_multiple
 
 
-def _block_calls(cfg: EncoderConfig) -> None:
-    # the gated scan's every-row call reads z (the first pass) or computes it (the second);
-    # under autograd z by a product of its own (the first) or through conv_dt_z (the second)
-    for last_row, z_proj, one_proj in (("tile", "torch", False), ("vector", "triton", True)):
-        block = Mamba2Block(dataclasses.replace(cfg, scan_last_row=last_row,
-                                                scan_z_proj=z_proj, one_in_projection=one_proj))
-        for dtype in (torch.float32, torch.bfloat16):
-            h = torch.randn(2, 64, cfg.d_model, requires_grad=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                for last_only in (False, True):
-                    out = block(h, last_only=last_only)
-                    out.float().sum().backward()
-                    with torch.no_grad():
-                        block(h, last_only=last_only)
-
-
-def opt_in_calls() -> None:
-    """The opt-in kernels' launches, their wrappers called directly (the block takes them
-    on CUDA tensors only): the conv of ``conv_backend`` "triton", "triton_dpre" and
-    "triton_fwd" with autograd, its forward's tile kernel (a conv wider than the row walk
-    holds), and the multi-chunk scan of ``ssd_backend`` "triton" over two chunks; fp32 and
-    bf16, the conv's input a slice of wider rows as the in-projection's."""
-    cfg = EncoderConfig()
-    rows, channels = cfg.chunk_size, cfg.d_inner + 2 * cfg.d_state
+def _block_calls(cfg: EncoderConfig, with_grad: bool, last_only: tuple[bool, ...]) -> None:
+    block = use_kernels_(Mamba2Block(cfg), "on")
     for dtype in (torch.float32, torch.bfloat16):
-        for conv, width in ((conv_triton.conv_silu, cfg.d_conv),
-                            (conv_triton.conv_silu_dpre, cfg.d_conv),
-                            (conv_triton.conv_silu_fwd_dpre, cfg.d_conv),
-                            (conv_triton.conv_silu, conv_triton.DPRE_MAX_WIDTH + 1)):
-            x = torch.randn(2, rows, cfg.d_inner + channels, dtype=dtype)[..., cfg.d_inner:]
-            leaves = [x.requires_grad_(), torch.randn(width, channels, dtype=dtype),
-                      torch.randn(channels, dtype=dtype)]
-            conv(*leaves).float().sum().backward()
-        xbc = torch.randn(2, 2 * rows, channels, dtype=dtype, requires_grad=True)
-        dt = torch.rand(2, 2 * rows, cfg.n_heads, dtype=dtype, requires_grad=True)
-        A = -torch.rand(cfg.n_heads, requires_grad=True)
-        ssd_triton.ssd_scan(xbc, dt, A, cfg.headdim, cfg.d_state, cfg.chunk_size,
-                            cfg.ssd_triton_warps_fwd, cfg.ssd_triton_warps_bwd
-                            ).float().sum().backward()
+        h = torch.randn(2, 64, cfg.d_model, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            for last in last_only:
+                if with_grad:
+                    block(h, last_only=last).float().sum().backward()
+                with torch.no_grad():
+                    block(h, last_only=last)
 
 
 def learner_calls() -> None:
@@ -219,9 +190,8 @@ def learner_calls() -> None:
 
 
 def all_calls() -> None:
-    """``block_calls``, ``opt_in_calls`` and ``learner_calls``."""
+    """``block_calls`` and ``learner_calls``."""
     block_calls()
-    opt_in_calls()
     learner_calls()
 
 

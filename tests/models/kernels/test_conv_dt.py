@@ -1,6 +1,6 @@
-"""The conv + dt softplus with its one backward kernel (``conv_dt_triton.py``,
-``conv_backend = "triton_dx"``) against a float64 numpy reference written here (forward and
-a hand-derived backward), and the block on it against the PyTorch block in float64.
+"""The conv + dt softplus with its one backward kernel (``conv_dt_triton.py``, the learner's
+forward on CUDA) against a float64 numpy reference written here (forward and a
+hand-derived backward), and the block on it against the PyTorch block in float64.
 
 Without CUDA the kernels run in Triton's CPU interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1 before Triton is imported); the GPU-marked tests run them on CUDA. The
@@ -15,8 +15,9 @@ import torch
 
 pytest.importorskip("triton", reason="the conv kernels need Triton (dev extra on Linux)")
 
-from lobsurf.models.kernels import conv_dt_triton  # noqa: E402
 from lobsurf.models.config import EncoderConfig  # noqa: E402
+from lobsurf.models.kernels import conv_dt_triton, conv_triton  # noqa: E402
+from lobsurf.models.kernels.triton_support import use_kernels_  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
 
@@ -88,33 +89,6 @@ def _run(case, dtype, device="cpu", seed=0):
     return (xbc, dt), grads, want_out, want_grads
 
 
-def _run_z(case, dtype, z_width, device="cpu", seed=0):
-    # conv_dt_z on [z | xbcdt] rows (a slice of wider rows, as the in-projection's output
-    # is), with gradients for z, xBC and dt
-    batch, length, channels, heads, width, pad = case
-    g = torch.Generator().manual_seed(seed + 7 * length)
-    cols = z_width + channels + heads + pad
-    proj = torch.randn(batch, length, cols + 8, generator=g)[..., 8:]
-    w, b = torch.randn(width, channels, generator=g), torch.randn(channels, generator=g)
-    dt_bias = torch.rand(heads, generator=g) * 4.0 - 2.0
-    dz = torch.randn(batch, length, z_width, generator=g)
-    dxbc = torch.randn(batch, length, channels, generator=g)
-    ddt = torch.randn(batch, length, heads, generator=g)
-    leaves = [t.to(device=device, dtype=dtype).requires_grad_() for t in (proj, w, b)]
-    leaves.append(dt_bias.to(device).requires_grad_())
-    z, xbc, dt = conv_dt_triton.conv_dt_z(leaves[0], *leaves[1:], z_width, channels, heads)
-    grads = torch.autograd.grad((z.float() * dz.to(device)).sum()
-                                + (xbc.float() * dxbc.to(device)).sum()
-                                + (dt * ddt.to(device)).sum(), leaves)
-    p64 = leaves[0].detach().double().cpu().numpy()
-    want_out, want_grads = numpy_conv_dt(
-        p64[..., z_width:], *(t.detach().double().cpu().numpy() for t in leaves[1:]),
-        dxbc.double().numpy(), ddt.double().numpy(), channels)
-    want_dproj = np.concatenate([dz.double().numpy(), want_grads[0]], axis=-1)
-    return ((z, p64[..., :z_width]), (xbc, dt), grads, want_out,
-            (want_dproj, *want_grads[1:]))
-
-
 def _rel(got: torch.Tensor, ref: np.ndarray) -> float:
     return float(np.abs(got.detach().double().cpu().numpy() - ref).max() / np.abs(ref).max())
 
@@ -137,7 +111,14 @@ def _check(case, dtype, outs, grads, want_out, want_grads):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("case", CASES)
 def test_conv_dt_and_gradients_match_numpy(case, dtype) -> None:
-    _check(case, dtype, *_run(case, dtype))
+    # in the interpreter under the bounds check of every load and store (triton_bounds.py):
+    # the forward kernel and the backward writing the in-projection columns' gradient
+    from tests.models.kernels.triton_bounds import bounds_checked
+
+    with bounds_checked() as launches:
+        out = _run(case, dtype)
+    assert launches == ["_conv_walk_fwd_kernel", "_conv_dt_bwd_kernel"]
+    _check(case, dtype, *out)
 
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[4]])
@@ -147,39 +128,13 @@ def test_one_row_per_step_matches_numpy(case, monkeypatch) -> None:
     _check(case, torch.float32, *_run(case, torch.float32))
 
 
-#: z widths: none past one tile's 128 columns, two tiles with a ragged tail
-Z_CASES = [(CASES[0], 256), (CASES[1], 136), (CASES[4], 24)]
-
-
-def _check_z(case, dtype, z_width, out):
-    (z, want_z), outs, grads, want_out, want_grads = out
-    # z is the projection's own columns, passed through
-    assert z.shape[-1] == z_width and _rel(z, want_z) == 0.0
-    assert grads[0].shape == want_grads[0].shape
-    # the xBC, dt and padding columns as conv_dt's
-    _check(case, dtype, outs, (grads[0][..., z_width:], *grads[1:]), want_out,
-           (want_grads[0][..., z_width:], *want_grads[1:]))
-    # the z columns' gradient is d z as given (a copy: exact, in the projection's dtype)
-    assert _rel(grads[0][..., :z_width], want_grads[0][..., :z_width]) < (
-        1e-7 if dtype == torch.float32 else 4e-3)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("case", "z_width"), Z_CASES)
-def test_conv_dt_z_writes_the_whole_projections_gradient(case, z_width, dtype) -> None:
-    """conv_dt_z: z passed through, and the one backward kernel writes d z into the z
-    columns beside the conv's and dt's gradient (numpy reference, the z columns d z)."""
-    _check_z(case, dtype, z_width, _run_z(case, dtype, z_width))
-
-
 @pytest.mark.parametrize("case", [CASES[0], CASES[1]])
 def test_wide_channel_block_matches_numpy(case, monkeypatch) -> None:
     """The channel block of large batches (``BLOCK_C``; the tests' few windows otherwise
-    take ``BLOCK_C_SMALL``), with and without the z columns."""
+    take ``BLOCK_C_SMALL``)."""
     monkeypatch.setattr(conv_dt_triton, "SMALL_BATCH", 1)
     assert conv_dt_triton.block_channels(case[0]) == conv_dt_triton.BLOCK_C
     _check(case, torch.float32, *_run(case, torch.float32))
-    _check_z(case, torch.float32, 136, _run_z(case, torch.float32, 136))
 
 
 def test_channel_block_by_batch() -> None:
@@ -203,60 +158,57 @@ def test_softplus_gradient_above_the_threshold() -> None:
     assert torch.allclose(d_raw, want[..., 16:20], rtol=1e-6, atol=1e-12)
 
 
-def _blocks(conv_backend: str, seed: int = 3, one_in_projection: bool = False
-            ) -> tuple[Mamba2Block, Mamba2Block]:
-    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend="torch",
-                        conv_backend="torch")
-    ref = perturbed_block(cfg, seed).double()
-    fast = Mamba2Block(EncoderConfig(**{**cfg.__dict__, "conv_backend": conv_backend,
-                                        "one_in_projection": one_in_projection}))
+def _blocks(kernels: str, seed: int = 3, d_conv: int = 4) -> tuple[Mamba2Block, Mamba2Block]:
+    # (the float64 PyTorch block, the block of its weights in ``kernels`` mode); windows
+    # longer than chunk_size, so that the scan stays PyTorch's and the conv + dt is what
+    # the kernels change
+    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, chunk_size=16, d_conv=d_conv)
+    ref = use_kernels_(perturbed_block(cfg, seed).double(), "off")
+    fast = use_kernels_(Mamba2Block(cfg), kernels)
     fast.load_state_dict(ref.state_dict())
     return ref, fast
 
 
-@pytest.mark.parametrize("one_in_projection", [False, True])
 @pytest.mark.parametrize("last_only", [False, True])
-def test_block_on_triton_dx_matches_the_float64_block(last_only: bool, one_in_projection: bool,
-                                                      monkeypatch) -> None:
-    """The block with the conv + dt through conv_dt, z projected apart or (every row, with
-    ``one_in_projection``) through conv_dt_z: its output and every parameter's and the
-    input's gradient against the PyTorch block in float64."""
-    ref, fast = _blocks("triton_dx", one_in_projection=one_in_projection)
+def test_block_on_conv_dt_matches_the_float64_block(last_only: bool, monkeypatch) -> None:
+    """The block with the conv + dt through conv_dt (z projected apart): its output and
+    every parameter's and the input's gradient against the PyTorch block in float64."""
+    ref, fast = _blocks("on")
     h = torch.randn(3, 37, 32)
     calls = count_calls(monkeypatch, conv_dt_triton, "_conv_dt_bwd_op")
-    z_calls = count_calls(monkeypatch, conv_dt_triton, "conv_dt_z")
     hf = h.clone().requires_grad_()
     out = fast(hf, last_only=last_only)
     probe = torch.randn_like(out)  # a loss that weighs every output value
     grads = torch.autograd.grad((out * probe).sum(), [hf, *fast.parameters()])
     assert calls == [1]
-    assert z_calls == ([1] if one_in_projection and not last_only else [])
     hr = h.double().requires_grad_()
     out_ref = ref(hr, last_only=last_only)
     ref_grads = torch.autograd.grad((out_ref * probe.double()).sum(), [hr, *ref.parameters()])
     names = ["h"] + [n for n, _ in ref.named_parameters()]
     assert _rel(out, out_ref.detach().numpy()) < 2e-5
     for name, got, want in zip(names, grads, ref_grads):
-        if want.abs().max() == 0:  # the in-projection's padding rows: no gradient either way
-            assert got.abs().max() == 0, name
-            continue
         assert _rel(got, want.numpy()) < 2e-4, name
 
 
-def test_dispatch() -> None:
-    """"triton_dx" takes conv_dt only under autograd (the forward kernel without it), insists
-    on a conv its kernel holds, and "auto" keeps CPU tensors on PyTorch."""
-    _, fast = _blocks("triton_dx")
+def test_dispatch(monkeypatch) -> None:
+    """"on" takes conv_dt only under autograd (the conv's forward kernel without it); "auto"
+    keeps CPU tensors on PyTorch; a conv wider than the kernels hold runs PyTorch's conv in
+    every mode, with the PyTorch block's output."""
+    _, fast = _blocks("on")
     h = torch.randn(2, 10, 32)
     assert fast.mixer._conv_dt(h)
+    launches = count_calls(monkeypatch, conv_triton, "conv_silu")
     with torch.no_grad():
         assert not fast.mixer._conv_dt(h)
+        fast(h)
+    assert launches == [1]
     _, auto = _blocks("auto")
     assert not auto.mixer._conv_dt(h)
-    wide = Mamba2Block(EncoderConfig(d_model=32, headdim=16, d_state=16, d_conv=5,
-                                     conv_backend="triton_dx"))
-    with pytest.raises(RuntimeError, match="d_conv <= 4"):
-        wide(torch.randn(1, 8, 32))
+    ref, wide = _blocks("on", d_conv=conv_dt_triton.MAX_WIDTH + 1)
+    assert not wide.mixer._conv_dt(h)
+    with torch.no_grad():
+        torch.testing.assert_close(wide(h).double(), ref(h.double()), rtol=1e-5, atol=1e-6)
+    assert launches == [1]
     with pytest.raises(ValueError, match="at most 4 taps"):
         conv_dt_triton.conv_dt(torch.zeros(1, 4, 24), torch.zeros(5, 16), torch.zeros(16),
                                torch.zeros(4), 16, 4)
@@ -271,6 +223,51 @@ def test_conv_dt_on_cuda_matches_numpy(case, dtype) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("case", "z_width"), Z_CASES)
-def test_conv_dt_z_on_cuda_matches_numpy(case, z_width, dtype) -> None:
-    _check_z(case, dtype, z_width, _run_z(case, dtype, z_width, device="cuda"))
+@pytest.mark.parametrize("batch,length,channels,width,row", [(3, 64, 384, 4, 648),
+                                                             (2, 37, 200, 4, 209),
+                                                             (2, 130, 640, 3, 649)])
+def test_conv_forward_on_cuda_matches_float64(batch, length, channels, width, row,
+                                               dtype) -> None:
+    """The conv's forward kernel alone (the no-grad forwards' conv), x a slice of wider
+    rows as the in-projection's output is (the default's layout first: rows of 648)."""
+    g = torch.Generator(device="cuda").manual_seed(length)
+    x = torch.randn(batch, length, row, device="cuda", generator=g)[..., -channels - 8:-8]
+    w = torch.randn(width, channels, device="cuda", generator=g)
+    b = torch.randn(channels, device="cuda", generator=g)
+    out = conv_triton.conv_silu(x.to(dtype), w.to(dtype), b.to(dtype))
+    xd, wd, bd = (t.to(dtype).double().cpu().numpy() for t in (x, w, b))
+    want = numpy_conv_dt(np.concatenate([xd, np.zeros((batch, length, 1))], -1), wd, bd,
+                         np.zeros(1), np.zeros((batch, length, channels)),
+                         np.zeros((batch, length, 1)), channels)[0][0]
+    assert out.dtype == dtype and _rel(out, want) < TOL[dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("last_only", [False, True])
+def test_block_on_the_default_cuda_path_matches_the_pytorch_block(last_only: bool,
+                                                                   monkeypatch) -> None:
+    """The block on CUDA in "auto" (the kernels; the window longer than a chunk, so the
+    PyTorch scan with conv_dt) against "off": output, every parameter's gradient, and the
+    forwards without gradients (acting, target)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
+    torch.manual_seed(0)
+    cfg = EncoderConfig(d_model=64, headdim=32, d_state=32, chunk_size=32)
+    ref = use_kernels_(Mamba2Block(cfg), "off").cuda()
+    fast = Mamba2Block(cfg).cuda()
+    fast.load_state_dict(ref.state_dict())
+    h = torch.randn(4, 80, 64, device="cuda")
+    out_ref, out = ref(h, last_only=last_only), fast(h, last_only=last_only)
+    probe = torch.randn_like(out)  # a loss that weighs every output value
+    g_ref = torch.autograd.grad((out_ref * probe).sum(), list(ref.parameters()))
+    g = torch.autograd.grad((out * probe).sum(), list(fast.parameters()))
+
+    def rel(a, b):
+        return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+    assert rel(out, out_ref) < 2e-4
+    for name, a, b in zip([n for n, _ in ref.named_parameters()], g, g_ref):
+        assert rel(a, b) < 2e-3, name
+    with torch.no_grad():  # the forwards without gradients (acting, target) take own paths
+        assert rel(fast(h, last_only=last_only), out_ref) < 2e-4

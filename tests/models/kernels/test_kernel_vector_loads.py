@@ -1,18 +1,17 @@
-"""The conv kernels read the in-projection's slice with vector loads, compiled for Hopper
+"""The kernels read the in-projection's slices with vector loads, compiled for Hopper
 (sm_90) without a GPU.
 
 Triton specializes an integer argument only when it is a multiple of 16; the slice's row
 stride is 648 bf16 at the default model (a multiple of 8: 16 bytes), so unless the wrapper
-passes the strides in units of their alignment every load of it is a scalar 16-bit load
-(benchmarks/RESULTS.md, fourteenth session: the d pre tile kernel of then 251 against
-155 us on the H200). The d pre kernel walks rows, each thread holding BC / (32 x warps)
-adjacent channels, so its widest load is that many bf16 at once; the forward's tile kernel
-gives each thread 8 (one 16-byte load), its row walk (the default) 4, as the d pre kernel.
-The CPU interpreter cannot show this, so the kernels are compiled here to PTX by Triton's
-own compiler, in a subprocess without TRITON_INTERPRET (the test session sets it), with the
-divisibility Triton would give the default call's arguments. The gated scan
-(``ssd_window_gated``) reads z, a view of the same in-projection, the same way. Planted
-(``row_alignment`` returning 1), every test fails.
+passes the strides in units of their alignment every load of it is a scalar 16-bit load,
+several times slower (benchmarks/RESULTS.md, Defaults decided by measurement). The conv's
+row-walking kernels (its forward, conv_dt's backward) give each thread BC / (32 x warps)
+adjacent channels, so their widest load is that many bf16 at once. The CPU interpreter
+cannot show this, so the kernels are compiled here to PTX by Triton's own compiler, in a
+subprocess without TRITON_INTERPRET (the tests set it), with the divisibility
+Triton would give the default call's arguments. The gated scan (``ssd_window_gated``) reads
+z, a view of the same in-projection, the same way. Planted (``row_alignment`` returning 1),
+every test fails.
 """
 
 from __future__ import annotations
@@ -60,9 +59,9 @@ SCRIPT = textwrap.dedent("""
                     s_yl=256, s_zb=z.stride(0) // align, s_zl=z.stride(1) // align,
                     s_ssb=256, s_ssl=4)
         zproj = 128 if which == "zproj" else 0
-        consts = dict(E=256, N=64, P=64, Q=64, LAST_ONLY=0, GATED=1, ZALIGN=align,
+        consts = dict(E=256, N=64, P=64, Q=64, GATED=1, ZALIGN=align,
                       ZPROJ=zproj, ZK=min(zproj, sw.Z_PROJ_COLUMNS), BF16=1, PREC="ieee")
-        fn, warps = sw._ssd_window_fwd, 4
+        fn, warps = sw._ssd_window_fwd, sw.WARPS_FWD
         extra_fp32 = ("dt_ptr", "a_ptr", "d_ptr", "w_ptr", "ss_ptr")
     elif which in ("dx", "dx_small"):  # conv_dt_triton's backward: [B, 64, 392] GEMM
         # output and gradient, at its channel block from SMALL_BATCH windows up and below
@@ -72,23 +71,16 @@ SCRIPT = textwrap.dedent("""
         align = ct.row_alignment(xbcdt)
         ints = dict(L=64, C=384, H=4, CP=392, s_b=xbcdt.stride(0) // align,
                     s_l=xbcdt.stride(1) // align, s_db=dout.stride(0), s_dl=out_row,
-                    s_tb=256, s_tl=4, s_zb=64 * 256, s_zl=256, s_xb=xbcdt.stride(0) // align,
+                    s_tb=256, s_tl=4, s_xb=xbcdt.stride(0) // align,
                     s_xl=xbcdt.stride(1) // align)
         block = cdt.BLOCK_C_SMALL if which == "dx_small" else cdt.BLOCK_C
         consts = dict(W=4, BC=block, LT=64, PT=16, ALIGN=align, R=cdt.ROWS_PER_STEP,
-                      STAGES_=cdt.STAGES, THRESHOLD=cdt.SOFTPLUS_THRESHOLD, ZW=0,
-                      ZR=cdt.Z_ROWS)
+                      STAGES_=cdt.STAGES, THRESHOLD=cdt.SOFTPLUS_THRESHOLD)
         fn, warps = cdt._conv_dt_bwd_kernel, cdt.WARPS
-    elif which == "walk":  # the forward's row walk (FWD_WALK_ROWS rows a step)
+    else:  # "walk": the conv's forward, its row walk (FWD_WALK_ROWS rows a step)
         consts = dict(W=4, BC=ct.FWD_WALK_BLOCK_C, ALIGN=align, R=ct.FWD_WALK_ROWS,
                       STAGES_=ct.FWD_WALK_STAGES)
         fn, warps = ct._conv_walk_fwd_kernel, ct.FWD_WALK_WARPS
-    elif which == "dpre":
-        consts = dict(W=4, BC=ct.DPRE_BLOCK_C, ALIGN=align, STAGES=ct.DPRE_STAGES)
-        fn, warps = ct._conv_dpre_kernel, ct.DPRE_WARPS
-    else:
-        consts = dict(W=4, BT=ct.FWD_BLOCK_T, BC=ct.FWD_BLOCK_C, ALIGN=align)
-        fn, warps = ct._conv_fwd_kernel, ct.FWD_WARPS
     sig, attrs = {}, {}
     for i, name in enumerate(inspect.signature(fn.fn).parameters):
         if name in consts:
@@ -120,7 +112,7 @@ LOAD_OF_BYTES = {2: "ld.global.b16", 4: "ld.global.b32", 8: "ld.global.v2.b32",
 
 
 def _global_loads(which: str) -> dict[str, int]:
-    # the PTX's global loads by kind, of conv_triton's "dpre" or "fwd" kernel
+    # the PTX's global loads by kind, of the kernel ``which`` names (SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9 warns without it; 1 = its default
     done = subprocess.run([sys.executable, "-c", SCRIPT, which], capture_output=True,
@@ -129,19 +121,9 @@ def _global_loads(which: str) -> dict[str, int]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_d_pre_kernel_loads_the_in_proj_slice_a_thread_row_at_a_time() -> None:
-    from lobsurf.models.kernels import conv_triton as ct
-
-    run_bytes = 2 * ct.DPRE_BLOCK_C // (32 * ct.DPRE_WARPS)  # a thread's channels in bf16
-    loads = _global_loads("dpre")
-    # every load of x, d out and the weights takes a thread's whole run of channels at once;
-    # none is a scalar 16-bit one (unless a thread holds one channel)
-    assert set(loads) == {LOAD_OF_BYTES[min(run_bytes, 16)]}, loads
-
-
 @pytest.mark.parametrize("which", ["dx", "dx_small"])
 def test_dx_kernel_loads_the_rows_a_thread_run_at_a_time(which: str) -> None:
-    # conv_dt_triton's backward (conv_backend "triton_dx"): its row loop's loads of x and d
+    # conv_dt_triton's backward (the learner's conv + dt): its row loop's loads of x and d
     # out are pipelined copies of a thread's whole run of channels (4 bf16: 8 bytes at 128
     # channels a program, 2 bf16 at the small batches' 64), as are the loads before the
     # loop; only the dt tile's loads (4 of 16 columns) are scalar
@@ -155,14 +137,8 @@ def test_dx_kernel_loads_the_rows_a_thread_run_at_a_time(which: str) -> None:
     assert loads[LOAD_OF_BYTES[run_bytes]] >= 8, loads  # 3 x rows, 4 taps, the bias
 
 
-def test_forward_kernel_loads_the_in_proj_slice_16_bytes_at_a_time() -> None:
-    # its [rows, channels] tiles give each thread 8 adjacent bf16 of a row: one 16-byte load
-    loads = _global_loads("fwd")
-    assert set(loads) == {LOAD_OF_BYTES[16]}, loads
-
-
 def test_forward_walk_loads_the_rows_a_thread_run_at_a_time() -> None:
-    # the forward's row walk (the default): its row loop's loads of x are pipelined copies
+    # the conv's forward, a row walk: its row loop's loads of x are pipelined copies
     # of a thread's whole run of channels (4 bf16: 8 bytes); the taps and the bias before
     # the loop are plain loads of the same width; nothing scalar
     from lobsurf.models.kernels import conv_triton as ct
@@ -175,7 +151,7 @@ def test_forward_walk_loads_the_rows_a_thread_run_at_a_time() -> None:
 
 
 def test_gated_scan_loads_z_from_the_in_projection_16_bytes_at_a_time() -> None:
-    # ssd_window_gated (scan_gate): z is a view of the 648-wide in-projection; its strides
+    # ssd_window_gated: z is a view of the 648-wide in-projection; its strides
     # passed in units of 8 elements, its loads are 16-byte vectors as are x, B and C's (a
     # thread's 8 bf16 of a row), none a scalar 16-bit load
     loads = _global_loads("gated")
@@ -183,7 +159,7 @@ def test_gated_scan_loads_z_from_the_in_projection_16_bytes_at_a_time() -> None:
 
 
 def test_projected_gate_loads_u_and_its_weights_16_bytes_at_a_time() -> None:
-    # ssd_window_gated_projected (scan_z_proj): u's rows and W_z's are loaded (or copied
+    # ssd_window_gated_projected: u's rows and W_z's are loaded (or copied
     # into shared memory by the pipelined product) 16 bytes at a time, nothing scalar
     loads = _global_loads("zproj")
     assert LOAD_OF_BYTES[2] not in loads, loads

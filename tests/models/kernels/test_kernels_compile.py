@@ -2,12 +2,11 @@
 ``lobsurf.models.kernels`` and ``lobsurf.agent.c51_triton``, compiles for Hopper (sm_90),
 checked on the CPU:
 ``sm90_launches.py`` records the launches a Mamba2 block makes (forward and backward, the
-no-grad forwards, every row and the last, fp32 and bf16, the last row's forward as the tile
-kernel and as vectors, z read by the gated scan or computed in it) and those of the opt-in
-kernels' wrappers, and compiles each with Triton's own compiler. The other kernel tests run
-in Triton's interpreter, which accepts code the compiler rejects; this one fails on such
-code before a GPU ever sees it (planted: a plain-float global read inside the last-row
-forward passes every interpreter test and fails here).
+no-grad forwards, every row and the last, fp32 and bf16, z computed in the gated scan or
+read by it) and the learner's C51 target, and compiles each with Triton's own compiler.
+The other kernel tests run in Triton's interpreter, which accepts code the compiler
+rejects; this one fails on such code before a GPU ever sees it (planted: a plain-float
+global read inside the last-row forward passes every interpreter test and fails here).
 """
 
 from __future__ import annotations
@@ -24,22 +23,21 @@ pytest.importorskip("triton", reason="compiling a kernel needs Triton (dev extra
 
 #: (kernel, the constexprs that pick its variant) of every launch the block must make
 EXPECTED = (
-    {("_ssd_window_fwd", (("BF16", bf16), ("GATED", gated), ("LAST_ONLY", last), ("ZPROJ", 0)))
-     for bf16 in (0, 1) for gated in (False, True) for last in (False, True)}
-    | {("_ssd_window_fwd", (("BF16", bf16), ("GATED", True), ("LAST_ONLY", False),
-                            ("ZPROJ", 128))) for bf16 in (0, 1)}
+    # every row: under autograd the scan alone; without it the gate in the scan, z read
+    # from the in-projection (ZPROJ 0) or computed from the block's input (ZPROJ = d_model)
+    {("_ssd_window_fwd", (("BF16", bf16), ("GATED", gated), ("ZPROJ", zproj)))
+     for bf16 in (0, 1) for gated, zproj in ((False, 0), (True, 0), (True, 128))}
+    # the last row: its forward as vectors, with and without the gate
     | {("_ssd_window_fwd_last", (("BF16", bf16), ("GATED", gated)))
        for bf16 in (0, 1) for gated in (False, True)}
     | {(name, (("BF16", bf16),)) for bf16 in (0, 1)
        for name in ("_ssd_window_bwd_head", "_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
     | {("_conv_walk_fwd_kernel", (("ALIGN", align),)) for align in (4, 8)}
-    # every row: z's gradient copied too (one_in_projection); the last row: conv_dt alone
-    | {("_conv_dt_bwd_kernel", (("ALIGN", align), ("ZW", zw))) for align in (4, 8)
-       for zw in (0, 256)}
+    | {("_conv_dt_bwd_kernel", (("ALIGN", align),)) for align in (4, 8)}
     # the learner's C51 target (train.c51_kernel), the discount a float or per sample
     | {("_c51_target_kernel", (("GAMMA_PER_ROW", rows),)) for rows in (False, True)})
 #: the constexprs that tell the expected variants apart
-VARIANT_KEYS = ("BF16", "GATED", "LAST_ONLY", "ALIGN", "ZPROJ", "ZW", "GAMMA_PER_ROW")
+VARIANT_KEYS = ("BF16", "GATED", "ALIGN", "ZPROJ", "GAMMA_PER_ROW")
 
 
 def _variant(row: dict) -> tuple:

@@ -1,24 +1,23 @@
-"""The gated norm's gate in the one-chunk scan kernel (``EncoderConfig.scan_gate``,
-``ssd_window_triton.ssd_window_gated``, ``Mamba2Mixer._gated_scan_out``).
+"""The gated norm's gate in the one-chunk scan kernel of the forwards without autograd
+(``ssd_window_triton.ssd_window_gated``, ``Mamba2Mixer._gated_scan_out``).
 
 References that share no code with the kernel or the mixer's norm: the step-by-step float64
 recurrence ``ssd_reference.ssd_recurrent`` with the gate, the sums of squares and the RMS
-norm written out here in float64, and the float64 PyTorch block (``scan_gate = "torch"``)
-for whole blocks. Without CUDA the kernel runs in Triton's CPU interpreter (tests/conftest.py)
+norm written out here in float64, and the float64 PyTorch block (``kernels = "off"``) for
+whole blocks. Without CUDA the kernel runs in Triton's CPU interpreter (tests/conftest.py)
 under the bounds check of every load and store.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="the kernels need Triton (dev extra on Linux)")
 
-from lobsurf.models.kernels import ssd_window_triton  # noqa: E402
 from lobsurf.models.config import EncoderConfig  # noqa: E402
+from lobsurf.models.kernels import ssd_window_triton  # noqa: E402
+from lobsurf.models.kernels.triton_support import use_kernels_  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 from lobsurf.models.ssd_reference import ssd_recurrent  # noqa: E402
 from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
@@ -71,15 +70,13 @@ def _rel(got, want):
 
 
 @pytest.mark.parametrize("z_pad", Z_PADS)
-@pytest.mark.parametrize("last_only,vector_last", [(False, False), (True, False),
-                                                   (True, True)])
+@pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
 def test_gated_scan_matches_the_float64_recurrence_inside_its_tensors(batch, length, heads,
                                                                       headdim, d_state, dtype,
-                                                                      last_only, vector_last,
-                                                                      z_pad):
-    # vector_last: the last row as vectors over the rows (scan_last_row "vector")
+                                                                      last_only, z_pad):
+    # last_only: the last row as vectors over the rows (ssd_last_row_triton)
     from tests.models.kernels.triton_bounds import bounds_checked
 
     if torch.cuda.is_available():
@@ -88,9 +85,8 @@ def test_gated_scan_matches_the_float64_recurrence_inside_its_tensors(batch, len
                                        last_only, seed=length, z_pad=z_pad)
     with bounds_checked() as launches:
         gw, ss = ssd_window_triton.ssd_window_gated(xbc, dt, A, D, z, weight, headdim, d_state,
-                                                    last_only=last_only,
-                                                    vector_last=vector_last)
-    assert launches == ["_ssd_window_fwd_last" if vector_last else "_ssd_window_fwd"]
+                                                    last_only=last_only)
+    assert launches == ["_ssd_window_fwd_last" if last_only else "_ssd_window_fwd"]
     assert gw.dtype == dtype and ss.dtype == torch.float32
     want_gw, want_ss, want_normed = _float64_gate(xbc, dt, A, D, z, weight, heads, headdim,
                                                   d_state, last_only)
@@ -108,23 +104,26 @@ def test_gated_scan_rejects_a_z_of_the_wrong_shape():
         ssd_window_triton.ssd_window_gated(xbc, dt, A, D, z[:, :-1], weight, 16, 16)
 
 
-def _blocks(length, device, d_model=32, **options):
-    # (the block with ``options`` on ``device``, the float64 PyTorch block of its weights)
-    cfg = EncoderConfig(d_model=d_model, headdim=16, d_state=16, ssd_backend="triton_window")
-    fast = perturbed_block(dataclasses.replace(cfg, **options), seed=length)
-    ref = Mamba2Block(dataclasses.replace(cfg, ssd_backend="torch", scan_gate="torch"))
+#: a block width whose z the scan kernel reads from the in-projection (not a power of two:
+#: the kernel computes z itself only for power-of-two widths, test_scan_z_proj.py)
+GATE_D_MODEL = 48
+
+
+def _blocks(length, device, d_model=GATE_D_MODEL, kernels="on"):
+    # (the block in ``kernels`` mode on ``device``, the float64 PyTorch block of its weights)
+    cfg = EncoderConfig(d_model=d_model, headdim=16, d_state=16)
+    fast = use_kernels_(perturbed_block(cfg, seed=length), kernels)
+    ref = use_kernels_(Mamba2Block(cfg), "off")
     ref.double().load_state_dict(fast.state_dict())
     return fast.to(device), ref
 
 
-@pytest.mark.parametrize("last_row", ["tile", "vector"])
 @pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("length", [37, 64])
 def test_block_with_the_gate_in_the_scan_matches_the_float64_pytorch_block(length, last_only,
-                                                                           last_row,
                                                                            monkeypatch):
-    # the no-grad forward with the gate in the scan kernel, the last row's forward as the
-    # tile kernel's last row or as vectors
+    # the no-grad forward with the gate in the scan kernel, z read from the in-projection;
+    # the last row's forward as vectors over the rows
     from lobsurf.models.kernels import ssd_last_row_triton
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -132,11 +131,11 @@ def test_block_with_the_gate_in_the_scan_matches_the_float64_pytorch_block(lengt
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
     calls = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
     vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
-    fast, ref = _blocks(length, device, scan_gate="triton", scan_last_row=last_row)
-    h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
+    fast, ref = _blocks(length, device)
+    h = torch.randn(2, length, GATE_D_MODEL, generator=torch.Generator().manual_seed(length))
     err = no_grad_block_error(fast, ref, h, last_only)
     assert len(calls) == 1
-    assert len(vector_calls) == (last_only and last_row == "vector")
+    assert len(vector_calls) == last_only
     assert err < TOL[torch.float32], f"relative error {err:.2e}"
 
 
@@ -152,52 +151,45 @@ def no_grad_block_error(fast, ref, h, last_only: bool) -> float:
 
 def test_the_gate_stays_in_pytorch_under_autograd_and_on_cpu_by_default(monkeypatch):
     # with autograd the PyTorch norm (which has a backward) runs; "auto" never takes the
-    # kernel on CPU; "torch" never
+    # kernel on CPU; "off" never
     if torch.cuda.is_available():
         pytest.skip("interpreter test (CPU): the CPU blocks' kernels need Triton's interpreter")
     calls = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
-    h = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(3))
-    insist = run_where_the_kernel_never_runs(_blocks, "scan_gate", h)
-    assert not calls and insist.mixer.norm_weight.grad is not None
+    h = torch.randn(2, 24, GATE_D_MODEL, generator=torch.Generator().manual_seed(3))
+    on = run_where_the_gate_never_runs(_blocks, h)
+    assert not calls and on.mixer.norm_weight.grad is not None
 
 
-def run_where_the_kernel_never_runs(blocks, option: str, h: torch.Tensor):
-    """Run the CPU blocks of ``blocks`` (length 24) where ``option``'s kernel must stay off:
-    with ``option`` = "triton" under autograd (forward and backward; the forward checked
-    against the float64 block), then without autograd with "auto" and "torch". Returns the
-    first block; the caller checks that the kernel was never called."""
-    insist, ref = blocks(24, "cpu", **{option: "triton"})
-    out = insist(h)
+def run_where_the_gate_never_runs(blocks, h: torch.Tensor):
+    """Run the CPU blocks of ``blocks`` (length 24) where the gate must stay out of the scan
+    kernel: on the kernels ("on") under autograd (forward and backward; the forward checked
+    against the float64 block), then without autograd in "auto" and "off". Returns the
+    first block; the caller checks that the gated kernels were never called."""
+    on, ref = blocks(24, "cpu")
+    out = on(h)
     out.sum().backward()
     torch.testing.assert_close(out.double(), ref(h.double()), rtol=1e-4, atol=1e-5)
-    for choice in ("auto", "torch"):
-        block, _ = blocks(24, "cpu", **{option: choice})
+    for mode in ("auto", "off"):
+        block, _ = blocks(24, "cpu", kernels=mode)
         with torch.no_grad():
             block(h)
-    return insist
-
-
-def test_scan_gate_takes_only_its_three_choices():
-    with pytest.raises(ValueError, match="scan_gate"):
-        EncoderConfig(scan_gate="kernel")
+    return on
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("last_only,vector_last", [(False, False), (True, False),
-                                                   (True, True)])
+@pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
 def test_compiled_gated_scan_matches_the_float64_recurrence_on_the_gpu(batch, length, heads,
                                                                        headdim, d_state,
                                                                        dtype, last_only,
-                                                                       vector_last,
                                                                        monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
     cpu = _inputs(batch, length, heads, headdim, d_state, dtype, last_only, seed=length)
     gw, ss = ssd_window_triton.ssd_window_gated(*(t.cuda() for t in cpu), headdim, d_state,
-                                                last_only=last_only, vector_last=vector_last)
+                                                last_only=last_only)
     want_gw, want_ss, _ = _float64_gate(*cpu, heads, headdim, d_state, last_only)
     for name, got, want in (("g w", gw, want_gw), ("ss", ss, want_ss)):
         err = _rel(got.cpu(), want)
@@ -209,17 +201,17 @@ def test_compiled_block_with_the_gate_in_the_scan_tracks_the_pytorch_block_under
     # the default ("auto") on CUDA, compiled, bf16: no further off float64 than PyTorch's norm
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    fast, ref = _blocks(64, "cuda")
-    errors = compiled_bf16_errors(fast, ref, scan_gate="torch")
+    fast, ref = _blocks(64, "cuda", kernels="auto")
+    errors = compiled_bf16_errors(fast, ref)
     assert errors["kernel"] < max(TOL[torch.bfloat16], 2.0 * errors["pytorch"]), errors
 
 
-def compiled_bf16_errors(fast, ref, **pytorch_options) -> dict[str, float]:
-    """{"kernel": fast's, "pytorch": the same block with ``pytorch_options``'s} relative
+def compiled_bf16_errors(fast, ref) -> dict[str, float]:
+    """{"kernel": fast's, "pytorch": the same block on the PyTorch path ("off")} relative
     error against the float64 block ``ref``, each compiled under bf16 autocast on CUDA."""
-    plain = Mamba2Block(dataclasses.replace(fast.mixer.cfg, **pytorch_options)).cuda()
+    plain = use_kernels_(Mamba2Block(fast.mixer.cfg), "off").cuda()
     plain.load_state_dict(fast.state_dict())
-    h = torch.randn(4, 64, 32, generator=torch.Generator().manual_seed(4))
+    h = torch.randn(4, 64, fast.mixer.cfg.d_model, generator=torch.Generator().manual_seed(4))
     errors = {}
     with torch.no_grad():
         want = ref(h.double())

@@ -1,9 +1,9 @@
-"""z computed inside the gated scan kernel (``EncoderConfig.scan_z_proj``,
-``ssd_window_triton.ssd_window_gated_projected``, ``Mamba2Mixer._gated_scan_out``).
+"""z computed inside the gated scan kernel of the forwards without autograd, on every row
+(``ssd_window_triton.ssd_window_gated_projected``, ``Mamba2Mixer._gated_scan_out``).
 
 References that share no code with the kernel: z = u W_z^T in float64 here, then the gate
 and the step-by-step float64 recurrence of ``test_scan_gate._float64_gate``; for whole
-blocks the float64 PyTorch block (``scan_gate = "torch"``). Without CUDA the kernel runs in
+blocks the float64 PyTorch block (``kernels = "off"``). Without CUDA the kernel runs in
 Triton's CPU interpreter under the bounds check of every load and store.
 """
 
@@ -16,14 +16,13 @@ import torch
 
 pytest.importorskip("triton", reason="the kernels need Triton (dev extra on Linux)")
 
-from lobsurf.models.config import EncoderConfig  # noqa: E402
 from lobsurf.models.kernels import ssd_window_triton  # noqa: E402
 from tests.models.conftest import count_calls  # noqa: E402
 from tests.models.kernels.test_scan_gate import _blocks as gate_blocks  # noqa: E402
 from tests.models.kernels.test_scan_gate import (SHAPES, TOL, _float64_gate,  # noqa: E402
                                                  _inputs, _rel, compiled_bf16_errors,
                                                  no_grad_block_error,
-                                                 run_where_the_kernel_never_runs)
+                                                 run_where_the_gate_never_runs)
 
 #: widths of the block input u: the default model's, the smallest tile, and u's rows padded
 #: past the width (a strided view: row stride 40 for 32 columns)
@@ -72,8 +71,8 @@ def test_projected_gate_rejects_mismatched_inputs():
                                                          16, 16)
 
 
-#: the gate in the scan kernel, which the projected gate extends
-_blocks = functools.partial(gate_blocks, scan_gate="triton")
+#: blocks of a power-of-two width, whose z the scan kernel computes
+_blocks = functools.partial(gate_blocks, d_model=32)
 
 
 @pytest.mark.parametrize("last_only", [False, True])
@@ -86,7 +85,7 @@ def test_block_with_z_in_the_scan_matches_the_float64_pytorch_block(length, last
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
     projected = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated_projected")
     gated = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
-    fast, ref = _blocks(length, device, scan_z_proj="triton")
+    fast, ref = _blocks(length, device)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
     err = no_grad_block_error(fast, ref, h, last_only)
     assert (len(projected), len(gated)) == ((0, 1) if last_only else (1, 0))
@@ -98,18 +97,10 @@ def test_z_stays_in_the_projection_under_autograd_by_default_and_off_cuda(monkey
         pytest.skip("interpreter test (CPU)")
     projected = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated_projected")
     h = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(5))
-    # autograd on: PyTorch's gated norm, z from the projection; "auto" off CUDA, "torch"
+    # autograd on: PyTorch's gated norm, z from the projection; "auto" off CUDA, "off"
     # anywhere: never
-    run_where_the_kernel_never_runs(_blocks, "scan_z_proj", h)
+    run_where_the_gate_never_runs(_blocks, h)
     assert not projected
-
-
-def test_scan_z_proj_insists_only_where_it_can_run():
-    with pytest.raises(ValueError, match="scan_z_proj"):
-        EncoderConfig(scan_z_proj="kernel")
-    block, _ = _blocks(24, "cpu", d_model=24, scan_z_proj="triton")  # not a power of two
-    with pytest.raises(RuntimeError, match="scan_z_proj"), torch.no_grad():
-        block(torch.randn(1, 24, 24))
 
 
 @pytest.mark.gpu
@@ -137,7 +128,7 @@ def test_compiled_projected_gate_matches_the_float64_recurrence_on_the_gpu(
 def test_compiled_block_with_z_in_the_scan_tracks_the_pytorch_block_under_autocast():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    # z in the scan ("kernel") no further off float64 than z from the projection
-    fast, ref = _blocks(64, "cuda", scan_z_proj="auto")
-    errors = compiled_bf16_errors(fast, ref, scan_z_proj="torch")
+    # z in the scan ("kernel", the default path) no further off float64 than PyTorch's
+    fast, ref = _blocks(64, "cuda", kernels="auto")
+    errors = compiled_bf16_errors(fast, ref)
     assert errors["kernel"] < max(TOL[torch.bfloat16], 2.0 * errors["pytorch"]), errors

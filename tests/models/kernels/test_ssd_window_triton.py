@@ -1,4 +1,5 @@
-"""The one-chunk SSD kernels (``ssd_window_triton.py``, ``ssd_backend = "triton_window"``).
+"""The one-chunk SSD kernels (``ssd_window_triton.py``, the last row's
+``ssd_last_row_triton.py``).
 
 References that share no code with the kernels: the step-by-step recurrence
 ``ssd_reference.ssd_recurrent`` in float64 for the op (output and the gradients of xbc, dt,
@@ -10,17 +11,17 @@ torch.compile.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="the kernels need Triton (dev extra on Linux)")
 
 from lobsurf.models.config import EncoderConfig  # noqa: E402
+from lobsurf.models.kernels import ssd_window_triton  # noqa: E402
+from lobsurf.models.kernels.ssd_window_triton import ssd_window  # noqa: E402
+from lobsurf.models.kernels.triton_support import use_kernels_  # noqa: E402
 from lobsurf.models.mamba2 import Mamba2Block  # noqa: E402
 from lobsurf.models.ssd_reference import ssd_recurrent  # noqa: E402
-from lobsurf.models.kernels.ssd_window_triton import ssd_window  # noqa: E402
 from tests.models.conftest import count_calls, perturbed_block  # noqa: E402
 
 #: (batch, length, heads, headdim, d_state): the default model's window, a ragged window
@@ -48,11 +49,10 @@ def _inputs(batch, length, heads, headdim, d_state, dtype, device, seed):
     return [xbc.to(dtype), dt, A, D], [t.to(device) for t in (xbc.to(dtype), dt, A, D)]
 
 
-def _op_errors(batch, length, heads, headdim, d_state, dtype, device, last_only=False,
-               vector_last=False):
+def _op_errors(batch, length, heads, headdim, d_state, dtype, device, last_only=False):
     cpu, leaves = _inputs(batch, length, heads, headdim, d_state, dtype, device, seed=length)
     leaves = [t.clone().requires_grad_() for t in leaves]
-    y = ssd_window(*leaves, headdim, d_state, last_only=last_only, vector_last=vector_last)
+    y = ssd_window(*leaves, headdim, d_state, last_only=last_only)
     dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
     grads = torch.autograd.grad((y.float() * dy.to(device)).sum(), leaves)
     assert y.dtype == dtype and grads[0].dtype == dtype
@@ -76,37 +76,32 @@ def _check(errors, tol):
 
 
 LAUNCHES = ["_ssd_window_fwd", "_ssd_window_bwd_head", "_ssd_window_bwd_scores"]
-#: the last row only: the backward as vectors over the rows (ssd_last_row_triton.py), and
-#: with ``vector_last`` (scan_last_row "vector") the forward too
-LAUNCHES_LAST = ["_ssd_window_fwd", "_ssd_window_bwd_last"]
-LAUNCHES_VECTOR = ["_ssd_window_fwd_last", "_ssd_window_bwd_last"]
+#: the last row only: forward and backward as vectors over the rows (ssd_last_row_triton.py)
+LAUNCHES_LAST = ["_ssd_window_fwd_last", "_ssd_window_bwd_last"]
 
 
-@pytest.mark.parametrize("last_only,vector_last", [(False, False), (True, False),
-                                                   (True, True)])
+@pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch,length,heads,headdim,d_state", SHAPES)
 def test_kernels_match_the_float64_recurrence_inside_their_tensors(batch, length, heads,
                                                                     headdim, d_state, dtype,
-                                                                    last_only, vector_last):
+                                                                    last_only):
     # last_only: the last row [B, H P] (the encoder's last layer), its gradient from that row
     from tests.models.kernels.triton_bounds import bounds_checked
 
     if torch.cuda.is_available():
         pytest.skip("interpreter test (CPU); the GPU test below runs the compiled kernels")
     with bounds_checked() as launches:
-        errors = _op_errors(batch, length, heads, headdim, d_state, dtype, "cpu", last_only,
-                            vector_last)
-    assert launches == (LAUNCHES_VECTOR if vector_last else
-                        LAUNCHES_LAST if last_only else LAUNCHES)
+        errors = _op_errors(batch, length, heads, headdim, d_state, dtype, "cpu", last_only)
+    assert launches == (LAUNCHES_LAST if last_only else LAUNCHES)
     _check(errors, TOL[dtype])
 
 
-def _blocks(length, backend, device, last_row="tile"):
-    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, ssd_backend=backend,
-                        scan_last_row=last_row)
-    fast = perturbed_block(cfg, seed=length)
-    ref = Mamba2Block(dataclasses.replace(cfg, ssd_backend="torch")).double()
+def _blocks(length, kernels, device, chunk_size=64):
+    # (the block in ``kernels`` mode on ``device``, the float64 PyTorch block of its weights)
+    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, chunk_size=chunk_size)
+    fast = use_kernels_(perturbed_block(cfg, seed=length), kernels)
+    ref = use_kernels_(Mamba2Block(cfg).double(), "off")
     ref.load_state_dict(fast.state_dict())
     return fast.to(device), ref
 
@@ -121,23 +116,23 @@ def _block_grads(block, h, last_only=False):
     return {k: v.cpu().double() for k, v in grads.items()}
 
 
-@pytest.mark.parametrize("last_only,last_row", [(False, "tile"), (True, "tile"),
-                                                (True, "vector")])
+@pytest.mark.parametrize("last_only", [False, True])
 @pytest.mark.parametrize("length", [37, 64])
-def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_only, last_row,
+def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_only,
                                                                 monkeypatch):
-    # every parameter's gradient goes through the kernels' d xbc, d dt, d A and d D
+    # every parameter's gradient goes through the kernels' d xbc, d dt, d A and d D (and
+    # conv_dt's, the learner's conv + dt kernel)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")
     from lobsurf.models.kernels import ssd_last_row_triton
 
     vector_calls = count_calls(monkeypatch, ssd_last_row_triton, "fwd_last")
-    fast, ref = _blocks(length, "triton_window", device, last_row)
-    fp32_torch, _ = _blocks(length, "torch", device)
+    fast, ref = _blocks(length, "on", device)
+    fp32_torch, _ = _blocks(length, "off", device)
     h = torch.randn(2, length, 32, generator=torch.Generator().manual_seed(length))
     got = _block_grads(fast, h.to(device), last_only)
-    assert len(vector_calls) == (last_row == "vector")
+    assert len(vector_calls) == last_only
     conditioning = _block_grads(fp32_torch, h.to(device), last_only)
     want = _block_grads(ref, h.double(), last_only)
     for name, exact in want.items():
@@ -148,22 +143,22 @@ def test_block_on_the_kernels_matches_the_float64_pytorch_block(length, last_onl
         )
 
 
-def test_auto_falls_back_to_pytorch_where_the_kernels_cannot_run():
-    # "auto" keeps the PyTorch scan on CPU without the interpreter's consent and for a window
-    # longer than a chunk; "triton_window" says why it cannot run there
-    cfg = EncoderConfig(d_model=32, headdim=16, d_state=16, chunk_size=16)
-    long_window = torch.randn(1, 20, 32)
-    for backend in ("auto", "torch"):
-        block = Mamba2Block(dataclasses.replace(cfg, ssd_backend=backend))
-        ref = Mamba2Block(dataclasses.replace(cfg, ssd_backend="torch"))
-        ref.load_state_dict(block.state_dict())
-        torch.testing.assert_close(block(long_window), ref(long_window))
-    insist = Mamba2Block(dataclasses.replace(cfg, ssd_backend="triton_window"))
-    with pytest.raises(RuntimeError, match="triton_window"):
-        insist(long_window)
+def test_a_window_longer_than_a_chunk_takes_the_pytorch_scan(monkeypatch):
+    # the kernels hold one chunk: a longer window runs the chunked PyTorch scan in every
+    # mode ("on" included), with the same outputs as the PyTorch block
+    calls = count_calls(monkeypatch, ssd_window_triton, "ssd_window")
+    gated = count_calls(monkeypatch, ssd_window_triton, "ssd_window_gated")
+    long_window = torch.randn(1, 20, 32, generator=torch.Generator().manual_seed(0))
+    fast, ref = _blocks(20, "on", "cpu", chunk_size=16)
+    for last_only in (False, True):
+        with torch.no_grad():
+            want = ref(long_window.double(), last_only=last_only)
+            torch.testing.assert_close(fast(long_window, last_only=last_only).double(), want,
+                                       rtol=1e-4, atol=1e-5)
+    assert not calls and not gated
 
 
-def _gpu_check(precision, shape, label, **kwargs):
+def _gpu_check(precision, shape, label, last_only=False):
     # the op on CUDA at one precision (fp32 products IEEE or TF32, or bf16) against float64
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -171,7 +166,7 @@ def _gpu_check(precision, shape, label, **kwargs):
     torch.backends.cuda.matmul.fp32_precision = "tf32" if precision == "tf32" else "ieee"
     try:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        errors = _op_errors(*shape, dtype, "cuda", **kwargs)
+        errors = _op_errors(*shape, dtype, "cuda", last_only)
     finally:
         torch.backends.cuda.matmul.fp32_precision = saved
     print(f"{label}{precision} {'x'.join(map(str, shape))}: "
@@ -190,17 +185,17 @@ def test_compiled_kernels_match_the_float64_recurrence_on_the_gpu(shape, precisi
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_last_row_forward_matches_the_float64_recurrence_on_the_gpu(shape, precision):
-    # scan_last_row "vector": the last row's forward and backward as vectors over the rows
-    _gpu_check(precision, shape, "vector last row, ", last_only=True, vector_last=True)
+def test_last_row_matches_the_float64_recurrence_on_the_gpu(shape, precision):
+    # the last row's forward and backward as vectors over the rows
+    _gpu_check(precision, shape, "last row, ", last_only=True)
 
 
 @pytest.mark.gpu
 def test_compiled_block_on_the_kernels_tracks_the_pytorch_block_under_autocast():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    fast, ref = _blocks(64, "triton_window", "cuda")
-    plain = Mamba2Block(dataclasses.replace(fast.mixer.cfg, ssd_backend="torch")).cuda()
+    fast, ref = _blocks(64, "auto", "cuda")
+    plain = use_kernels_(Mamba2Block(fast.mixer.cfg), "off").cuda()
     plain.load_state_dict(fast.state_dict())
     h = torch.randn(4, 64, 32, generator=torch.Generator().manual_seed(4))
     want = _block_grads(ref, h.double())

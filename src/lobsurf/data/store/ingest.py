@@ -27,7 +27,9 @@ or the next snapshot of its book (MBO); flagged records are counted as
 Money: DBN and LOBSTER files carry no contract multiplier and no currency. They come from
 ``multiplier`` / ``currency``, or from a Databento instrument-definition file
 (``definitions``); otherwise the multiplier is 1 and marked unknown (``lobsurf ingest``
-warns, ``lobsurf info`` says so) and the currency is ``"unknown"``.
+warns, ``lobsurf info`` says so) and the currency is ``"unknown"``. Fees
+(``fee_per_lot``, ``fee_bps``) are recorded only where given: training and evaluation
+charge them unless a run gives its own (``lobsurf.sim.fees``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_ch
 from lobsurf.errors import UserError
 
 Format = Literal["auto", "dbn", "lobster"]
+#: basis points in the whole notional: a larger --fee-bps charges more than the fill is worth
+MAX_FEE_BPS = 10_000.0
 #: progress callback: (source name, bytes done, bytes total)
 Progress = Callable[[str, int, int], None]
 
@@ -74,6 +78,12 @@ class IngestConfig:
     instrument id (given values win)"""
     instrument_id: int | None = None
     """keep only this instrument id (default: the first one seen in each file)"""
+    fee_per_lot: float | None = None
+    """fee per lot filled (currency), recorded in the manifest for training and evaluation;
+    None with fee_bps None: none recorded (lobsurf.sim.fees' default applies); one None of
+    two is recorded as 0"""
+    fee_bps: float | None = None
+    """fee in basis points of filled notional, recorded likewise"""
 
     def __post_init__(self) -> None:
         # `not (x > 0)` also refuses NaN; infinities would overflow the int64 conversions.
@@ -86,6 +96,16 @@ class IngestConfig:
             raise UserError(f"tick size must be finite and > 0, got {self.tick_size}")
         if self.multiplier is not None and not (0 < self.multiplier < math.inf):
             raise UserError(f"multiplier must be finite and > 0, got {self.multiplier}")
+        if self.fee_per_lot is not None and not (0 <= self.fee_per_lot < math.inf):
+            raise UserError(f"--fee-per-lot must be finite and >= 0, got {self.fee_per_lot}")
+        if self.fee_bps is not None and not (0 <= self.fee_bps <= MAX_FEE_BPS):
+            raise UserError(f"--fee-bps must be in [0, {MAX_FEE_BPS:g}] (the whole notional), "
+                            f"got {self.fee_bps}")
+
+    @property
+    def fees_given(self) -> bool:
+        """Whether a fee is to be recorded in the store."""
+        return self.fee_per_lot is not None or self.fee_bps is not None
 
     @property
     def tick_size_fixed(self) -> int | None:
@@ -356,6 +376,8 @@ def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: Inges
         multiplier=multiplier or 1.0,
         currency=currency or UNKNOWN_CURRENCY,
         multiplier_known=multiplier is not None,
+        fee_per_lot=(cfg.fee_per_lot or 0.0) if cfg.fees_given else None,
+        fee_bps=(cfg.fee_bps or 0.0) if cfg.fees_given else None,
     )
 
 
@@ -406,7 +428,7 @@ def summarize(manifest: Manifest) -> dict:
     instruments = [
         {"instrument_id": i.instrument_id, "symbol": i.symbol, "tick_size": i.tick_size,
          "multiplier": i.multiplier, "multiplier_known": i.multiplier_known,
-         "currency": i.currency}
+         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps}
         for i in manifest.instruments
     ]
     ticks = sorted({i.tick_size for i in manifest.instruments})

@@ -18,6 +18,7 @@ A *segment* is a contiguous run of rows of one instrument with no session gap in
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +54,9 @@ class Instrument:
         currency: ISO code of the price currency, or ``UNKNOWN_CURRENCY``.
         multiplier_known: False when nobody gave the multiplier and 1 was assumed: money
             figures are then in price units x lots, not currency.
+        fee_per_lot: fee per lot filled (currency) given at ingest; None: none recorded
+            (training and evaluation then use lobsurf.sim.fees' default, unless given).
+        fee_bps: fee in basis points of filled notional given at ingest; None: see above.
     """
 
     instrument_id: int
@@ -61,6 +65,15 @@ class Instrument:
     multiplier: float = 1.0
     currency: str = UNKNOWN_CURRENCY
     multiplier_known: bool = True
+    fee_per_lot: float | None = None
+    fee_bps: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("fee_per_lot", "fee_bps"):
+            fee = getattr(self, name)
+            number = isinstance(fee, (int, float)) and not isinstance(fee, bool)
+            if fee is not None and not (number and 0 <= fee < math.inf):
+                raise ValueError(f"{name} {fee!r}: a fee must be a finite number >= 0")
 
     @property
     def tick_size(self) -> float:

@@ -14,6 +14,7 @@ from lobsurf.data.synth.synth import (
     session_date,
     session_open_ns,
     session_range_ns,
+    synth_ingest_config,
     synth_instrument,
     top_imbalance,
     write_synth,
@@ -22,6 +23,7 @@ from lobsurf.data.synth.synth import (
 
 __all__ = [
     "SynthConfig", "day_file_name", "generate_day", "generate_day_with_events", "mid_ticks",
-    "session_date", "session_open_ns", "session_range_ns", "synth_instrument",
+    "session_date", "session_open_ns", "session_range_ns", "synth_ingest_config",
+    "synth_instrument",
     "top_imbalance", "write_synth", "write_synth_store",
 ]

@@ -30,12 +30,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from lobsurf.data.readers.dbn_encode import EventFields, write_mbp10_dbn
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Store, StoreWriter
+from lobsurf.data.store.ingest import IngestConfig
 from lobsurf.data.synth.synth_book import BookCarry, BookStreams, book_chunk, initial_book
 from lobsurf.data.synth.synth_processes import RunState, alternating_runs
 from lobsurf.progress import step_progress
@@ -69,6 +71,8 @@ class SynthConfig:
     publisher_id: int = 0  # DBN publisher id in records (0: not a Databento publisher)
     tick_size_fixed: int = 250_000_000  # price tick, 1e-9 currency units (0.25)
     multiplier: float = 50.0  # currency per price unit per lot (store Instrument)
+    fee_per_lot: float = 1.0  # fee per lot filled, currency: ES-like (recorded in its stores)
+    fee_bps: float = 0.0  # fee in basis points of filled notional (recorded likewise)
     start_price_fixed: int = 4500 * FIXED_PRICE_SCALE  # opening best bid, 1e-9 units
     overnight_sd_ticks: float = 20.0  # sd of each day's opening offset from start, ticks
     # --- session clock
@@ -110,6 +114,8 @@ class SynthConfig:
             "publisher_id fits uint16": 0 <= self.publisher_id < 2**16,
             "0 <= edge <= 1": 0.0 <= self.edge <= 1.0,
             "tick_size_fixed > 0": self.tick_size_fixed > 0,
+            "finite fees >= 0": all(0 <= fee < math.inf for fee in (self.fee_per_lot,
+                                                                   self.fee_bps)),
             "start_price_fixed a positive multiple of the tick":
                 self.start_price_fixed > 0 and self.start_price_fixed % self.tick_size_fixed == 0,
             "0 < imbalance_phi, top_depth_phi < 1":
@@ -273,9 +279,16 @@ def write_synth(out_dir: str | os.PathLike, cfg: SynthConfig, progress: bool = F
 
 
 def synth_instrument(cfg: SynthConfig) -> Instrument:
-    # The synthetic market is modelled on a US dollar future (E-mini-like multiplier).
+    # The synthetic market is modelled on a US dollar future (E-mini-like multiplier and fee).
     return Instrument(cfg.instrument_id, cfg.symbol, cfg.tick_size_fixed, multiplier=cfg.multiplier,
-                      currency="USD")
+                      currency="USD", fee_per_lot=cfg.fee_per_lot, fee_bps=cfg.fee_bps)
+
+
+def synth_ingest_config(cfg: SynthConfig, **settings: Any) -> IngestConfig:
+    """The IngestConfig that records ``cfg``'s contract terms (multiplier, currency, fees),
+    which its DBN files cannot carry, in the store; ``settings``: other IngestConfig fields."""
+    return IngestConfig(**{"multiplier": cfg.multiplier, "currency": "USD",
+                           "fee_per_lot": cfg.fee_per_lot, "fee_bps": cfg.fee_bps, **settings})
 
 
 def write_synth_store(path: str | os.PathLike, cfg: SynthConfig,

@@ -1,5 +1,5 @@
 """The Mamba2 mixer's conv + SiLU and dt softplus with one backward kernel that writes the
-in-projection's gradient itself (``conv_backend = "triton_dx"``), for forwards with autograd.
+in-projection's gradient itself, for forwards with autograd (the learner's) on CUDA.
 
 The function, from the in-projection's [x | B | C | dt | padding] columns ``xbcdt`` of a
 window with no conv context (``mamba2.Mamba2Mixer.forward``):
@@ -7,30 +7,19 @@ window with no conv context (``mamba2.Mamba2Mixer.forward``):
     xBC[t] = SiLU(bias + sum_k w[k] * xbcdt[t - (W-1) + k, :C])       zeros before t = 0
     dt[t]  = softplus(xbcdt[t, C:C+H] + dt_bias)                        fp32
 
-Why: with ``"triton_fwd"`` the backward's kernel writes d pre (the pre-activation's
-gradient, [rows, C]) and Inductor then reads it back at the W shifts of d x and assembles
-the whole in-projection gradient [rows, 648] with d z and d dt in one flat pointwise kernel:
-in the B = 1024 / 2-layer step that assembly took 147 µs for the first layer and 56 µs for
-the last, on top of the d pre kernel's ~64 µs per layer. Here one program per (window, 128
+Why: Inductor's backward of the PyTorch conv recomputes d pre (the pre-activation's
+gradient) at each of the W shifts of d x and assembles the whole in-projection gradient
+[rows, 648] with d z and d dt in a pass of its own. Here one program per (window, 128
 channels; 64 below ``SMALL_BATCH`` windows) walks the window's rows backwards, R rows a
 step: d pre[t] from x (the pre-activation recomputed) and d out, then d x[t] = sum_m
 w[W-1-m] d pre[t+m] from the last W-1 d pre rows it holds in registers, written once per
 row straight into the gradient of ``xbcdt``; one more program per window writes the dt
 columns' gradient (softplus' derivative) and zeros the padding. The window's sums of the
-conv weight's, its bias' and dt_bias' gradients stay in each thread's registers.
-
-Measured (H200, bf16, B = 1024, benchmarks/RESULTS.md, seventeenth session): the kernel
-0.092 ms per layer alone (one row a step: 0.131; the d pre kernel it replaces 0.085,
-without the assembly), the step 358.7 -> 383.1 steps/s (B = 1024 / 2 layers), 184.2 ->
-198.6 (4 layers), 489.7 -> 535.5 (B = 256 / 4 layers); so it is what ``conv_backend =
-"auto"`` runs on CUDA (``models.config.CONV_AUTO_ON_CUDA``).
+conv weight's, its bias' and dt_bias' gradients stay in each thread's registers. Figures:
+benchmarks/RESULTS.md, Defaults decided by measurement.
 
 The mixer computes z with a product of its own on this path (``Mamba2Mixer.forward``), so
-that autograd never adds a z gradient and this one into one [rows, 648] tensor. With
-``EncoderConfig.one_in_projection`` (opt-in) it instead passes the whole projection to
-``conv_dt_z``, whose backward kernel also copies d z into the z columns (one more program
-per window and 128 z columns), so the in-projection stays one product each way; on an H100
-that was no faster (benchmarks/RESULTS.md, thirty-second session).
+that autograd never adds a z gradient and this one into one [rows, 648] tensor.
 
 The forward is the conv's forward kernel (``conv_triton.conv_silu``) and PyTorch's
 softplus. The PyTorch conv stays the CPU path and the reference (tests compare the
@@ -50,31 +39,26 @@ try:
 except ImportError:  # CPU-only installs: the PyTorch conv is used instead
     triton = None
 
+# Launch constants (benchmarks/RESULTS.md, Defaults decided by measurement).
+#: channels per program (one window's rows, 256 bytes each in bf16) from ``SMALL_BATCH``
+#: windows up
 BLOCK_C = 128
-"""Channels per program (one window's rows, 256 bytes each in bf16) from ``SMALL_BATCH``
-windows up."""
+#: channels per program below ``SMALL_BATCH`` windows: twice the programs, each walking half
+#: the channels (with one warp per program a small batch leaves the GPU mostly idle)
 BLOCK_C_SMALL = 64
-"""Channels per program below ``SMALL_BATCH`` windows: twice the programs, each walking
-half the channels. With one warp per program a small batch leaves the GPU mostly idle
-while each program walks its rows; at B = 256 the kernel took 23.7 µs alone against
-27.0 with 128 channels, at B = 1024 94.7 against 86.9 (H100, bf16, bench_conv_dt.py), and
-the B = 256 / 4-layer step 666.2 -> 675.8 steps/s, B = 1024 / 2 layers 446.1 -> 442.3
-(benchmarks/RESULTS.md, thirty-second session)."""
+#: windows below which the backward takes ``BLOCK_C_SMALL`` channels per program (the
+#: crossover lies between the measured 256 and 1024)
 SMALL_BATCH = 512
-"""Windows below which the backward takes ``BLOCK_C_SMALL`` channels per program (the
-crossover lies between the measured 256 and 1024)."""
+#: Triton warps per program
 WARPS = 1
-"""Triton warps per program."""
+#: rows per step of the backward walk whose loads are issued together (1 or 4; 4 ran faster)
 ROWS_PER_STEP = 4
-"""Rows per step of the backward walk whose loads are issued together (1 or 4)."""
+#: software-pipelining stages of the row loop
 STAGES = 3
-"""Software-pipelining stages of the row loop."""
+#: the widest conv (taps) the kernel holds in registers (Mamba2's d_conv is 4)
 MAX_WIDTH = 4
-"""The widest conv (taps) the kernel holds in registers (Mamba2's d_conv is 4)."""
-Z_ROWS = 16
-"""Rows per step of the z columns' gradient copy (``conv_dt_z``)."""
+#: PyTorch's softplus threshold: above it softplus is the identity (derivative 1)
 SOFTPLUS_THRESHOLD = 20.0
-"""PyTorch's softplus threshold: above it softplus is the identity (derivative 1)."""
 
 if triton is not None:
     from lobsurf.models.kernels.conv_triton import store_tap_sums, taps
@@ -119,12 +103,10 @@ if triton is not None:
                    R: tl.constexpr, STAGES_: tl.constexpr):
         # d x of one window's channels n*BC.., rows walked from the last to the first, R rows
         # a step: their 2R loads are issued before the rows are worked through in registers
-        # (``_row``), so a program has more than one row's loads in flight (R = 1: 0.131 ms
-        # alone at B = 1024, R = 4: 0.092; the rows' loads waited one after the other; R = 8,
-        # tried in the eighteenth session and not kept: 0.095). Rows before the window (a
-        # ragged last step) load as zeros and store nothing. Every
-        # loop-carried value starts from a tl.zeros or a load of its own (Triton tells
-        # carried values apart by identity).
+        # (``_row``), so a program has more than one row's loads in flight (with R = 1 the
+        # rows' loads waited one after the other). Rows before the window (a ragged last
+        # step) load as zeros and store nothing. Every loop-carried value starts from a
+        # tl.zeros or a load of its own (Triton tells carried values apart by identity).
         c = n * BC + tl.arange(0, BC)
         cm = c < C
         w0, w1, w2, w3 = taps(w_ptr, c, cm, C, W)
@@ -200,32 +182,16 @@ if triton is not None:
         tl.store(part_dt_ptr + b * H + k, tl.sum(g, 0), mask=k < H)
 
     @triton.jit
-    def _z_tile(dz_ptr, dx_ptr, b, n, L, s_zb, s_zl, s_xb, s_xl, ZW: tl.constexpr,
-                BC: tl.constexpr, ZR: tl.constexpr):
-        # the z columns' gradient (``one_in_projection``): d z copied, ZR rows at a time, into
-        # columns n*BC.. of the in-projection's gradient, whose other columns the conv and
-        # dt tiles write
-        c = n * BC + tl.arange(0, BC)
-        cm = (c < ZW)[None, :]
-        for r0 in tl.range(0, L, ZR):
-            r = r0 + tl.arange(0, ZR)
-            m = (r < L)[:, None] & cm
-            v = tl.load(dz_ptr + b * s_zb + r[:, None] * s_zl + c[None, :], mask=m, other=0.0)
-            tl.store(dx_ptr + b * s_xb + r[:, None] * s_xl + c[None, :],
-                     v.to(dx_ptr.dtype.element_ty), mask=m)
-
-    @triton.jit
-    def _conv_dt_bwd_kernel(x_ptr, w_ptr, b_ptr, dt_bias_ptr, dout_ptr, ddt_ptr, dz_ptr, dx_ptr,
+    def _conv_dt_bwd_kernel(x_ptr, w_ptr, b_ptr, dt_bias_ptr, dout_ptr, ddt_ptr, dx_ptr,
                             part_ptr, part_dt_ptr, L, C, H, CP, s_b, s_l, s_db, s_dl, s_tb,
-                            s_tl, s_zb, s_zl, s_xb, s_xl, W: tl.constexpr, BC: tl.constexpr,
+                            s_tl, s_xb, s_xl, W: tl.constexpr, BC: tl.constexpr,
                             LT: tl.constexpr, PT: tl.constexpr, ALIGN: tl.constexpr,
                             R: tl.constexpr, STAGES_: tl.constexpr,
-                            THRESHOLD: tl.constexpr, ZW: tl.constexpr, ZR: tl.constexpr):
-        # Grid (window, channel tiles + 1 + z tiles): after a window's channel tiles one
-        # program takes the dt and padding columns, then (ZW > 0: the in-projection's z
-        # columns come first, ``one_in_projection``) one per BC z columns copies d z. The
-        # row strides of x and d x come in units of ALIGN elements (Triton proves 16-byte
-        # alignment only for multiples of 16; 648 and 392 are not).
+                            THRESHOLD: tl.constexpr):
+        # Grid (window, channel tiles + 1): after a window's channel tiles one program takes
+        # the dt and padding columns. The row strides of x and d x come in units of ALIGN
+        # elements (Triton proves 16-byte alignment only for multiples of 16; 648 and 392
+        # are not).
         s_b = s_b * ALIGN
         s_l = s_l * ALIGN
         s_xb = s_xb * ALIGN
@@ -234,13 +200,11 @@ if triton is not None:
         n = tl.program_id(1)
         n_conv = tl.cdiv(C, BC)
         if n < n_conv:
-            _conv_tile(x_ptr + ZW, w_ptr, b_ptr, dout_ptr, dx_ptr + ZW, part_ptr, b, n, L, C,
-                       s_b, s_l, s_db, s_dl, s_xb, s_xl, W, BC, R, STAGES_)
-        elif n == n_conv:
-            _dt_tile(x_ptr + ZW, dt_bias_ptr, ddt_ptr, dx_ptr + ZW, part_dt_ptr, b, L, C, H, CP,
-                     s_b, s_l, s_tb, s_tl, s_xb, s_xl, THRESHOLD, LT, PT)
+            _conv_tile(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, b, n, L, C, s_b, s_l,
+                       s_db, s_dl, s_xb, s_xl, W, BC, R, STAGES_)
         else:
-            _z_tile(dz_ptr, dx_ptr, b, n - n_conv - 1, L, s_zb, s_zl, s_xb, s_xl, ZW, BC, ZR)
+            _dt_tile(x_ptr, dt_bias_ptr, ddt_ptr, dx_ptr, part_dt_ptr, b, L, C, H, CP, s_b,
+                     s_l, s_tb, s_tl, s_xb, s_xl, THRESHOLD, LT, PT)
 
 
 def block_channels(batch: int) -> int:
@@ -253,15 +217,14 @@ def supports(width: int) -> bool:
     return 1 <= width <= MAX_WIDTH
 
 
-def _check_args(cols: int, weight: torch.Tensor, channels: int, heads: int,
-                z_width: int) -> None:
+def _check_args(cols: int, weight: torch.Tensor, channels: int, heads: int) -> None:
     if ROWS_PER_STEP not in (1, 4):
         raise ValueError(f"conv_dt: ROWS_PER_STEP must be 1 or 4, got {ROWS_PER_STEP}")
     if not supports(weight.shape[0]):
         raise ValueError(f"conv_dt: at most {MAX_WIDTH} taps, got {weight.shape[0]}")
-    if cols < z_width + channels + heads:
-        raise ValueError(f"conv_dt: {cols} columns, fewer than {z_width} z columns + "
-                         f"{channels} channels + {heads} heads")
+    if cols < channels + heads:
+        raise ValueError(f"conv_dt: {cols} columns, fewer than {channels} channels + "
+                         f"{heads} heads")
 
 
 def conv_dt(xbcdt: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -279,30 +242,10 @@ def conv_dt(xbcdt: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         xBC [B, L, channels] in xbcdt's dtype and dt [B, L, heads] float32. Differentiable:
         the gradient of ``xbcdt`` comes whole (padding columns zero) from one kernel.
     """
-    _check_args(xbcdt.shape[-1], weight, channels, heads, 0)
+    _check_args(xbcdt.shape[-1], weight, channels, heads)
     if not torch.is_grad_enabled():
         return _forward(xbcdt, weight, bias, dt_bias, channels, heads)
-    return _ConvDt.apply(xbcdt, weight, bias, dt_bias, channels, heads, 0)
-
-
-def conv_dt_z(proj: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-              dt_bias: torch.Tensor, z_width: int, channels: int, heads: int
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``conv_dt`` of the whole in-projection [z | xBC | dt | padding] (``EncoderConfig.
-    one_in_projection``): z passed through as a view of ``proj``'s first ``z_width``
-    columns, then ``conv_dt`` of the columns after them. Under autograd the one backward
-    kernel writes the gradient of all of ``proj``, d z copied into its z columns, so the
-    in-projection stays one product in the backward too (no [rows, width] sum or
-    concatenation of a z gradient and this one).
-
-    Returns:
-        (z [B, L, z_width], xBC [B, L, channels], dt [B, L, heads] float32).
-    """
-    _check_args(proj.shape[-1], weight, channels, heads, z_width)
-    if not torch.is_grad_enabled():
-        return (proj[..., :z_width],
-                *_forward(proj[..., z_width:], weight, bias, dt_bias, channels, heads))
-    return _ConvDt.apply(proj, weight, bias, dt_bias, channels, heads, z_width)
+    return _ConvDt.apply(xbcdt, weight, bias, dt_bias, channels, heads)
 
 
 def _forward(xbcdt, weight, bias, dt_bias, channels, heads):
@@ -313,65 +256,55 @@ def _forward(xbcdt, weight, bias, dt_bias, channels, heads):
 
 class _ConvDt(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, proj, weight, bias, dt_bias, channels, heads, z_width):
-        # proj: xbcdt itself (z_width 0) or [z | xbcdt], whose z comes out as a view
-        ctx.save_for_backward(proj, weight, bias, dt_bias)
-        ctx.channels, ctx.z_width = channels, z_width
-        outs = _forward(proj[..., z_width:], weight, bias, dt_bias, channels, heads)
-        return (proj[..., :z_width], *outs) if z_width else outs
+    def forward(ctx, xbcdt, weight, bias, dt_bias, channels, heads):
+        ctx.save_for_backward(xbcdt, weight, bias, dt_bias)
+        ctx.channels = channels
+        return _forward(xbcdt, weight, bias, dt_bias, channels, heads)
 
     @staticmethod
-    def backward(ctx, *grads):
-        proj, weight, bias, dt_bias = ctx.saved_tensors
-        dz, dxbc, ddt = grads if ctx.z_width else (None, *grads)
-        dx, part, part_dt = _conv_dt_bwd_op(dxbc, ddt, dz, proj, weight, bias, dt_bias,
-                                            ctx.channels, ctx.z_width)
+    def backward(ctx, dxbc, ddt):
+        xbcdt, weight, bias, dt_bias = ctx.saved_tensors
+        dx, part, part_dt = _conv_dt_bwd_op(dxbc, ddt, xbcdt, weight, bias, dt_bias,
+                                            ctx.channels)
         # the windows' partial sums reduced in a fixed order (deterministic, no atomics)
         # here, outside the op: under torch.compile Inductor fuses these reductions and
         # casts with their neighbours (inside the op they were three PyTorch reductions and
         # two casts, each a launch of its own on the backward's serial path)
         width = weight.shape[0]
         return (dx, part[:, :width].sum(0).to(weight.dtype), part[:, width].sum(0).to(bias.dtype),
-                part_dt.sum(0).to(dt_bias.dtype), None, None, None)
+                part_dt.sum(0).to(dt_bias.dtype), None, None)
 
 
 @torch.library.custom_op("lobsurf::conv_dt_bwd", mutates_args=())
-def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, dz: torch.Tensor | None,
-                    proj: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                    dt_bias: torch.Tensor, channels: int, z_width: int
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # (d proj, the windows' partial sums [B, W + 1, channels] of d weight (W taps) and d
-    # bias, and [B, H] of d dt_bias, fp32); ``_ConvDt.backward`` sums the partials. proj is
-    # xbcdt (z_width 0, dz None) or [z | xbcdt], whose z columns' gradient is dz.
-    if proj.stride(-1) != 1:
-        raise ValueError(f"conv_dt: column stride must be 1, got {proj.stride()}")
+def _conv_dt_bwd_op(dxbc: torch.Tensor, ddt: torch.Tensor, xbcdt: torch.Tensor,
+                    weight: torch.Tensor, bias: torch.Tensor, dt_bias: torch.Tensor,
+                    channels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # (d xbcdt, the windows' partial sums [B, W + 1, channels] of d weight (W taps) and d
+    # bias, and [B, H] of d dt_bias, fp32); ``_ConvDt.backward`` sums the partials
+    if xbcdt.stride(-1) != 1:
+        raise ValueError(f"conv_dt: column stride must be 1, got {xbcdt.stride()}")
     dxbc, ddt = dxbc.contiguous(), ddt.contiguous()
-    batch, length, width_p = proj.shape
+    batch, length, width_p = xbcdt.shape
     width, heads = weight.shape[0], dt_bias.shape[0]
-    dx = torch.empty(proj.shape, device=proj.device, dtype=proj.dtype)
-    # d z's row stride need not be aligned: the copy's loads are plain
-    dz = dx if dz is None else dz.contiguous()
-    align = min(conv_triton.row_alignment(proj), conv_triton.row_alignment(dx))
-    part = torch.empty(batch, width + 1, channels, device=proj.device, dtype=torch.float32)
-    part_dt = torch.empty(batch, heads, device=proj.device, dtype=torch.float32)
+    dx = torch.empty(xbcdt.shape, device=xbcdt.device, dtype=xbcdt.dtype)
+    align = min(conv_triton.row_alignment(xbcdt), conv_triton.row_alignment(dx))
+    part = torch.empty(batch, width + 1, channels, device=xbcdt.device, dtype=torch.float32)
+    part_dt = torch.empty(batch, heads, device=xbcdt.device, dtype=torch.float32)
     block = block_channels(batch)
-    z_tiles = triton.cdiv(z_width, block)
-    _conv_dt_bwd_kernel[(batch, triton.cdiv(channels, block) + 1 + z_tiles)](
-        proj, weight.contiguous(), bias.contiguous(), dt_bias.contiguous(), dxbc, ddt, dz, dx,
-        part, part_dt, length, channels, heads, width_p - z_width, proj.stride(0) // align,
-        proj.stride(1) // align, dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
-        ddt.stride(1), dz.stride(0), dz.stride(1), dx.stride(0) // align,
-        dx.stride(1) // align, W=width, BC=block,
+    _conv_dt_bwd_kernel[(batch, triton.cdiv(channels, block) + 1)](
+        xbcdt, weight.contiguous(), bias.contiguous(), dt_bias.contiguous(), dxbc, ddt, dx,
+        part, part_dt, length, channels, heads, width_p, xbcdt.stride(0) // align,
+        xbcdt.stride(1) // align, dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
+        ddt.stride(1), dx.stride(0) // align, dx.stride(1) // align, W=width, BC=block,
         LT=max(16, triton.next_power_of_2(length)),
-        PT=max(16, triton.next_power_of_2(width_p - z_width - channels)), ALIGN=align,
-        R=ROWS_PER_STEP, STAGES_=STAGES, THRESHOLD=SOFTPLUS_THRESHOLD, ZW=z_width,
-        ZR=Z_ROWS, num_warps=WARPS)
+        PT=max(16, triton.next_power_of_2(width_p - channels)), ALIGN=align,
+        R=ROWS_PER_STEP, STAGES_=STAGES, THRESHOLD=SOFTPLUS_THRESHOLD, num_warps=WARPS)
     return dx, part, part_dt
 
 
 @_conv_dt_bwd_op.register_fake
-def _(dxbc, ddt, dz, proj, weight, bias, dt_bias, channels, z_width):
-    partial = dict(device=proj.device, dtype=torch.float32)
-    return (torch.empty(proj.shape, device=proj.device, dtype=proj.dtype),
-            torch.empty(proj.shape[0], weight.shape[0] + 1, channels, **partial),
-            torch.empty(proj.shape[0], dt_bias.shape[0], **partial))
+def _(dxbc, ddt, xbcdt, weight, bias, dt_bias, channels):
+    partial = dict(device=xbcdt.device, dtype=torch.float32)
+    return (torch.empty(xbcdt.shape, device=xbcdt.device, dtype=xbcdt.dtype),
+            torch.empty(xbcdt.shape[0], weight.shape[0] + 1, channels, **partial),
+            torch.empty(xbcdt.shape[0], dt_bias.shape[0], **partial))

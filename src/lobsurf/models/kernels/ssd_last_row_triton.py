@@ -1,6 +1,6 @@
 """Triton kernels of the one-chunk SSD when only the window's last row is wanted: the
 encoder's last layer (``ssd_window(..., last_only=True)``), whose output is the last row's
-alone: its backward, and (``EncoderConfig.scan_last_row = "vector"``) its forward.
+alone: its forward and its backward.
 
 The forward of row l = L - 1 is, per head h, with s_j = C_l . B_j (the last row's scores,
 shared by the heads) and decay_j = exp(cum_l - cum_j):
@@ -8,9 +8,9 @@ shared by the heads) and decay_j = exp(cum_l - cum_j):
     y_l = sum_j s_j decay_j dt_j x_j + D x_l
 
 vectors over the rows j: no [Q, Q] scores, decay (Q^2 exponentials) or products, which the
-tile kernel (``ssd_window_triton._ssd_window_fwd`` with LAST_ONLY) computes for every row
-and then stores one. With the gated norm's gate (``ssd_window_gated``) it stores
-g = y_l SiLU(z_l) times the norm weight and sum g^2 per head, as the tile kernel does.
+tile kernel (``ssd_window_triton._ssd_window_fwd``) computes for every row. With the gated
+norm's gate (``ssd_window_gated``) it stores g = y_l SiLU(z_l) times the norm weight and
+sum g^2 per head, as the tile kernel does for every row.
 
 The backward: with dy nonzero in row l only, every [Q, Q] quantity of the general backward
 (``ssd_window_triton._ssd_window_bwd_head``: d scores, d m, the decay) has one nonzero row,
@@ -45,6 +45,12 @@ try:
 except ImportError:  # CPU-only installs: the PyTorch scan is used instead
     triton = None
 
+# Launch constants (benchmarks/RESULTS.md, Defaults decided by measurement).
+#: Triton warps per window of the last-row forward
+WARPS_FWD = 2
+#: Triton warps per window of the last-row backward: 2 ran faster than 4 and 8
+WARPS_BWD = 2
+
 
 if triton is not None:
     from lobsurf.models.kernels.triton_support import as_stored as _stored
@@ -77,7 +83,7 @@ if triton is not None:
                              GATED: tl.constexpr, ZALIGN: tl.constexpr, BF16: tl.constexpr):
         # One window b: every head's last row y = sum_j s_j decay_j dt_j x_j + D x_l into
         # y [B, H P]; GATED: g = y SiLU(z) stored times the norm weight w, with the sum of
-        # g^2 over the head's channels into ss [B, H] (as ``_ssd_window_fwd`` with LAST_ONLY)
+        # g^2 over the head's channels into ss [B, H] (as ``_ssd_window_fwd`` for every row)
         b = tl.program_id(0)
         i = tl.arange(0, Q)
         p = tl.arange(0, P)
@@ -149,11 +155,11 @@ if triton is not None:
 
 
 def fwd_last(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
-             y: torch.Tensor, headdim: int, d_state: int, warps: int,
+             y: torch.Tensor, headdim: int, d_state: int,
              gate: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None) -> None:
     """Launch the last-row forward into y [B, H*P]; ``gate``: (z [B, H*P], the norm weight,
     ss [B, H], z's row alignment) for the gated scan's outputs (g w into y, ss), as
-    ``ssd_window_triton``'s ops take them. Called by those ops (``vector_last``)."""
+    ``ssd_window_triton``'s ops take them. Called by those ops (``last_only``)."""
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     flags = ssd_window_triton._flags(xbc)
@@ -164,17 +170,16 @@ def fwd_last(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tens
         xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1), y.stride(0),
         z.stride(0) // z_align, ss.stride(0), E=heads * headdim, N=d_state, P=headdim,
         Q=flags["Q"], GATED=gate is not None, ZALIGN=z_align, BF16=flags["BF16"],
-        num_warps=warps)
+        num_warps=WARPS_FWD)
 
 
 @torch.library.custom_op("lobsurf::ssd_window_bwd_last", mutates_args=())
 def ssd_window_bwd_last(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
-                        D: torch.Tensor, headdim: int, d_state: int, warps: int
+                        D: torch.Tensor, headdim: int, d_state: int
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(d dt fp32, d xbc, per-window partial sums of d A and d D [B, H] fp32) of
     ``ssd_window(..., last_only=True)`` given the last row's gradient dy [B, H*P]; the
-    inputs as the forward's, ``warps`` Triton warps per program. The caller sums the
-    partials (``ssd_window_triton._backward``)."""
+    inputs as the forward's. The caller sums the partials (``ssd_window_triton._backward``)."""
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     dy, dxbc, ddt, da, dd = ssd_window_triton.grad_buffers(dy, xbc, dt, heads)
@@ -184,10 +189,10 @@ def ssd_window_bwd_last(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A
         length, heads, xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1),
         dy.stride(0), dxbc.stride(0), dxbc.stride(1), ddt.stride(0), ddt.stride(1),
         E=heads * headdim, N=d_state, P=headdim, Q=flags["Q"], BF16=flags["BF16"],
-        num_warps=warps)
+        num_warps=WARPS_BWD)
     return ddt, dxbc, da, dd
 
 
 @ssd_window_bwd_last.register_fake
-def _(dy, xbc, dt, A, D, headdim, d_state, warps):
+def _(dy, xbc, dt, A, D, headdim, d_state):
     return ssd_window_triton.partial_grads_like(xbc, dt, A)

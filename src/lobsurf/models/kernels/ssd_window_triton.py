@@ -2,9 +2,9 @@
 
 Same function as ``ssd.ssd_chunked`` plus ``D * x`` for a window with no initial state
 that fits in one chunk (the default model: K = 64 = chunk_size). That PyTorch path stays
-the CPU path, the reference and the fallback. Used on CUDA by default
-(``EncoderConfig.ssd_backend = "auto"``; ``"triton_window"`` insists on it, ``"torch"``
-keeps the PyTorch scan), including the last layer's last-row call (``last_only``).
+the CPU path, the reference and the fallback. The Mamba2 mixer runs these kernels on CUDA
+(its ``kernels`` mode, ``triton_support``), the last layer's last-row call (``last_only``)
+included, whose forward and backward are ``ssd_last_row_triton``'s.
 
 What it removes from the compiled PyTorch scan: the [B, H, Q, Q] masked weights and the
 head-major copies of dt x, y and dy that cuBLAS's batched products need, written to HBM and
@@ -14,21 +14,17 @@ read back (in the backward too). Here the [Q, Q] tiles live in registers, except
 - forward, one program per (window b, head h): scores = C B^T, the decay
   exp(cum_i - cum_j) masked to j <= i, y = (scores o decay) (dt x) + D x, stored
   token-major straight into y [B, L, H P]; in forwards without autograd
-  (``ssd_window_gated``, ``EncoderConfig.scan_gate``) the same program also applies the
-  gated norm's gate SiLU(z) and weight and stores each row's sum of squares per head, so
-  the norm's own pass over y and z is gone; on every row it can compute z = u W_z^T itself
-  from the block's normalised input (``ssd_window_gated_projected``,
-  ``EncoderConfig.scan_z_proj``), so the in-projection never writes z;
+  (``ssd_window_gated``) the same program also applies the gated norm's gate SiLU(z) and
+  weight and stores each row's sum of squares per head, so the norm's own pass over y and
+  z is gone; on every row it can compute z = u W_z^T itself from the block's normalised
+  input (``ssd_window_gated_projected``), so the in-projection never writes z;
 - backward in two kernels: one program per (window, head) computes d(dt x), d cum (row
   minus column sums of d m o m, then the reverse cumsum), d dt, d x and the head's partial
   sums of d A and d D, and stores its d scores term [Q, Q]; then one program per window sums
   those over heads in a fixed order (no atomics) and forms d C = dS B and d B = dS^T C.
   d x, d B and d C are written into one d xbc [B, L, E + 2N] in the input's layout.
   (A single program per window looping over the heads, d scores kept in registers, was
-  measured too: 255 registers with spills, 0.168 against 0.156 ms forward + backward at
-  B = 1024 on the H200; benchmarks/RESULTS.md.) When only the last row has a gradient
-  (``last_only``, the encoder's last layer), ``ssd_last_row_triton`` does the backward as
-  vectors over the rows in one kernel instead.
+  slower: 255 registers with spills.)
 
 Products take their operands in the input dtype (bf16 under autocast) and accumulate in
 fp32; the decay, its cumsum and exp are fp32. fp32 inputs use TF32 dots when
@@ -53,11 +49,16 @@ try:
 except ImportError:  # CPU-only installs: the PyTorch scan is used instead
     triton = None
 
+# Launch constants (benchmarks/RESULTS.md, Defaults decided by measurement).
+#: Triton warps per (window, head) program of the forward kernel (``_ssd_window_fwd``: the
+#: scan, the gated scan, the projected gate); 4 ran faster than 8
+WARPS_FWD = 4
+#: Triton warps per program of the backward's two kernels (per (window, head), per window)
+WARPS_BWD = 4
+#: columns of u per step of the projected gate's z product (``ssd_window_gated_projected``):
+#: at d_model 128, sm_90, bf16, 4 warps, ptxas gives the whole [Q, 128] product 198
+#: registers, steps of 32 columns 168, of 64 128 (as the gated scan without it)
 Z_PROJ_COLUMNS = 64
-"""Columns of u per step of the projected gate's z product (``ssd_window_gated_projected``):
-at d_model 128, sm_90, bf16, 4 warps, ptxas gives the whole [Q, 128] product 198
-registers, steps of 32 columns 168, of 64 128 (as the gated scan without it; Triton stages
-the two steps' loads through 48 KB of shared memory)."""
 
 
 def triton_available() -> bool:
@@ -113,10 +114,9 @@ if triton is not None:
     def _ssd_window_fwd(xbc_ptr, dt_ptr, a_ptr, d_ptr, y_ptr, z_ptr, w_ptr, ss_ptr, wz_ptr, L,
                         H, s_b, s_l, s_dtb, s_dtl, s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl,
                         E: tl.constexpr, N: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
-                        LAST_ONLY: tl.constexpr, GATED: tl.constexpr, ZALIGN: tl.constexpr,
-                        ZPROJ: tl.constexpr, ZK: tl.constexpr, BF16: tl.constexpr,
-                        PREC: tl.constexpr):
-        # y of window b, head h: every row, or (LAST_ONLY) row L - 1 into y [B, H P].
+                        GATED: tl.constexpr, ZALIGN: tl.constexpr, ZPROJ: tl.constexpr,
+                        ZK: tl.constexpr, BF16: tl.constexpr, PREC: tl.constexpr):
+        # y of window b, head h, every row, into y [B, L, H P].
         # GATED: g = y SiLU(z) instead, stored times the norm weight w, with the row's sum
         # of g^2 over the head's P channels into ss [B, L, H] (the gated norm's statistic).
         # z's strides come in units of ZALIGN elements, so that Triton, which specializes an
@@ -142,15 +142,14 @@ if triton is not None:
         dt, _cum, decay = _window_decay(dt_ptr, b, h, s_dtb, s_dtl, A, L, Q)
         scores = _mma(Cm, tl.trans(Bm), BF16, PREC)  # [Q, Q] fp32
         _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, wz_ptr, b, h, L,
-                  s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl, P, Q, LAST_ONLY, GATED, ZALIGN, ZPROJ,
-                  ZK, BF16, PREC)
+                  s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl, P, Q, GATED, ZALIGN, ZPROJ, ZK, BF16,
+                  PREC)
 
     @triton.jit
     def _scan_out(x, scores, dt, decay, Dh, y_ptr, z_ptr, w_ptr, ss_ptr, wz_ptr, b, h, L,
                   s_yb, s_yl, s_zb, s_zl, s_ssb, s_ssl, P: tl.constexpr, Q: tl.constexpr,
-                  LAST_ONLY: tl.constexpr, GATED: tl.constexpr, ZALIGN: tl.constexpr,
-                  ZPROJ: tl.constexpr, ZK: tl.constexpr, BF16: tl.constexpr,
-                  PREC: tl.constexpr):
+                  GATED: tl.constexpr, ZALIGN: tl.constexpr, ZPROJ: tl.constexpr,
+                  ZK: tl.constexpr, BF16: tl.constexpr, PREC: tl.constexpr):
         # y = (scores o decay) (dt x) + D x of window b, head h from its [Q, P] x tile (zero
         # past the window), the window's scores C B^T and D_h, stored as ``_ssd_window_fwd``
         # says
@@ -158,7 +157,7 @@ if triton is not None:
         p = tl.arange(0, P)
         xf = x.to(tl.float32)
         y = _mma(scores * decay, xf * dt[:, None], BF16, PREC) + Dh * xf
-        kept = ((i == L - 1) if LAST_ONLY else i < L)[:, None]
+        kept = (i < L)[:, None]
         if GATED:
             if ZPROJ > 0:
                 z = _z_projected(z_ptr, wz_ptr, b, h, s_zb, s_zl, kept, ZALIGN, ZPROJ, ZK, P,
@@ -206,7 +205,7 @@ if triton is not None:
         # d scores term (dL/d(C B^T), shared by every head's B and C) is stored to
         # ds [B, H, Q, Q] for ``_ssd_window_bwd_scores`` to sum over heads.
         # (The operand loads repeat the forward's on purpose: one helper shared by both
-        # kernels, loading in another order, measured 5 % slower on the H200.)
+        # kernels, loading in another order, ran slower.)
         pid = tl.program_id(0)
         b = pid // H
         h = pid % H
@@ -280,46 +279,39 @@ def _check(xbc: torch.Tensor, dt: torch.Tensor, heads: int, headdim: int, d_stat
 
 
 def ssd_window(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
-               headdim: int, d_state: int, warps_fwd: int = 4, warps_bwd: int = 4,
-               last_only: bool = False, vector_last: bool = False) -> torch.Tensor:
+               headdim: int, d_state: int, last_only: bool = False) -> torch.Tensor:
     """y [B, L, H*P] = SSD(x, dt, A, B, C) + D x over windows of one chunk, differentiable
     in xbc, dt, A and D; its last row only, [B, H*P], when ``last_only`` (the encoder's
-    last layer).
+    last layer: forward and backward as vectors over the rows, ``ssd_last_row_triton``).
 
     xbc: [B, L, H*P + 2N] = [x | B | C] (last axis contiguous); dt: [B, L, H] after
-    softplus; A: [H] negative; D: [H]. ``warps_*``: Triton warps per program (with
-    ``last_only``, ``warps_bwd`` is the last-row backward's, ``ssd_last_row_triton``).
-    ``vector_last``: with ``last_only``, the forward as vectors over the rows
-    (``ssd_last_row_triton``, at ``warps_fwd``) instead of the [Q, Q] tile kernel.
+    softplus; A: [H] negative; D: [H].
     """
-    return _ssd_window_op(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only,
-                          vector_last)
+    return _ssd_window_op(xbc, dt, A, D, headdim, d_state, last_only)
 
 
 @torch.library.custom_op("lobsurf::ssd_window", mutates_args=())
 def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
-                   headdim: int, d_state: int, warps_fwd: int, warps_bwd: int,
-                   last_only: bool, vector_last: bool) -> torch.Tensor:
+                   headdim: int, d_state: int, last_only: bool) -> torch.Tensor:
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     _check(xbc, dt, heads, headdim, d_state)
     E = heads * headdim
     y = xbc.new_empty((batch, E) if last_only else (batch, length, E))
-    if last_only and vector_last:
-        _last_row().fwd_last(xbc, dt, A, D, y, headdim, d_state, warps_fwd)
+    if last_only:
+        _last_row().fwd_last(xbc, dt, A, D, y, headdim, d_state)
         return y
     # the gate's pointers stand unused (GATED off): y in their place, never read
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), y, y, y, y, y, length, heads,
-        xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1), y.stride(0),
-        0 if last_only else y.stride(1), 0, 0, 0, 0, E=E, N=d_state, P=headdim,
-        LAST_ONLY=last_only, GATED=False, ZALIGN=1, ZPROJ=0, ZK=0, **_flags(xbc),
-        num_warps=warps_fwd)
+        xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1), y.stride(0), y.stride(1),
+        0, 0, 0, 0, E=E, N=d_state, P=headdim, GATED=False, ZALIGN=1, ZPROJ=0, ZK=0,
+        **_flags(xbc), num_warps=WARPS_FWD)
     return y
 
 
 @_ssd_window_op.register_fake
-def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only, vector_last):
+def _(xbc, dt, A, D, headdim, d_state, last_only):
     batch, length, _ = xbc.shape
     E = A.shape[0] * headdim
     return xbc.new_empty((batch, E) if last_only else (batch, length, E))
@@ -327,8 +319,7 @@ def _(xbc, dt, A, D, headdim, d_state, warps_fwd, warps_bwd, last_only, vector_l
 
 def ssd_window_gated(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                      z: torch.Tensor, weight: torch.Tensor, headdim: int, d_state: int,
-                     warps: int = 4, last_only: bool = False, vector_last: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The scan with the gated norm's gate, for forwards without autograd (no backward):
     g w [B, L, H*P] in xbc's dtype, g = (SSD(x, dt, A, B, C) + D x) SiLU(z), w the norm
     weight [H*P], and ss [B, L, H] fp32, the sum of g^2 over each head's channels; [B, H*P]
@@ -337,31 +328,28 @@ def ssd_window_gated(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: to
     the out-projection, so the normalised [B, L, H*P] tensor is never written.
 
     z: [B, L, H*P] (last axis contiguous; a strided view of the in-projection is fine), or
-    [B, H*P] (the last row's) when ``last_only``; the other inputs, and ``vector_last``, as
-    ``ssd_window``'s.
+    [B, H*P] (the last row's) when ``last_only``; the other inputs as ``ssd_window``'s.
     """
-    return _ssd_window_gated_op(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only,
-                                vector_last)
+    return _ssd_window_gated_op(xbc, dt, A, D, z, weight, headdim, d_state, last_only)
 
 
 @torch.library.custom_op("lobsurf::ssd_window_gated", mutates_args=())
 def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tensor,
                          z: torch.Tensor, weight: torch.Tensor, headdim: int, d_state: int,
-                         warps: int, last_only: bool, vector_last: bool
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+                         last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     _check(xbc, dt, heads, headdim, d_state)
     g, ss, align = gate_buffers(xbc, z, weight, heads, headdim, last_only)
-    if last_only and vector_last:
-        _last_row().fwd_last(xbc, dt, A, D, g, headdim, d_state, warps, (z, weight, ss, align))
+    if last_only:
+        _last_row().fwd_last(xbc, dt, A, D, g, headdim, d_state, (z, weight, ss, align))
         return g, ss
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), g, z,
         weight.float().contiguous(), ss, g, length, heads, xbc.stride(0), xbc.stride(1),
-        dt.stride(0), dt.stride(1), *gate_strides(g, z, ss, align, last_only),
-        E=heads * headdim, N=d_state, P=headdim, LAST_ONLY=last_only, GATED=True,
-        ZALIGN=align, ZPROJ=0, ZK=0, **_flags(xbc), num_warps=warps)
+        dt.stride(0), dt.stride(1), *gate_strides(g, z, ss, align),
+        E=heads * headdim, N=d_state, P=headdim, GATED=True, ZALIGN=align, ZPROJ=0, ZK=0,
+        **_flags(xbc), num_warps=WARPS_FWD)
     return g, ss
 
 
@@ -373,21 +361,20 @@ def z_projection_supported(d_model: int) -> bool:
 
 def ssd_window_gated_projected(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                                D: torch.Tensor, u: torch.Tensor, wz: torch.Tensor,
-                               weight: torch.Tensor, headdim: int, d_state: int,
-                               warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+                               weight: torch.Tensor, headdim: int, d_state: int
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
     """``ssd_window_gated`` (every row) with z = u wz^T computed inside the kernel: u [B, L,
     D_model] the block's normalised input (last axis contiguous), wz [H*P, D_model] the
     in-projection's z rows in u's dtype. The in-projection then writes only x, B, C and dt:
-    z's [B, L, H*P] is neither written nor read back (``EncoderConfig.scan_z_proj``)."""
-    return _ssd_window_gated_projected_op(xbc, dt, A, D, u, wz, weight, headdim, d_state,
-                                          warps)
+    z's [B, L, H*P] is neither written nor read back."""
+    return _ssd_window_gated_projected_op(xbc, dt, A, D, u, wz, weight, headdim, d_state)
 
 
 @torch.library.custom_op("lobsurf::ssd_window_gated_projected", mutates_args=())
 def _ssd_window_gated_projected_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                                    D: torch.Tensor, u: torch.Tensor, wz: torch.Tensor,
-                                   weight: torch.Tensor, headdim: int, d_state: int,
-                                   warps: int) -> tuple[torch.Tensor, torch.Tensor]:
+                                   weight: torch.Tensor, headdim: int, d_state: int
+                                   ) -> tuple[torch.Tensor, torch.Tensor]:
     batch, length, _ = xbc.shape
     heads = A.shape[0]
     E = heads * headdim
@@ -406,14 +393,14 @@ def _ssd_window_gated_projected_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), g, u,
         weight.float().contiguous(), ss, wz, length, heads, xbc.stride(0),
-        xbc.stride(1), dt.stride(0), dt.stride(1), *gate_strides(g, u, ss, align, False),
-        E=E, N=d_state, P=headdim, LAST_ONLY=False, GATED=True, ZALIGN=align,
-        ZPROJ=d_model, ZK=min(d_model, Z_PROJ_COLUMNS), **_flags(xbc), num_warps=warps)
+        xbc.stride(1), dt.stride(0), dt.stride(1), *gate_strides(g, u, ss, align),
+        E=E, N=d_state, P=headdim, GATED=True, ZALIGN=align, ZPROJ=d_model,
+        ZK=min(d_model, Z_PROJ_COLUMNS), **_flags(xbc), num_warps=WARPS_FWD)
     return g, ss
 
 
 @_ssd_window_gated_projected_op.register_fake
-def _(xbc, dt, A, D, u, wz, weight, headdim, d_state, warps):
+def _(xbc, dt, A, D, u, wz, weight, headdim, d_state):
     return gated_like(xbc, A.shape[0], headdim, False)
 
 
@@ -431,18 +418,16 @@ def gate_buffers(xbc: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, heads
     return xbc.new_empty(rows), ss, conv_triton.row_alignment(z, 1 if last_only else 2)
 
 
-def gate_strides(g: torch.Tensor, z: torch.Tensor, ss: torch.Tensor, align: int,
-                 last_only: bool) -> tuple[int, ...]:
+def gate_strides(g: torch.Tensor, z: torch.Tensor, ss: torch.Tensor, align: int
+                 ) -> tuple[int, ...]:
     """The gated scan kernel's s_yb, s_yl, s_zb, s_zl (z's in units of ``align``), s_ssb,
-    s_ssl: the row strides 0 for the last row only."""
-    if last_only:
-        return g.stride(0), 0, z.stride(0) // align, 0, ss.stride(0), 0
+    s_ssl."""
     return (g.stride(0), g.stride(1), z.stride(0) // align, z.stride(1) // align,
             ss.stride(0), ss.stride(1))
 
 
 @_ssd_window_gated_op.register_fake
-def _(xbc, dt, A, D, z, weight, headdim, d_state, warps, last_only, vector_last):
+def _(xbc, dt, A, D, z, weight, headdim, d_state, last_only):
     return gated_like(xbc, A.shape[0], headdim, last_only)
 
 
@@ -469,7 +454,7 @@ def grad_buffers(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, heads: i
 
 @torch.library.custom_op("lobsurf::ssd_window_bwd", mutates_args=())
 def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
-                       D: torch.Tensor, headdim: int, d_state: int, warps: int
+                       D: torch.Tensor, headdim: int, d_state: int
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # (d dt fp32, d xbc, per-window partial sums of d A and d D [B, H] fp32) given dy
     # [B, L, H*P] (the fake below returns the same); ``_backward`` sums the partials
@@ -486,15 +471,15 @@ def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A:
         xbc, dt, A.float().contiguous(), D.float().contiguous(), dy, dxbc, ddt, da, dd, ds,
         length, heads, xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1),
         dy.stride(0), dy.stride(1), dxbc.stride(0), dxbc.stride(1), ddt.stride(0),
-        ddt.stride(1), E=E, N=d_state, P=headdim, **flags, num_warps=warps)
+        ddt.stride(1), E=E, N=d_state, P=headdim, **flags, num_warps=WARPS_BWD)
     _ssd_window_bwd_scores[(batch,)](
         xbc, ds, dxbc, length, heads, xbc.stride(0), xbc.stride(1), dxbc.stride(0),
-        dxbc.stride(1), E=E, N=d_state, **flags, num_warps=warps)
+        dxbc.stride(1), E=E, N=d_state, **flags, num_warps=WARPS_BWD)
     return ddt, dxbc, da, dd
 
 
 @_ssd_window_bwd_op.register_fake
-def _(dy, xbc, dt, A, D, headdim, d_state, warps):
+def _(dy, xbc, dt, A, D, headdim, d_state):
     return partial_grads_like(xbc, dt, A)
 
 
@@ -514,9 +499,9 @@ def _last_row():
 
 
 def _setup_context(ctx, inputs, output):
-    xbc, dt, A, D, headdim, d_state, _warps_fwd, warps_bwd, last_only, _vector = inputs
+    xbc, dt, A, D, headdim, d_state, last_only = inputs
     ctx.save_for_backward(xbc, dt, A, D)
-    ctx.sizes = (headdim, d_state, warps_bwd)
+    ctx.sizes = (headdim, d_state)
     ctx.last_only = last_only
 
 
@@ -531,7 +516,7 @@ def _backward(ctx, dy):
     # and casts with their neighbours (inside an op each was a PyTorch reduction launch of
     # its own on the backward's serial path)
     return (dxbc, ddt.to(dt.dtype), dA.sum(0).to(A.dtype), dD.sum(0).to(D.dtype), None, None,
-            None, None, None, None)
+            None)
 
 
 _ssd_window_op.register_autograd(_backward, setup_context=_setup_context)

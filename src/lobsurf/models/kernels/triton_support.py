@@ -1,18 +1,23 @@
-"""What every Triton kernel option of the encoder shares: whether a kernel may run on a
-tensor here, how an option's "torch" / "auto" / "triton" choice is read, and the bf16
-rounding the CPU interpreter needs (in the tile products and the stores of the kernels).
+"""What every Triton kernel of the encoder shares: whether kernels run on a tensor here
+(the ``kernels`` mode a module is set to), and the bf16 rounding the CPU interpreter needs
+(in the tile products and the stores of the kernels).
 
 A kernel runs on CUDA tensors when Triton imports, and on CPU tensors only under Triton's
 interpreter (``TRITON_INTERPRET=1`` set before Triton is imported: what the CPU tests do).
-The choice "torch" never takes the kernel, "auto" takes it on CUDA where the shape allows,
-"triton" insists (an error says why it cannot run).
+A module that picks kernels (``Mamba2Mixer``) holds a ``kernels`` attribute, one of
+``KERNEL_MODES``: "auto" (the default) takes the kernels on CUDA tensors, "off" never (the
+PyTorch path everywhere, the reference), "on" wherever Triton runs, the CPU included under
+the interpreter, and is an error where it cannot. In every mode a kernel runs only on the
+calls and shapes it serves (e.g. the one-chunk scan on windows of at most ``chunk_size``).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Literal, get_args
 
 import torch
+from torch import nn
 
 try:
     import triton
@@ -54,23 +59,38 @@ def available_for(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and interpreter_active())
 
 
-def use_kernel(choice: str, option: str, x: torch.Tensor, wanted: bool, shape_ok: bool,
-               needs: str, shape: str, choice_name: str = "triton") -> bool:
-    """Whether a kernel option runs on ``x`` here: "torch" never; "auto" on CUDA tensors
-    when Triton and the shape allow it; "triton" always, or an error saying why it cannot
-    (``needs``: the shape rule, ``shape``: what was given). ``wanted``: the call is one the
-    kernel serves (e.g. autograd off for a forward-only kernel). ``choice_name``: how the
-    option spells "triton" (for the error message)."""
-    if choice == "torch" or not wanted:
+KernelMode = Literal["auto", "off", "on"]
+KERNEL_MODES: tuple[str, ...] = get_args(KernelMode)
+"""The ``kernels`` modes (module docstring)."""
+
+
+def kernel_runs(mode: str, x: torch.Tensor, wanted: bool, shape_ok: bool) -> bool:
+    """Whether a kernel runs on ``x`` in ``mode`` (module docstring). ``wanted``: the call
+    is one the kernel serves (e.g. autograd off for a forward-only kernel); ``shape_ok``:
+    the kernel takes this shape. "on" raises where Triton cannot run on x's device."""
+    if mode == "off" or not (wanted and shape_ok):
         return False
-    ok = available_for(x.device) and shape_ok
-    if choice == "auto":
-        return ok and x.is_cuda
-    if not ok:
-        raise RuntimeError(f"{option}='{choice_name}' needs Triton with a CUDA tensor (or Triton's "
-                           f"CPU interpreter, TRITON_INTERPRET=1), {needs}; got "
-                           f"{x.device.type}, {shape}")
+    if mode == "auto":
+        return x.is_cuda and available_for(x.device)
+    if mode != "on":
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_MODES)}, got {mode!r}")
+    if not available_for(x.device):
+        raise RuntimeError("kernels='on' needs Triton with a CUDA tensor (or Triton's CPU "
+                           f"interpreter, TRITON_INTERPRET=1); got a {x.device.type} tensor"
+                           f"{'' if triton is not None else ', and Triton does not import'}")
     return True
+
+
+def use_kernels_(module: nn.Module, mode: str) -> nn.Module:
+    """Set ``kernels`` to ``mode`` on every submodule of ``module`` that picks kernels (that
+    has a ``kernels`` attribute); returns ``module``. A runtime choice, not a parameter:
+    checkpoints do not hold it and a new module starts at "auto"."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_MODES)}, got {mode!r}")
+    for sub in module.modules():
+        if hasattr(sub, "kernels"):
+            sub.kernels = mode
+    return module
 
 
 if triton is not None:
