@@ -146,3 +146,18 @@ def test_pretrain_progress_never_shows_a_nan_loss(tiny_store, monkeypatch):
     # no loss before the first logging step (3), a finite one from then on
     assert shown[:2] == [{}, {}] and all("nan" not in f["loss"] for f in shown[2:])
     assert len(shown) == 4
+
+
+def test_train_help_lists_every_setting(capsys):
+    import dataclasses
+    import typing
+
+    from lobsurf.train.config import RunConfig
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for section in dataclasses.fields(RunConfig):
+        cls = typing.get_type_hints(RunConfig)[section.name]
+        for f in dataclasses.fields(cls):
+            assert f.name in text, f"{section.name}.{f.name} missing from lobsurf train --help"

@@ -18,7 +18,30 @@ RATE_KEYS = {"ms_per_step", "ms_min", "ms_max", "steps_per_s", "transitions_lear
              "env_steps_per_s"}
 
 
-def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
+@pytest.fixture
+def small_bench(monkeypatch):
+    """The bench's real measurement of a tiny network (d_model 16, K 8) with one warm-up and
+    one profiled step: what these tests check (every figure written, the flags honoured)
+    does not depend on the network's size, and the training default's costs about fifteen
+    seconds a row on a 2-core CPU."""
+    from dataclasses import replace
+
+    from lobsurf.bench import measure
+
+    real_config, real_bench = measure.run_config, measure.BenchConfig
+
+    def small_config(*args, **kwargs):
+        cfg = real_config(*args, **kwargs)
+        return replace(cfg, sim=replace(cfg.sim, window=8), encoder=replace(
+            cfg.encoder, d_model=16, d_state=8, headdim=8, chunk_size=8),
+            network=replace(cfg.network, q_hidden=16))
+
+    monkeypatch.setattr(measure, "run_config", small_config)
+    monkeypatch.setattr(measure, "BenchConfig", lambda **kw: real_bench(
+        **{"warmup_steps": 1, "profile_steps": 1, **kw}))
+
+
+def test_bench_runs_on_cpu_and_writes_every_key(small_bench, tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     rc = main(["bench", "--device", "cpu", "--batch", "2,4", "--layers", "1", "--steps", "2",
                "--repeats", "1", "--snapshots", "3000", "--json", str(out)])
@@ -56,7 +79,7 @@ def test_bench_runs_on_cpu_and_writes_every_key(tmp_path, capsys) -> None:
     assert "roofline:" in printed and "peak unknown" in printed
 
 
-def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
+def test_bench_takes_peaks_for_an_unlisted_device(small_bench, tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                  "--repeats", "1", "--snapshots", "3000", "--peak-tflops", "2",
@@ -70,7 +93,7 @@ def test_bench_takes_peaks_for_an_unlisted_device(tmp_path, capsys) -> None:
     assert "go together" in capsys.readouterr().err
 
 
-def test_bench_runs_each_precision(tmp_path, capsys) -> None:
+def test_bench_runs_each_precision(small_bench, tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     rc = main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                "--repeats", "1", "--snapshots", "3000", "--precision", "fp32,bf16",
@@ -119,7 +142,7 @@ def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
                if isinstance(t, torch.Tensor) and t.shape[:1] == (n,)]
     labels = compute_labels(book, cfg.labels)
     per_row += [getattr(labels, f.name) for f in fields(labels)]
-    # the training book's feature table (train.feature_table, on by default)
+    # the training book's feature table
     per_row.append(with_feature_table(book, cfg.features).features)
     want_snapshot = sum(t.numel() * t.element_size() for t in per_row) // n
     cap = 16
@@ -136,7 +159,7 @@ def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
     assert plan["fits"] is None or plan["fits"] == (plan["state_gib"] < plan["device_total_gib"])
 
 
-def test_bench_prints_the_memory_plan(tmp_path, capsys) -> None:
+def test_bench_prints_the_memory_plan(small_bench, tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
                  "--repeats", "1", "--snapshots", "3000", "--plan-snapshots", "5000000",

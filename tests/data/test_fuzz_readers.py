@@ -26,6 +26,7 @@ from pathlib import Path
 
 import databento_dbn as dbn
 import numpy as np
+import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -52,6 +53,8 @@ CFG = IngestConfig(multiplier=50.0, chunk_records=7)  # small chunks: damage str
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=FUZZ_DERANDOMIZE, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 INT64 = np.iinfo(np.int64)
+#: several seconds per reader: the full suite runs them, the quick loop (-m "not slow") not
+pytestmark = pytest.mark.slow
 ABSURD = [0, 1, -1, INT64.min, INT64.max, INT64.max - 1, 2**32 - 1, 2**31, 2**63 // 3,
           -(2**62), 10**18, 255, 0xA0, 0x0A]
 

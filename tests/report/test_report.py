@@ -9,6 +9,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from lobsurf.cli import main
 from lobsurf.report.build import REPORT_DIR, ReportConfig, build_report
 from lobsurf.report.run_data import load_run_data
@@ -43,6 +45,7 @@ def test_report_of_a_finished_run(trained_run, capsys):
     assert "Missing" not in html  # a finished run with a checkpoint lacks nothing
 
 
+@pytest.mark.slow  # headless Chromium starts, loads and screenshots the page
 def test_report_renders_in_chromium_from_a_copied_folder(trained_run, chromium, tmp_path):
     assert report(trained_run) == 0
     copied = shutil.copytree(trained_run / REPORT_DIR, tmp_path / "elsewhere")

@@ -35,7 +35,7 @@ def _inductor_networks_learn_as_eager(state, data, scfg) -> None:
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_compiled_step_matches_the_eager_step(tiny_setup, precision):
     import dataclasses
 

@@ -7,7 +7,10 @@ step does, to float tolerance, so the kernels' new values really are written bac
 one Dynamo graph per kernel per shape and no graph break; the phase timer's patches of the
 step module stay out of the compiled code.
 
-Tiny shapes (8 envs, a 16-wide encoder left eager) keep Inductor's CPU compile short.
+Tiny shapes (8 envs, a 16-wide encoder left eager) keep Inductor's CPU compile short; still,
+compiling every kernel takes tens of seconds on a fresh machine, so the quick loop (``-m
+"not slow"``) keeps one compiled kernel checked against eager (the planted wrong kernel)
+and the full suite runs the rest.
 """
 
 from __future__ import annotations
@@ -137,6 +140,7 @@ def _checked(name: str, kernel, called: set[str] | None = None):
 DRAW_FIRST_ONLY = {"sample"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_compiled_kernels_match_the_eager_step(tiny_store, n_step):
     data, state, scfg = _setup(tiny_store, n_step)
@@ -188,6 +192,7 @@ def test_a_wrong_kernel_is_caught(tiny_store, monkeypatch):
         _compare(_run(state, data, scfg), _run(twin, data, scfg))
 
 
+@pytest.mark.slow
 def test_a_skipped_write_is_caught(tiny_store, monkeypatch):
     """The planted bug: the compiled bookkeeping leaves the atom span out of the values the
     step writes back (as an in-place write inside a compiled kernel would be lost)."""
@@ -209,6 +214,7 @@ def test_a_skipped_write_is_caught(tiny_store, monkeypatch):
         _compare({k: eager[k] for k in ctl}, {k: traced[k] for k in ctl})
 
 
+@pytest.mark.slow
 def test_phase_timer_patches_stay_out_of_compiled_kernels(tiny_store):
     data, state, scfg = _setup(tiny_store)
     torch._dynamo.reset()
@@ -241,6 +247,7 @@ def _fills_under(event, inside: bool, found: list[str]) -> None:
         _fills_under(child, inside, found)
 
 
+@pytest.mark.slow
 def test_backward_fills_no_seed_or_zero_tangents(tiny_store):
     """The learner's backward launches no fills of its own: the seed d total / d total is
     the step's constant (StepTables.loss_seed), and the compiled losses' outputs other than

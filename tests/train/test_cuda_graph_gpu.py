@@ -22,7 +22,6 @@ from lobsurf.train.cuda_graph import step_generators
 from lobsurf.train.data import load_training_data
 from lobsurf.train.guard import DivergenceGuard
 from lobsurf.train.compile import compiled_kernels
-from lobsurf.train.config import TrainConfig
 from lobsurf.train.loop import (
     _build, _graphed_step, _guarded_step, build_state, step_config)
 from tests.agent.conftest import tiny_config
@@ -37,15 +36,16 @@ LOSSES = ("loss_q", "loss_pi", "loss_value", "loss_frd", "loss_aux", "grad_norm"
 
 
 def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
-         overlap: bool = True, **train_options):
+         overlap: bool = True):
+    """``overlap=False``: the step's side streams taken away (one stream, in order)."""
     cfg = tiny_config(store, learner={"learning_starts": LEARNING_STARTS},
                       gates={"warmup_steps": GATE_WARMUP},
-                      train={"envs": 32, "precision": precision, "compile": compiled,
-                             "overlap_target": overlap, "overlap_collect": overlap,
-                             **train_options},
+                      train={"envs": 32, "precision": precision, "compile": compiled},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
     state, scfg, guard = _build(cfg, data, "cuda", None, 0), step_config(cfg), DivergenceGuard("cuda")
+    if not overlap:
+        state.branch = state.learner_branch = None
     runner = _graphed_step(state, data.train_book, scfg, guard, "cuda") if graphed else None
     per_step = []
     for step in range(STEPS):
@@ -59,18 +59,13 @@ def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
     return state, torch.stack(per_step), runner, guard
 
 
-@pytest.mark.parametrize("precision,options", [
-    ("fp32", {}), ("bf16", {}),
-    # the defaults' opposite: each step draws its own sample first, from four generators
-    ("fp32", {"draw_ahead": False, "shared_generator": False})])
-def test_graphed_steps_equal_eager_steps(tiny_store, precision, options) -> None:
-    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False, precision=precision,
-                                     **options)
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_graphed_steps_equal_eager_steps(tiny_store, precision) -> None:
+    eager, eager_losses, _, _ = _run(tiny_store.path, graphed=False, precision=precision)
     graph, graph_losses, runner, guard = _run(tiny_store.path, graphed=True,
-                                              precision=precision, **options)
-    shared = options.get("shared_generator", TrainConfig.shared_generator)
-    assert len(step_generators(graph)) == (1 if shared else 4)
-    assert graph.replay.drawn_ahead == options.get("draw_ahead", TrainConfig.draw_ahead)
+                                              precision=precision)
+    assert len(step_generators(graph)) == 1  # on CUDA one generator serves every draw
+    assert graph.replay.drawn_ahead  # the next learning step's sample drawn ahead
     assert runner.captured and runner.nodes is not None and runner.nodes[1] > 100
     _same_transitions(eager, graph, STEPS * 32)
     for ge, gg in zip(step_generators(eager), step_generators(graph)):
@@ -91,40 +86,17 @@ def _same_transitions(a, b, n: int) -> None:
         assert bad.numel() == 0, f"{name} differs first at transition {bad[0].item()}"
 
 
-@pytest.mark.parametrize("graphed,options", [
-    (False, {}), (True, {}), (True, {"prioritize_learner": False}),
-    (False, {"collect_beside_backward": True}), (True, {"collect_beside_backward": True}),
-    (True, {"split_target": True})],
-    ids=["eager", "graphed", "graphed-no-priority", "eager-collect-late", "graphed-collect-late",
-         "graphed-split"])
-def test_streams_beside_each_other_equal_one_stream(tiny_store, monkeypatch, graphed,
-                                                    options) -> None:
-    """train.overlap_target (the target net's forward on a second stream) and
-    train.overlap_collect (the learner's losses and backward on a third, beside the
-    collect), parallel graph branches when captured, take the same steps as the
-    one-stream step: the same kernels on the same inputs, and no piece writes what one
-    beside it reads; with the side streams at a higher priority (train.prioritize_learner,
-    the default: it changes the order in which the GPU runs them) and without it, and
-    with the collect held back until the learner's forwards are done
-    (train.collect_beside_backward, an event between two branches), and with the target
-    net's s' half on a stream of its own (train.split_target) and without it (the default;
-    where the two-stream run splits, the one-stream run is made to split too, in turn, so
-    that only the streams differ). Losses within the tolerance of the module docstring (the
-    backward's atomic adds)."""
-    import lobsurf.agent.learn as learn_module
-
-    split = options.get("split_target", False)
-    with monkeypatch.context() as patch:
-        if split:  # one stream has no stream for the s' half: the split forced
-            patch.setattr(learn_module, "splits_target", lambda state, cfg: cfg.split_target)
-        one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False,
-                                     split_target=split)
-    two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True,
-                                      **options)
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphed"])
+def test_streams_beside_each_other_equal_one_stream(tiny_store, graphed) -> None:
+    """The target net's forward on a second stream and the learner's losses and backward on
+    a third, beside the collect (parallel graph branches when captured, at the device's
+    highest priority), take the same steps as the one-stream step: the same kernels on the
+    same inputs, and no piece writes what one beside it reads. Losses within the tolerance
+    of the module docstring (the backward's atomic adds)."""
+    one, one_losses, _, _ = _run(tiny_store.path, graphed=graphed, overlap=False)
+    two, two_losses, runner, _ = _run(tiny_store.path, graphed=graphed, overlap=True)
     assert one.branch is None and one.learner_branch is None
     assert two.branch is not None and two.learner_branch is not None
-    assert (two.forwards_done is not None) == options.get("collect_beside_backward", False)
-    assert (two.target_halves is not None) == split
     if graphed:
         assert runner.captured
     _same_transitions(one, two, STEPS * 32)

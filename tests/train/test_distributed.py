@@ -86,6 +86,7 @@ def two_rank_run(tmp_path_factory):
     return store.path, toml, run
 
 
+@pytest.mark.slow  # separate processes (torchrun, mp.spawn): seconds each
 def test_two_ranks_stay_identical_and_rank_0_logs_both(two_rank_run):
     _store, _toml, run = two_rank_run
     records = _records(run)
@@ -101,6 +102,7 @@ def test_two_ranks_stay_identical_and_rank_0_logs_both(two_rank_run):
     assert not torch.equal(main["replay"]["storage.row"], shard["replay"]["storage.row"])
 
 
+@pytest.mark.slow  # separate processes (torchrun, mp.spawn): seconds each
 def test_resume_two_to_two_is_bit_exact(two_rank_run, tmp_path):
     store, toml, straight = two_rank_run
     split = tmp_path / "split"
@@ -118,6 +120,7 @@ def test_resume_two_to_two_is_bit_exact(two_rank_run, tmp_path):
     assert all(torch.equal(x, y) for x, y in zip(_tensors(sa["replay"]), _tensors(sb["replay"])))
 
 
+@pytest.mark.slow  # separate processes (torchrun, mp.spawn): seconds each
 def test_resume_two_to_one_carries_rank_0(two_rank_run, tmp_path):
     store, _toml, straight = two_rank_run
     run = tmp_path / "shrink"
@@ -135,6 +138,7 @@ def test_resume_two_to_one_carries_rank_0(two_rank_run, tmp_path):
     assert [r["step"] for r in records if r["event"] == "metrics"] == [5, 10, 15, 20]
 
 
+@pytest.mark.slow  # separate processes (torchrun, mp.spawn): seconds each
 def test_resume_one_to_two_starts_the_new_rank_from_rank_0(two_rank_run, tmp_path):
     store, toml, _straight = two_rank_run
     run = tmp_path / "grow"
@@ -224,6 +228,7 @@ def _split_worker(rank: int, store: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # separate processes (torchrun, mp.spawn): seconds each
 def test_split_batch_with_gradient_average_equals_whole_batch(tiny_store, tmp_path):
     mp.spawn(_split_worker, args=(str(tiny_store.path), str(tmp_path)), nprocs=WORLD)
     state, book, sample, scfg = _fixed_setup(tiny_store.path)

@@ -99,6 +99,7 @@ def assert_same_run(straight, resumed):
     assert metrics(straight) == metrics(resumed)
 
 
+@pytest.mark.slow  # a subprocess per kill
 def test_sigkill_anywhere_then_resume_equals_an_uninterrupted_run(tiny_store, tmp_path):
     toml = crash_toml(tmp_path)
     straight, run = tmp_path / "straight", tmp_path / "killed"

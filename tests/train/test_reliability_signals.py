@@ -17,6 +17,7 @@ from tests.train.test_train_command import train
 STOP_AFTER_STEP = 7  # between the tiny run's checkpoints (10, 20) and off its log grid (5)
 
 
+@pytest.mark.slow  # a training subprocess each
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resumes_exactly(
         sig, tiny_store, tiny_toml, tmp_path):

@@ -373,7 +373,7 @@ class PrioritizedReplay:
         """Draw the next sample's n indices now, as ``sample`` would draw them (the same
         uniforms from the same generator), into ``ahead``; ``sample_drawn`` completes it.
         Sound only while nothing writes the weights, the ring pointer or the fill count
-        between the two (lobsurf.agent.step: the learner's train.draw_ahead)."""
+        between the two (lobsurf.agent.step draws each learning step's sample ahead)."""
         index, prob = kernel(self.weight, self._uniforms(n), self.pointer, reserved)
         ahead = self._hold_ahead(index, prob)
         copy_values_([(ahead.index, index), (ahead.prob, prob)])

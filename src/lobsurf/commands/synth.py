@@ -1,8 +1,9 @@
 """``lobsurf synth``: write synthetic MBP-10 sessions as genuine DBN files (one per day).
 
 The model and its predictable component (``--edge``) are described in ``docs/synth.md``.
-``--preset NAME`` (``lobsurf.presets``: tradeable, tradeable-null) starts from a named
-SynthConfig; flags given on the command line override its values.
+``--preset NAME`` (``lobsurf.presets``: tradeable, tradeable-null, tradeable-fast,
+tradeable-fast-null) starts from a named SynthConfig; flags given on the command line
+override its values.
 """
 
 from __future__ import annotations

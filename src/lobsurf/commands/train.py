@@ -30,8 +30,32 @@ from lobsurf.errors import UserError
 from lobsurf.train.job import DEFAULT_RUNS_DIR
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults after each option; the settings epilog kept as written."""
+
+
+def settings_epilog() -> str:
+    """Every setting of a run, by section, as ``--set`` takes them (their defaults and
+    meanings: docs/training.md, "Settings"; a run folder's config.toml holds them all)."""
+    import dataclasses
+    import textwrap
+    import typing
+
+    from lobsurf.train.config import RunConfig
+
+    lines = ["settings (--set section.key=value; defaults and meanings: docs/training.md, "
+             "\"Settings\"):"]
+    for section in dataclasses.fields(RunConfig):
+        cls = typing.get_type_hints(RunConfig)[section.name]
+        keys = ", ".join(f.name for f in dataclasses.fields(cls))
+        lines += textwrap.wrap(f"{section.name}: {keys}", width=88, initial_indent="  ",
+                               subsequent_indent="    ")
+    return "\n".join(lines)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.formatter_class = _Formatter
+    parser.epilog = settings_epilog()
     parser.add_argument("--store", default=None,
                         help="snapshot store (lobsurf ingest); default: the bundled data set")
     parser.add_argument("--config", default=None, help="TOML file of settings (see config.toml "

@@ -34,7 +34,7 @@ pruning removes a step's shards with it.
 A failing write (disk full, read-only folder) raises a one-line ``UserError`` naming the
 file; the temporary file is removed and the previous checkpoints are untouched.
 
-``lobsurf train`` (one process, ``train.background_checkpoints``) packs the payload in the
+``lobsurf train`` (one process) packs the payload in the
 loop (device-side copies into pinned host memory, no host sync; only the small tree of
 names and numbers is pickled there) and hands the rest (waiting for the copies, hashing,
 writing, syncing, pruning) to a ``CheckpointWriter`` thread; the loop waits for it before

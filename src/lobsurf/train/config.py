@@ -99,8 +99,8 @@ class TrainConfig:
 
     steps: int = 2400
     """Total training steps of the run (a resumed run continues up to this). The default
-    finishes in about ten minutes on 2 CPU cores with the default model, about a minute on
-    a GPU (docs/training.md, "Time and scale")."""
+    finishes in about ten minutes on 2 CPU cores with the default model, a few minutes on
+    a GPU with validation (benchmarks/RESULTS.md, "Proof of learning")."""
     envs: int = 64
     """B: environments stepped in lock-step (also the learner's batch unless set)."""
     seed: int = 0

@@ -14,7 +14,7 @@ Philox offsets and advances the generator by the graph's whole increment, exactl
 eager calls would: eager and graphed runs from one seed draw the same numbers, and a
 checkpoint's ``get_state()`` after replays is the state an eager run would have. A capture
 also registers the default CUDA generator, which the step never draws from; where the step
-draws from one generator alone (train.shared_generator), that one takes the default's place
+draws from one generator alone (on CUDA it does: lobsurf.train.loop), that one takes the default's place
 for the capture, so each replay refreshes one generator's device scalars (2 kernels before
 the graph's first node) instead of two's.
 
@@ -76,7 +76,7 @@ def graph_unsupported(device: torch.device | str) -> str | None:
 
 def step_generators(state: Any) -> list[torch.Generator]:
     """Every custom generator a training step draws from (lobsurf.agent.step.TrainState),
-    each once (with train.shared_generator the four roles hold one)."""
+    each once (on CUDA the four roles hold one)."""
     roles = [state.noise_generator, state.acting_generator, state.replay.generator,
              state.env.generator]
     return list({id(g): g for g in roles}.values())
@@ -156,7 +156,7 @@ def _in_the_default_slot(generators: list[torch.Generator], device: torch.device
     step's, and each replay then sets two device scalars of each registered state, one
     eager kernel apiece, in turn before the graph's first node. The step never draws from
     the default generator (every draw names its own), so where it draws from one
-    generator alone (train.shared_generator) that generator can take the slot: the graph
+    generator alone (on CUDA it does) that generator can take the slot: the graph
     holds one state, two kernels a replay instead of four, and the same numbers. With
     several generators, or a torch without the graph-safe state exchange, nothing changes.
     """

@@ -72,7 +72,7 @@ class Collective:
     @torch.no_grad()
     def grads_(self, params: list[torch.Tensor], flat: torch.Tensor | None = None) -> None:
         """Average the gradients of ``params`` over the ranks, in place. ``flat``: the
-        buffer they all live in (``train.flat_parameters``, lobsurf.agent.flat), reduced
+        buffer they all live in (lobsurf.agent.flat), reduced
         as it is, without packing the gradients into a buffer of this object's and back
         (its gaps are zeros on every rank and stay so)."""
         if not self.active:

@@ -9,8 +9,8 @@ loop). Codes are in causal order, so when a NaN loss has already spread to the g
 and parameters within the same step, the loss is the one reported.
 
 Inside the graphed step the check is a few kernels: one multi-tensor max |x| over the online
-network's gradients and parameters together (two tensors with ``train.flat_parameters``: the
-flat buffers), and the arithmetic (compiled by train.compile
+network's gradients and parameters together (two tensors: the flat buffers of
+lobsurf.agent.flat), and the arithmetic (compiled by train.compile
 into one kernel that also writes the guard's two tensors). The target network is checked
 where the guard is read, not per step: it changes only by Polyak averaging of (or a copy
 from) the online parameters, which keeps finite tensors finite, so a first bad step shows

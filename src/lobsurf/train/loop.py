@@ -318,7 +318,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
         last_record = None
         graph_on = _graph_enabled(cfg, device, sync)
         graphed = None
-        # one process: a log step's readout is finished a step later (train.defer_log_readout)
+        # one process: a log step's readout is finished a step later (lobsurf.train.readout)
         defer = not coll.active
         pending: Readout | None = None
         t0 = time.perf_counter()

@@ -5,11 +5,9 @@ metric sums (then zeroed) and every controller.
 ``Readout(...)`` only queues device ops: the values are stacked into one tensor and, on
 CUDA, copied into pinned host memory without blocking, behind an event. ``finish`` waits
 for that copy alone and turns the values into the guard's verdict, the logged means and the
-controllers. The loop (``train.defer_log_readout``, one process) finishes a log step's
-readout after it has launched the next step, so the GPU runs that step while the host
-checks the guard and writes the record: a log step does not drain the GPU (on an H200 at
-B = 16 the synchronous readout cost about 1.7 ms per record, 2 % of the run at
-log_every = 100). A checkpoint's readout is finished at once: the guard must have passed
+controllers. The loop (one process) finishes a log step's readout after it has launched
+the next step, so the GPU runs that step while the host checks the guard and writes the
+record: a log step does not drain the GPU (benchmarks/RESULTS.md, Defaults decided by measurement). A checkpoint's readout is finished at once: the guard must have passed
 before its state is written.
 """
 

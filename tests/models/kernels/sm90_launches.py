@@ -177,7 +177,7 @@ def _block_calls(cfg: EncoderConfig, with_grad: bool, last_only: tuple[bool, ...
 
 
 def learner_calls() -> None:
-    """The learner's C51 target kernel (``train.c51_kernel``): fp32 and bf16 logits as the
+    """The learner's C51 target kernel (``train.kernels``): fp32 and bf16 logits as the
     heads' aligned product leaves them (a view of wider rows), the discount a float (one
     step) and per sample (n-step returns), the terminal flags bool."""
     b, actions, atoms = 4, 11, 21

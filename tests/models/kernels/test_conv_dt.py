@@ -29,6 +29,18 @@ TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}
 #: odd padding, W = 3, 2 and 1, no padding, a window shorter than the conv
 CASES = [(2, 64, 384, 4, 4, 4), (3, 37, 200, 3, 4, 5), (2, 20, 40, 2, 3, 0),
          (2, 16, 24, 4, 2, 4), (1, 9, 16, 1, 1, 7), (2, 2, 24, 4, 4, 4)]
+#: the interpreter's costliest cases, run in the full suite only (``slow``): the default
+#: layer (seconds per run; its several channel blocks and padding are CASES[1]'s classes
+#: too) and CASES[1] in bf16 (bf16 is also every smaller case's)
+SLOW = {(0, torch.float32), (0, torch.bfloat16), (1, torch.bfloat16)}
+
+
+def _case_dtypes() -> list:
+    """Every case in fp32 and bf16 as pytest params, SLOW's pairs marked slow."""
+    return [pytest.param(case, dtype, id=f"case{i}-dtype{j}",
+                         marks=[pytest.mark.slow] if (i, dtype) in SLOW else [])
+            for i, case in enumerate(CASES)
+            for j, dtype in enumerate((torch.float32, torch.bfloat16))]
 
 
 @pytest.fixture(autouse=True)
@@ -108,8 +120,7 @@ def _check(case, dtype, outs, grads, want_out, want_grads):
     assert torch.count_nonzero(grads[0][..., channels + heads:]) == 0
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case,dtype", _case_dtypes())
 def test_conv_dt_and_gradients_match_numpy(case, dtype) -> None:
     # in the interpreter under the bounds check of every load and store (triton_bounds.py):
     # the forward kernel and the backward writing the in-projection columns' gradient
@@ -121,14 +132,16 @@ def test_conv_dt_and_gradients_match_numpy(case, dtype) -> None:
     _check(case, dtype, *out)
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[4]])
+@pytest.mark.parametrize("case", [pytest.param(CASES[1], id="case0", marks=pytest.mark.slow),
+                                  pytest.param(CASES[4], id="case1")])
 def test_one_row_per_step_matches_numpy(case, monkeypatch) -> None:
     """The walk's other setting (``ROWS_PER_STEP = 1``: each row's loads on their own)."""
     monkeypatch.setattr(conv_dt_triton, "ROWS_PER_STEP", 1)
     _check(case, torch.float32, *_run(case, torch.float32))
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[1]])
+@pytest.mark.parametrize("case", [pytest.param(CASES[0], id="case0", marks=pytest.mark.slow),
+                                  pytest.param(CASES[1], id="case1")])
 def test_wide_channel_block_matches_numpy(case, monkeypatch) -> None:
     """The channel block of large batches (``BLOCK_C``; the tests' few windows otherwise
     take ``BLOCK_C_SMALL``)."""

@@ -26,6 +26,9 @@ import pytest
 
 pytest.importorskip("triton", reason="compiling a kernel needs Triton (dev extra on Linux)")
 
+#: a compile for sm_90 in a subprocess each, as test_kernels_compile.py's: the full suite
+pytestmark = pytest.mark.slow
+
 #: in the subprocess: the wrapper's own arguments for the default layout (B 2, K 64, the
 #: 648-wide in_proj output sliced at column 256 for 384 channels), each integer marked
 #: divisible by 16 where it is (Triton's launch-time rule), compiled for sm_90; prints the

@@ -34,7 +34,7 @@ EXPECTED = (
        for name in ("_ssd_window_bwd_head", "_ssd_window_bwd_scores", "_ssd_window_bwd_last")}
     | {("_conv_walk_fwd_kernel", (("ALIGN", align),)) for align in (4, 8)}
     | {("_conv_dt_bwd_kernel", (("ALIGN", align),)) for align in (4, 8)}
-    # the learner's C51 target (train.c51_kernel), the discount a float or per sample
+    # the learner's C51 target (train.kernels), the discount a float or per sample
     | {("_c51_target_kernel", (("GAMMA_PER_ROW", rows),)) for rows in (False, True)})
 #: the constexprs that tell the expected variants apart
 VARIANT_KEYS = ("BF16", "GATED", "ALIGN", "ZPROJ", "GAMMA_PER_ROW")
@@ -45,6 +45,7 @@ def _variant(row: dict) -> tuple:
     return row["kernel"], tuple((k, consts[k]) for k in VARIANT_KEYS if k in consts)
 
 
+@pytest.mark.slow
 def test_every_kernel_and_every_default_launch_compiles_for_sm90() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9 warns without it; 1 = its default
