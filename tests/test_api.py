@@ -17,7 +17,7 @@ from lobsurf.cli import build_parser, main
 from lobsurf.data.store.ingest import summarize
 from lobsurf.data.synth import SynthConfig, write_synth
 from lobsurf.errors import UserError
-from lobsurf.train.run_folder import is_run_folder, read_metrics
+from lobsurf.training.run_folder import is_run_folder, read_metrics
 from tests.agent.conftest import TINY
 from tests.conftest import random_walk_books, write_store
 
@@ -35,7 +35,7 @@ def cli_json(capsys, argv: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> lobsurf.api.Run:
-    """One tiny run trained through ``lobsurf.train`` on the tiny store."""
+    """One tiny run trained through ``lobsurf.training`` on the tiny store."""
     root = tmp_path_factory.mktemp("api")
     store = write_store(root / "store", [random_walk_books(2000, 1), random_walk_books(
         1500, 2, start_ns=1_700_100_000 * 10**9)])
@@ -44,7 +44,9 @@ def tiny_run(tmp_path_factory) -> lobsurf.api.Run:
 
 def test_import_is_light_and_names_the_api():
     code = ("import sys, lobsurf; fns = (lobsurf.ingest, lobsurf.evaluate, lobsurf.train); "
-            "assert all(map(callable, fns)); assert 'torch' not in sys.modules, 'torch'")
+            "assert all(map(callable, fns)); assert 'torch' not in sys.modules, 'torch'; "
+            "import lobsurf.training.loop, lobsurf.api; "  # the package is lobsurf.training
+            "assert lobsurf.train is lobsurf.api.train")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
@@ -71,7 +73,7 @@ def test_train_returns_the_run(tiny_run):
 
 
 def test_evaluate_is_what_eval_json_prints(tiny_run, capsys):
-    from lobsurf.train.evaluate import evaluate_run
+    from lobsurf.training.evaluate import evaluate_run
 
     result = lobsurf.evaluate(tiny_run, envs=16)
     assert json.dumps(result) == json.dumps(evaluate_run(tiny_run.path, num_envs=16))
@@ -97,7 +99,7 @@ def test_a_bad_setting_is_a_user_error_naming_it(tiny_store, tmp_path, config, o
 def test_config_as_values_file_or_runconfig_resolves_alike(tmp_path):
     import tomli_w
 
-    from lobsurf.train.config import resolve_run_config, run_config_from_dict
+    from lobsurf.training.config import resolve_run_config, run_config_from_dict
 
     (tmp_path / "tiny.toml").write_text(tomli_w.dumps(TINY))
     want = resolve_run_config(None, TINY_SETS)

@@ -152,7 +152,7 @@ def test_train_help_lists_every_setting(capsys):
     import dataclasses
     import typing
 
-    from lobsurf.train.config import RunConfig
+    from lobsurf.training.config import RunConfig
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -23,8 +23,8 @@ def test_no_side_stream_on_cpu_or_when_switched_off() -> None:
 
 
 def test_cpu_train_state_has_no_branch(tiny_store) -> None:
-    from lobsurf.train.data import load_training_data
-    from lobsurf.train.loop import build_state
+    from lobsurf.training.data import load_training_data
+    from lobsurf.training.loop import build_state
     from tests.agent.conftest import tiny_config
 
     cfg = tiny_config(tiny_store.path)
@@ -54,8 +54,8 @@ def test_side_stream_takes_the_highest_priority_when_asked(monkeypatch) -> None:
 def test_learner_streams_priority(tiny_store) -> None:
     """On CUDA both side streams (the learner's, the target net's) run at the device's
     highest priority, above the step's own stream where the collect runs."""
-    from lobsurf.train.data import load_training_data
-    from lobsurf.train.loop import build_state
+    from lobsurf.training.data import load_training_data
+    from lobsurf.training.loop import build_state
     from tests.agent.conftest import tiny_config
 
     cfg = tiny_config(tiny_store.path)

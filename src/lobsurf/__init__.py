@@ -6,8 +6,8 @@ imported on first use, so that ``import lobsurf`` (and ``lobsurf --help``) stays
 
 __version__ = "0.1.0"
 
-#: names of lobsurf.api offered here (``train`` is the callable subpackage lobsurf.train)
-_API = ("ingest", "evaluate", "Run")
+#: the names of lobsurf.api offered here
+_API = ("ingest", "train", "evaluate", "Run")
 
 
 def __getattr__(name: str):
@@ -15,12 +15,8 @@ def __getattr__(name: str):
         from lobsurf import api
 
         return getattr(api, name)
-    if name == "train":
-        import importlib
-
-        return importlib.import_module("lobsurf.train")
     raise AttributeError(f"module 'lobsurf' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API, "train"])
+    return sorted([*globals(), *_API])

@@ -21,7 +21,7 @@ from lobsurf.data.synth import SynthConfig
 TRADEABLE = SynthConfig(snapshots_per_day=100_000, days=4, seed=0, edge=1.0, move_prob=0.15,
                         fee_per_lot=1.0, fee_bps=0.0)
 
-#: the CI learning proofs' market (tests/train/test_learning.py): tradeable with twice the
+#: the CI learning proofs' market (tests/training/test_learning.py): tradeable with twice the
 #: mid moves, so the edge pays about twice as much per trade and a small network learns it
 #: in a few hundred steps on one CPU thread; 3 days of 40k snapshots (one held out).
 TRADEABLE_FAST = replace(TRADEABLE, snapshots_per_day=40_000, days=3, move_prob=0.3)

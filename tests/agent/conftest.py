@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lobsurf.train.config import run_config_from_dict
-from lobsurf.train.data import load_training_data
-from lobsurf.train.loop import build_state, step_config
+from lobsurf.training.config import run_config_from_dict
+from lobsurf.training.data import load_training_data
+from lobsurf.training.loop import build_state, step_config
 
 TINY = {
     "sim": {"window": 8, "max_episode_steps": 50},
@@ -21,7 +21,7 @@ TINY = {
     "learner": {"learning_starts": 4},
     "train": {"envs": 8, "steps": 20, "log_every": 5, "checkpoint_every": 10},
     # validation off: the simulator trains on every row before the held-out purge (the
-    # tests of validation and model choice turn it on: tests/train/test_validation.py)
+    # tests of validation and model choice turn it on: tests/training/test_validation.py)
     "data": {"normalizer_rows": 500, "validation_fraction": 0.0},
 }
 

@@ -14,7 +14,7 @@ from lobsurf.agent.c51_triton import c51_target_triton, kernel_applies
 from lobsurf.agent.learn import c51_target
 from lobsurf.errors import UserError
 from lobsurf.models.kernels.triton_support import available_for
-from lobsurf.train.config import resolve_run_config
+from lobsurf.training.config import resolve_run_config
 
 needs_kernel = pytest.mark.skipif(not available_for(torch.device("cpu")),
                                   reason="needs Triton (its CPU interpreter without CUDA)")
@@ -189,8 +189,8 @@ def test_the_step_with_the_kernel_learns_as_the_plain_step(tiny_store):
     # the same transitions and end with the same parameters to rounding; build_state takes
     # the kernel on CUDA only (train.kernels), so CPU keeps PyTorch
     from lobsurf.agent.step import train_step
-    from lobsurf.train.data import load_training_data
-    from lobsurf.train.loop import build_state, step_config
+    from lobsurf.training.data import load_training_data
+    from lobsurf.training.loop import build_state, step_config
     from tests.agent.conftest import assert_same_learning, tiny_config
 
     cfgs = [tiny_config(tiny_store.path)] * 2

@@ -15,8 +15,8 @@ from lobsurf.agent.learn import losses
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import train_step
-from lobsurf.train.data import load_training_data
-from lobsurf.train.loop import build_state, step_config
+from lobsurf.training.data import load_training_data
+from lobsurf.training.loop import build_state, step_config
 from tests.agent.conftest import tiny_config
 
 
@@ -220,7 +220,7 @@ class _TurnEvent:
 def test_a_collect_without_a_learner_discards_the_draw_made_ahead(tiny_store):
     # the draw made ahead is stale once a step collects without learning (the replay moved
     # on): the next learning step draws first again, from where the writes left the replay
-    from tests.train.test_compile_kernels import _setup
+    from tests.training.test_compile_kernels import _setup
 
     data, state, scfg = _setup(tiny_store)
     for step in range(6):
@@ -251,7 +251,7 @@ def test_learner_half_and_collect_keep_their_order_on_two_streams(tiny_store, mo
     # Each half run as far ahead of the other as the events allow (two threads taking
     # turns) must give what the one-stream order gives, bit for bit.
     import lobsurf.agent.step as step_module
-    from tests.train.test_compile_kernels import _setup, _state_tensors
+    from tests.training.test_compile_kernels import _setup, _state_tensors
 
     def run(first: str | None) -> dict[str, torch.Tensor]:
         data, state, scfg = _setup(tiny_store, n_step)

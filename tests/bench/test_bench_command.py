@@ -133,7 +133,7 @@ def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
     from lobsurf.data.labels import compute_labels
     from lobsurf.data.store import Store
     from lobsurf.models.feature_table import with_feature_table
-    from lobsurf.train.config import RunConfig
+    from lobsurf.training.config import RunConfig
 
     cfg = RunConfig()
     book = load_book_tensors(Store.open(tiny_store.path), "cpu")

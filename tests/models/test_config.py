@@ -34,7 +34,7 @@ def test_a_saved_encoder_config_with_every_retired_field_loads(tmp_path) -> None
     # the encoder's own reader, a run's config.toml (eval and resume) and a pretraining
     # checkpoint's config: each drops the retired fields and keeps the rest
     from lobsurf.pretrain.config import PretrainConfig, config_from_dict, config_to_dict
-    from lobsurf.train.config import RunConfig, load_toml, resolve_run_config, run_config_to_toml
+    from lobsurf.training.config import RunConfig, load_toml, resolve_run_config, run_config_to_toml
 
     cfg = EncoderConfig(d_model=32, n_layers=1)
     saved = {**dataclasses.asdict(cfg), **SAVED_BEFORE}
@@ -51,7 +51,7 @@ def test_a_saved_encoder_config_with_every_retired_field_loads(tmp_path) -> None
 
 @pytest.mark.parametrize("name", sorted(SAVED_BEFORE))
 def test_setting_a_retired_field_names_it_and_why(name: str) -> None:
-    from lobsurf.train.config import resolve_run_config
+    from lobsurf.training.config import resolve_run_config
 
     why = re.escape(RETIRED_FIELDS[name])
     with pytest.raises(UserError, match=f"encoder.{name} no longer exists: it was {why}"):

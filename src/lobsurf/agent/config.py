@@ -1,7 +1,7 @@
 """Configuration of the learner: the network, the replay buffer, the losses and the rewards.
 
 Frozen dataclasses, one per part, each field with its meaning and unit; validation in
-``__post_init__`` names the field. ``lobsurf.train.config.RunConfig`` composes them with the
+``__post_init__`` names the field. ``lobsurf.training.config.RunConfig`` composes them with the
 data, simulator and run settings. Adaptive scalars (reward scale, atom span, PER beta ...)
 are not here: they are controllers, declared once in ``lobsurf.agent.controllers``.
 """

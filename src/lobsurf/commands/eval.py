@@ -324,8 +324,8 @@ def run_folder_argument(args: argparse.Namespace):
     """The run folder named as the policy, or None when the policies are baselines."""
     from pathlib import Path
 
-    from lobsurf.train.run_folder import is_run_folder
-    from lobsurf.train.seeds import is_seed_group
+    from lobsurf.training.run_folder import is_run_folder
+    from lobsurf.training.seeds import is_seed_group
 
     if len(args.policy) == 1 and not args.policy[0].startswith("baseline:"):
         path = Path(args.policy[0])
@@ -343,10 +343,10 @@ def run_walk_forward(run_dir, args: argparse.Namespace) -> int:
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
-    from lobsurf.train.config import load_toml, resolve_run_config
-    from lobsurf.train.data import default_store
-    from lobsurf.train.run_folder import CONFIG_NAME, require_run_folder
-    from lobsurf.train.walk_forward import WalkForwardConfig, walk_forward
+    from lobsurf.training.config import load_toml, resolve_run_config
+    from lobsurf.training.data import default_store
+    from lobsurf.training.run_folder import CONFIG_NAME, require_run_folder
+    from lobsurf.training.walk_forward import WalkForwardConfig, walk_forward
 
     require_run_folder(run_dir)
     try:
@@ -383,8 +383,8 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
     """``lobsurf eval RUN``: the run's agent (a seed group: each seed's) beside every baseline
     on held-out rows (``lobsurf.api.evaluate``), as JSON or as tables."""
     from lobsurf.api import evaluate
-    from lobsurf.train.evaluate import chosen_line
-    from lobsurf.train.evaluate_seeds import print_verdict
+    from lobsurf.training.evaluate import chosen_line
+    from lobsurf.training.evaluate_seeds import print_verdict
 
     result = evaluate(run_dir, store=args.store, checkpoint=args.checkpoint,
                       split="heldout" if args.split == "random" else args.split,
@@ -408,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.devices import resolve_device
 
     run_dir = run_folder_argument(args)
-    from lobsurf.train.seeds import is_seed_group
+    from lobsurf.training.seeds import is_seed_group
 
     if run_dir is not None and args.walk_forward is not None:
         if is_seed_group(run_dir):

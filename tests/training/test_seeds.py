@@ -1,0 +1,138 @@
+"""``lobsurf train --seeds N`` and ``lobsurf eval RUN`` on the seed group: the folders, the
+verdict over seeds in the JSON, resume of unfinished seeds, refusals."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from lobsurf.cli import main
+from lobsurf.training.run_folder import is_run_folder, read_metrics
+from lobsurf.training.seeds import (
+    SEEDS_NAME,
+    _side_by_side,
+    is_seed_group,
+    seed_dir,
+    without_own_flags,
+)
+from tests.agent.conftest import TINY
+from tests.conftest import random_walk_books, write_store
+from tests.training.test_train_command import train
+from tests.training.test_validation import VALIDATED
+
+BASELINES = {"hold", "random", "momentum", "imbalance", "oracle", "optimal"}
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory) -> tuple[Path, str, str]:
+    """Two validated tiny seeds (3 and 4) on the tiny store, and what training said."""
+    root = tmp_path_factory.mktemp("seeds")
+    store = write_store(root / "store", [random_walk_books(2000, 1), random_walk_books(
+        1500, 2, start_ns=1_700_100_000 * 10**9)])
+    (root / "tiny.toml").write_text(tomli_w.dumps(TINY))
+    run, out, err = root / "group", io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert train("--store", store.path, "--config", root / "tiny.toml", "--out", run,
+                     "--seeds", 2, "--set", "train.seed=3", *VALIDATED) == 0
+    return run, out.getvalue(), err.getvalue()
+
+
+def test_seeds_train_one_complete_run_folder_each(group):
+    run, out, err = group
+    assert is_seed_group(run) and json.loads((run / SEEDS_NAME).read_text())["seeds"] == [3, 4]
+    for seed in (3, 4):
+        folder = seed_dir(run, seed)
+        assert is_run_folder(folder) and (folder / "chosen.json").is_file()
+        start = read_metrics(folder / "metrics.jsonl")[0]
+        assert start["config"]["train"]["seed"] == seed
+        assert read_metrics(folder / "metrics.jsonl")[-1]["event"] == "run_end"
+        assert f"seed {seed}:" in out
+    assert "seed 3 (1 of 2 to train, 2 in all): running" in err
+    assert "seed 4: finished" in err and f"lobsurf eval {run}" in out
+    # two seeds, two trajectories
+    a, b = (read_metrics(seed_dir(run, s) / "metrics.jsonl")[1] for s in (3, 4))
+    assert a["l_q"] != b["l_q"]
+
+
+def test_eval_of_a_seed_group_gives_the_verdict(group, capsys):
+    run, _, _ = group
+    assert main(["eval", str(run), "--json", "--no-progress", "--envs", "16"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["policies"]) == BASELINES | {"seed_3", "seed_4"}
+    assert [c["seed"] for c in result["chosen"]] == [3, 4]
+    assert all(c["source"] == "chosen" for c in result["chosen"])
+    v = result["seeds"]
+    assert {"per_seed", "iqm", "iqm_ci", "mean", "mean_ci", "prob_improvement"} <= set(v)
+    per_seed = v["per_seed"]
+    assert [s["seed"] for s in per_seed] == [3, 4]
+    nets = [s["net_pnl"] for s in per_seed]
+    assert nets == [result["policies"][f"seed_{s}"]["net_pnl"] for s in (3, 4)]
+    for key in ("iqm", "mean"):
+        assert set(v[key]) == {"net_pnl", "capture"}
+        # two seeds: the IQM is their mean, and every interval lies between them
+        assert v[key]["net_pnl"] == pytest.approx(sum(nets) / 2)
+        lo, hi = v[f"{key}_ci"]["net_pnl"]
+        assert min(nets) - 1e-9 <= lo <= v[key]["net_pnl"] <= hi <= max(nets) + 1e-9
+    assert set(v["prob_improvement"]) == BASELINES
+    for name, p in v["prob_improvement"].items():
+        base = result["policies"][name]["net_pnl"]
+        want = sum(1.0 if x > base else 0.5 if x == base else 0.0 for x in nets) / 2
+        assert p["net_pnl"] == pytest.approx(want), name
+        assert 0 <= p["net_pnl_ci"][0] <= p["net_pnl"] <= p["net_pnl_ci"][1] <= 1
+    assert "coarse" in v["note"]
+    assert main(["eval", str(run), "--no-progress", "--envs", "16"]) == 0
+    text = capsys.readouterr().out
+    assert "verdict over 2 seeds" in text and "P(agent > hold)" in text and "coarse" in text
+
+
+def test_resume_of_a_group_trains_only_the_unfinished_seeds(group, capsys):
+    run, _, _ = group
+    want = (seed_dir(run, 4) / "chosen.json").read_text()
+    shutil.rmtree(seed_dir(run, 4))  # never trained (or lost before its first checkpoint)
+    assert train("--resume", run) == 0
+    err = capsys.readouterr().err
+    assert "seed 3: finished, skipped" in err and "seed 4 (1 of 1 to train" in err
+    assert (seed_dir(run, 4) / "chosen.json").read_text() == want  # the same run again
+
+
+def test_seed_refusals(tiny_store, tiny_toml, tmp_path, capsys):
+    assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", tmp_path / "g",
+                 "--seeds", 1) == 2
+    assert "at least 2" in capsys.readouterr().err
+    assert train("--store", tiny_store.path, "--out", tmp_path / "g", "--seeds", 2,
+                 "--gpus", 2) == 2
+    assert "cannot be combined" in capsys.readouterr().err
+    foreign = tmp_path / "data"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    assert train("--store", tiny_store.path, "--out", foreign, "--seeds", 2) == 2
+    assert "not a lobsurf training run" in capsys.readouterr().err
+    assert (foreign / "keep.txt").read_text() == "mine"
+
+
+def test_each_seed_sets_its_own_out_and_seed():
+    argv = ["--store", "s", "--seeds", "3", "--out", "r", "--overwrite", "--seeds=3",
+            "--out=r", "--set", "train.seed=1", "--steps", "9"]
+    assert without_own_flags(argv) == ["--store", "s", "--set", "train.seed=1", "--steps", "9"]
+
+
+@pytest.mark.slow
+def test_side_by_side_processes(tiny_store, tiny_toml, tmp_path):
+    # the launcher of CUDA runs, here with CPU processes: one process per seed, output in
+    # RUN/logs, each a complete run
+    run = tmp_path / "group"
+    run.mkdir()
+    base = ["train", "--device", "cpu", "--store", str(tiny_store.path), "--config",
+            str(tiny_toml), "--steps", "5"]
+    argvs = {s: [*base, "--out", str(seed_dir(run, s)), "--set", f"train.seed={s}"]
+             for s in (0, 1)}
+    assert _side_by_side(run, argvs) == {0: 0, 1: 0}
+    for s in (0, 1):
+        assert read_metrics(seed_dir(run, s) / "metrics.jsonl")[-1]["event"] == "run_end"
+        assert (run / "logs" / f"seed_{s}.log").is_file()
