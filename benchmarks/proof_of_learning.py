@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: the GPU configuration whose held-out result the edge-gpu scenario measures (README and
-#: docs/training.md give it); at most 5 minutes on one H100 or H200
+#: the GPU configuration whose held-out result the edge-gpu scenario measures (the README
+#: gives it); at most 5 minutes on one H100 or H200 (measured with --train-args=--no-compile)
 GPU_CONFIG = ["--envs", "256", "--steps", "8000", "--set", "train.precision=bf16"]
 #: goals: IQM capture on the bundled market, the memorisation gauge on the null market
 CAPTURE_GOAL, GAUGE_MAX = 0.40, 0.05
