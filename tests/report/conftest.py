@@ -28,17 +28,22 @@ def tiny_store_at(path: Path):
                               random_walk_books(1500, 2, start_ns=1_700_100_000 * 10**9)])
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory) -> Path:
-    """A finished tiny run (20 steps) on the tiny store."""
-    root = tmp_path_factory.mktemp("report")
+def train_tiny(root: Path, name: str, *args: str) -> Path:
+    """A finished tiny run (TINY, 20 steps) on the tiny store, in ``root / name``; ``args``:
+    more ``lobsurf train`` arguments."""
     store = tiny_store_at(root / "store")
     config = root / "tiny.toml"
     config.write_text(tomli_w.dumps(TINY))
-    run = root / "run"
+    run = root / name
     assert main(["train", "--no-progress", "--device", "cpu", "--store", str(store.path),
-                 "--config", str(config), "--out", str(run)]) == 0
+                 "--config", str(config), "--out", str(run), *args]) == 0
     return run
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    """A finished tiny run (20 steps) on the tiny store."""
+    return train_tiny(tmp_path_factory.mktemp("report"), "run")
 
 
 def _find_chromium() -> str | None:

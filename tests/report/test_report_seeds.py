@@ -8,26 +8,17 @@ import re
 from pathlib import Path
 
 import pytest
-import tomli_w
 
 from lobsurf.cli import main
 from lobsurf.report.build import REPORT_DIR
-from tests.agent.conftest import TINY
-from tests.report.conftest import tiny_store_at
+from tests.report.conftest import train_tiny
 
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory) -> Path:
     """Two validated tiny seeds (20 steps, a validation every 5)."""
-    root = tmp_path_factory.mktemp("seeds")
-    store = tiny_store_at(root / "store")
-    config = root / "tiny.toml"
-    config.write_text(tomli_w.dumps(TINY))
-    run = root / "group"
-    assert main(["train", "--no-progress", "--device", "cpu", "--store", str(store.path),
-                 "--config", str(config), "--out", str(run), "--seeds", "2", "--set",
-                 "data.validation_fraction=0.2", "--set", "train.validate_every=5"]) == 0
-    return run
+    return train_tiny(tmp_path_factory.mktemp("seeds"), "group", "--seeds", "2", "--set",
+                      "data.validation_fraction=0.2", "--set", "train.validate_every=5")
 
 
 def report(run: Path) -> int:

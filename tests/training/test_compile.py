@@ -20,9 +20,11 @@ def _losses_after(state, data, scfg, steps: int) -> list[torch.Tensor]:
             state.metrics.loss_frd.clone(), state.metrics.grad_norm.clone()]
 
 
-def _inductor_networks_learn_as_eager(state, data, scfg) -> None:
-    # a copy of ``state`` with its networks compiled by Inductor takes the eager state's 7
+@pytest.mark.slow
+def test_inductor_networks_learn_as_eager(tiny_setup) -> None:
+    # a copy of the state with its networks compiled by Inductor takes the eager state's 7
     # steps (3 learning) to float rounding: losses and parameters
+    _cfg, data, state, scfg = tiny_setup
     twin = copy.deepcopy(state)
     torch._dynamo.reset()
     compile_networks_(twin, CompileConfig(backend="inductor", kernels=()))

@@ -42,17 +42,11 @@ from lobsurf.streams import run_beside
 from lobsurf.writeback import copy_values_, named_pairs
 
 
-
-def window_rows(window: Window | FeatureRows, rows: slice) -> Window | FeatureRows:
-    """The windows ``rows`` of ``window`` (views)."""
-    if isinstance(window, FeatureRows):
-        return FeatureRows(window.table, window.rows[rows], window.cfg)
-    return Window(**{f.name: getattr(window, f.name)[rows] for f in fields(window)})
-
-
 def first_rows(window: Window | FeatureRows, n: int) -> Window | FeatureRows:
     """The first n windows of ``window`` (views)."""
-    return window_rows(window, slice(None, n))
+    if isinstance(window, FeatureRows):
+        return FeatureRows(window.table, window.rows[:n], window.cfg)
+    return Window(**{f.name: getattr(window, f.name)[:n] for f in fields(window)})
 
 
 def learner_inputs(t: Transitions, index: torch.Tensor, storage: Transitions,

@@ -4,8 +4,9 @@
 target, losses, Adam, Polyak, controllers), eager over plain tensors as CleanRL's ``c51.py``,
 with none of the production step's code (``lobsurf.agent.step``: streams, graph, flat
 buffers, kernels). It runs on the same ``TrainState`` (``train.reference`` trains with it);
-``tests/agent/test_reference.py`` holds the two equal from one seed. Shared: only the
-network and the simulator, each tested against a reference of its own. The learner trains
+``tests/agent/test_reference.py`` holds the two equal from one seed. Shared: the network
+and the simulator, each tested against a reference of its own, and the step's constant
+tables (order lots, fee constants, FRD bucket bounds, log pi_ref). The learner trains
 on earlier steps' transitions: it samples the replay and reads the controllers as they were
 before this step's collect, which acts with the parameters before this step's Adam update.
 Shapes: B envs (= the learner's batch), A actions, N atoms, H horizons, C return buckets.
