@@ -28,12 +28,16 @@ from pathlib import Path
 import numpy as np
 
 from lobsurf.data.schema import FIXED_PRICE_SCALE, STORE_COLUMNS, SnapshotChunk
+from lobsurf.data.store.store_files import file_not_store, scale_size_columns
 
 STORE_FORMAT = "lobsurf-store"
 STORE_VERSION = 1
 MANIFEST = "manifest.json"
 #: currency of an instrument whose currency nobody stated (DBN files carry none)
 UNKNOWN_CURRENCY = "unknown"
+#: market hours of an instrument: trading days with sessions, or around the clock (crypto)
+SESSIONS, AROUND_THE_CLOCK = "sessions", "24/7"
+MARKET_HOURS = (SESSIONS, AROUND_THE_CLOCK)
 #: manifest keys without a default: a manifest lacking one is refused, naming it
 REQUIRED_KEYS = ("format", "version", "snapshots", "instruments", "segments")
 
@@ -57,6 +61,12 @@ class Instrument:
         fee_per_lot: fee per lot filled (currency) given at ingest; None: none recorded
             (training and evaluation then use lobsurf.sim.fees' default, unless given).
         fee_bps: fee in basis points of filled notional given at ingest; None: see above.
+        size_unit: base-asset amount of one store size unit, the instrument's quantity step
+            (0.00001 for Binance BTCUSDT spot; 1 for whole lots, contracts, shares). Sizes
+            in the store are exact integers of it; ``multiplier`` is per one unit.
+        market_hours: ``"sessions"`` (a venue with trading days) or ``"24/7"`` (crypto:
+            segments only from gaps; no session snapping in the split, walk-forward folds
+            by row blocks, 365 trading days a year).
     """
 
     instrument_id: int
@@ -67,8 +77,15 @@ class Instrument:
     multiplier_known: bool = True
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    size_unit: float = 1.0
+    market_hours: str = SESSIONS
 
     def __post_init__(self) -> None:
+        unit = self.size_unit
+        if isinstance(unit, bool) or not isinstance(unit, (int, float)) or not 0 < unit < math.inf:
+            raise ValueError(f"size_unit {unit!r}: must be a finite number > 0")
+        if self.market_hours not in MARKET_HOURS:
+            raise ValueError(f"market_hours {self.market_hours!r}: one of {', '.join(MARKET_HOURS)}")
         for name in ("fee_per_lot", "fee_bps"):
             fee = getattr(self, name)
             number = isinstance(fee, (int, float)) and not isinstance(fee, bool)
@@ -106,6 +123,8 @@ class Manifest:
     skipped: dict[str, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     gap_threshold_ns: int = 0
+    #: independent checks of rebuilt books, e.g. book_ticker_aligned / book_ticker_agree
+    cross_checks: dict[str, int] = field(default_factory=dict)
     format: str = STORE_FORMAT
     version: int = STORE_VERSION
 
@@ -138,8 +157,9 @@ class Manifest:
                 skipped=dict(raw.get("skipped", {})),
                 sources=list(raw.get("sources", [])),
                 gap_threshold_ns=int(raw.get("gap_threshold_ns", 0)),
+                cross_checks={str(k): int(v) for k, v in raw.get("cross_checks", {}).items()},
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"malformed manifest entry: {exc}") from None
         if manifest.snapshots < 0:
             raise StoreError(f"malformed manifest entry: snapshots {manifest.snapshots} < 0")
@@ -164,7 +184,7 @@ class Store:
     def open(path: str | os.PathLike) -> Store:
         path = Path(path)
         if path.is_file():
-            raise StoreError(_file_not_store(path))
+            raise StoreError(file_not_store(path, MANIFEST))
         if not path.is_dir():
             raise StoreError(f"{path}: no such store folder")
         manifest_path = path / MANIFEST
@@ -194,33 +214,6 @@ class Store:
         """Rows [start, stop) as an in-memory chunk."""
         return SnapshotChunk(**{name: np.asarray(col[start:stop])
                                 for name, col in self.columns.items()})
-
-
-#: file name endings and leading bytes (DBN, zstd) of market-data inputs ``lobsurf ingest`` reads
-_INPUT_SUFFIXES = (".dbn", ".dbn.zst", ".csv", ".zst")
-_INPUT_MAGIC = (b"DBN", b"\x28\xb5\x2f\xfd")
-
-
-def _looks_like_market_data(path: Path) -> bool:
-    if path.name.lower().endswith(_INPUT_SUFFIXES):
-        return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError:
-        return False
-    return head.startswith(_INPUT_MAGIC)
-
-
-def _file_not_store(path: Path) -> str:
-    # A store is a folder; a user who passes a data file most likely wants to ingest it.
-    if path.name == MANIFEST:
-        return f"{path}: is a store's manifest file; pass its folder {path.parent}"
-    hint = ""
-    if _looks_like_market_data(path):
-        hint = (f" (it looks like a market-data file: build a store from it with "
-                f"`lobsurf ingest {path} --out STORE`)")
-    return f"{path}: is a file, not a store folder{hint}"
 
 
 def _column_for_disk(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
@@ -288,6 +281,7 @@ class StoreWriter:
         self.instruments: dict[int, Instrument] = {}
         self.skipped: dict[str, int] = {}
         self.sources: list[str] = []
+        self.cross_checks: dict[str, int] = {}
         self._source = ""
         self._new_source = False
         self.overwrite = overwrite
@@ -317,6 +311,25 @@ class StoreWriter:
         for reason, n in counts.items():
             if n:
                 self.skipped[reason] = self.skipped.get(reason, 0) + int(n)
+
+    def count_checks(self, counts: dict[str, int]) -> None:
+        """Add a source's cross-check counts (summed over sources)."""
+        for name, n in counts.items():
+            self.cross_checks[name] = self.cross_checks.get(name, 0) + int(n)
+
+    def scale_sizes(self, instrument_id: int, factor: int) -> None:
+        """Multiply the sizes of the rows of ``instrument_id`` written so far by ``factor``:
+        its size unit was refined to one ``factor`` times finer. StoreError when a size then
+        no longer fits the store's uint32."""
+        if factor == 1 or self.rows_written == 0:
+            return
+        self._wait_for_write()
+        for f in self.files.values():
+            f.flush()
+        if not scale_size_columns(self.tmp, self.rows_written, instrument_id, factor):
+            raise StoreError(f"{self._source}: refining the size unit {factor}x finer makes an "
+                             "earlier size exceed the store's uint32; pass the unit with "
+                             "--size-unit")
 
     def append(self, chunk: SnapshotChunk, breaks: np.ndarray | None = None) -> None:
         """Append validated rows (time-ordered within the current source).
@@ -395,6 +408,7 @@ class StoreWriter:
             skipped=dict(sorted(self.skipped.items())),
             sources=self.sources,
             gap_threshold_ns=self.gap_threshold_ns,
+            cross_checks=dict(sorted(self.cross_checks.items())),
         )
         (self.tmp / MANIFEST).write_text(manifest.to_json())
         if self.path.exists():
