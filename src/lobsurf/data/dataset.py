@@ -22,6 +22,7 @@ import torch
 
 from lobsurf.data.schema import LEVELS, UNDEF_PRICE
 from lobsurf.data.store import Store, StoreError
+from lobsurf.data.store.store import SESSIONS
 
 #: ticks of room below the lowest best bid for the origin: deeper bid levels and their
 #: empty-level placeholders (one tick apart) stay non-negative.
@@ -49,6 +50,8 @@ class BookTensors:
         feature_config: the ``FeatureConfig`` the table holds (None without one).
         fee_per_lot, fee_bps: the instrument's fees recorded in the store at ingest
             (currency per lot, bps of notional; lobsurf.sim.fees); None: not recorded.
+        size_unit: base-asset amount of one size unit ("lot"; 1 for whole lots).
+        market_hours: "sessions" or "24/7" (the store's instrument record).
     """
 
     ts_ns: torch.Tensor
@@ -69,6 +72,8 @@ class BookTensors:
     feature_config: object | None = None
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    size_unit: float = 1.0
+    market_hours: str = SESSIONS
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -230,6 +235,8 @@ def load_book_tensors(
         tick_size_fixed=int(tick),
         fee_per_lot=inst.fee_per_lot,
         fee_bps=inst.fee_bps,
+        size_unit=inst.size_unit,
+        market_hours=inst.market_hours,
     )
 
 

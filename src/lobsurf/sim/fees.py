@@ -119,8 +119,13 @@ def fee_warning(fees: Fees, book: BookTensors, horizon_rows: int, check: str) ->
     round_trip = 2 * fees.per_lot_at(mean_mid_price(book), book.multiplier)
     if not round_trip > move:  # NaN: no row to measure on, nothing to say
         return None
-    return (f"the round-trip fee {money(round_trip)} is above the typical move {money(move)} "
-            f"over {horizon_rows:,} snapshots: no policy may be able to win; check {check}")
+    per = ""
+    if book.size_unit != 1.0:  # a crypto store: per one base unit, not per 0.00001 BTC
+        move, round_trip = move / book.size_unit, round_trip / book.size_unit
+        per = " per 1 unit of the base asset"
+    return (f"the round-trip fee {money(round_trip)}{per} is above the typical move "
+            f"{money(move)} over {horizon_rows:,} snapshots: no policy may be able to win; "
+            f"check {check}")
 
 
 def money(value: float) -> str:
