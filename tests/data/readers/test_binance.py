@@ -117,11 +117,25 @@ def test_a_gap_ends_the_segment_and_the_book_restarts_only_at_the_next_snapshot(
     assert m.skipped["depth_stale"] == 1  # 110..111 is inside the second snapshot
 
 
+def test_spot_chain_needs_u_plus_one_an_overlap_is_a_gap_an_old_event_is_ignored(tmp_path):
+    bids, asks = book_levels(6_000_000)
+    lines = [snapshot(100, bids, asks, T0), depth(101, 104, [], [], T0 + MS),
+             depth(103, 103, [], [], T0 + 2 * MS),  # already applied: ignored
+             depth(104, 106, [], [], T0 + 3 * MS),  # overlaps 104: the chain is broken
+             depth(107, 108, [], [], T0 + 4 * MS)]
+    path = write_recording(tmp_path / "r.gz", lines)
+    store = build(tmp_path, [path])
+    assert_store_is_reference(store, [path])
+    assert len(store) == 1
+    assert store.manifest.skipped["depth_gap"] == 1
+    assert store.manifest.skipped["depth_duplicate"] == 1
+
+
 def test_usdm_chain_follows_pu_and_a_broken_pu_is_a_gap(tmp_path):
     bids, asks = book_levels(6_000_000)
     lines = [snapshot(100, bids, asks, T0), depth(90, 105, [], [], T0 + MS, prev=80),
-             depth(106, 109, [], [], T0 + 2 * MS, prev=105),
-             depth(111, 112, [], [], T0 + 3 * MS, prev=110)]  # pu 110 != 109
+             depth(108, 109, [], [], T0 + 2 * MS, prev=105),  # U jumps, pu chains: applied
+             depth(111, 112, [], [], T0 + 3 * MS, prev=110)]  # pu 110 != 109: a gap
     path = write_recording(tmp_path / "r.gz", lines)
     store = build(tmp_path, [path])
     assert_store_is_reference(store, [path])

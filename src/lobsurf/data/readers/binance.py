@@ -45,6 +45,7 @@ SPOT, FUTURES = "binance", "binance-futures"
 #: receive times must be UNIX nanoseconds between 2001-09-09 and 2096-10-02
 MIN_NS, MAX_NS = 10**18, 4 * 10**18
 NS_PER_MS = 1_000_000
+MAX_MS = MAX_NS // NS_PER_MS  # event and trade times (ms) must fit the store's int64 ns
 #: lines read from the start of a file to find its symbol and market
 PEEK_LINES = 10_000
 
@@ -242,7 +243,7 @@ class BinanceReader:
             raise UserError(f"{path}:{number}: bad depth message: no field {exc}") from None
         prev = data.get("pu")
         if not (type(first) is int and type(last) is int and type(event_ms) is int
-                and (prev is None or type(prev) is int) and first <= last
+                and 0 <= event_ms < MAX_MS and (prev is None or type(prev) is int) and first <= last
                 and type(bids) is list and type(asks) is list) or "ps" in data:
             try:
                 _check_depth(data)
@@ -264,6 +265,8 @@ class BinanceReader:
         if not isinstance(data["m"], bool):
             raise ValueError(f"m {data['m']!r} is not true or false")
         side = SELLER_AGGRESSOR if data["m"] else BUYER_AGGRESSOR
+        if not 0 <= _int(data, "T") < MAX_MS:
+            raise ValueError(f"T {data['T']} is not a time in UNIX milliseconds")
         self.rows.add_trade(ns, _int(data, "T") * NS_PER_MS, price_fixed(data["p"]),
                             size_atoms(data["q"]), side, where)
 
@@ -305,6 +308,8 @@ def _check_depth(data: dict) -> None:
         raise ValueError("a COIN-M (inverse) futures event; only spot and USD-M are read")
     for key in ("U", "u", "E", *(("pu",) if "pu" in data else ())):
         _int(data, key)
+    if not 0 <= data["E"] < MAX_MS:
+        raise ValueError(f"E {data['E']} is not a time in UNIX milliseconds")
     if data["U"] > data["u"]:
         raise ValueError(f"U {data['U']} > u {data['u']}")
     raise ValueError("b and a must be lists of [price, quantity]")

@@ -73,9 +73,7 @@ class DiffDepthSync:
                  ) -> list[tuple[str, Any]]:
         """A diff-depth event (U, u, pu or None, what the reader needs); returns the steps
         it makes possible."""
-        book_id = self.book_id
-        if book_id is not None and self.snapshot is None and (
-                prev == book_id if self.futures else first == book_id + 1):
+        if self.book_id is not None and self.snapshot is None and self._continues(first, prev):
             self.book_id = last  # in sync, the common case
             return [(APPLY, payload)]
         return self._event(DepthEvent(first, last, prev, payload))
@@ -86,7 +84,7 @@ class DiffDepthSync:
         if self.book_id is None:
             self._buffer(event)
             return self._try_sync()
-        if self._continues(event):
+        if self._continues(event.first, event.prev):
             self.book_id = event.last
             if self.snapshot is not None and self.snapshot[0] <= event.last:
                 self.snapshot = None
@@ -108,10 +106,9 @@ class DiffDepthSync:
             self.counts["snapshot_unused"] += 1
             self.snapshot = None
 
-    def _continues(self, event: DepthEvent) -> bool:
-        if self.futures:
-            return event.prev == self.book_id
-        return event.first == self.book_id + 1
+    def _continues(self, first: int, prev: int | None) -> bool:
+        """The chain rule: USD-M pu is the book's id; spot U is the book's id + 1."""
+        return prev == self.book_id if self.futures else first == self.book_id + 1
 
     def _stale(self, event: DepthEvent, last_id: int) -> bool:
         return event.last < last_id if self.futures else event.last <= last_id

@@ -117,9 +117,9 @@ def reference_binance(paths: list[Path]) -> RefResult:
             event(ts_i, data_i)
 
     def event(ts: int, data: dict) -> None:
-        nonlocal book, last_id, new_series, futures
+        nonlocal book, last_id, new_series, futures, snapshot
         if futures is None:
-            futures = "pu" in data
+            futures = data.get("pu") is not None
         if book is None:
             waiting.append((ts, data))
             start()
@@ -128,6 +128,8 @@ def reference_binance(paths: list[Path]) -> RefResult:
             _set(book[0], data["b"])
             _set(book[1], data["a"])
             last_id = data["u"]
+            if snapshot is not None and snapshot[0] <= last_id:
+                snapshot = None  # the book has passed it: never a restart point
             emit(ts, data)
         elif data["u"] > last_id:
             out.gaps += 1
@@ -135,6 +137,7 @@ def reference_binance(paths: list[Path]) -> RefResult:
             waiting.append((ts, data))
             start()
 
+    symbol = None  # the recording's: the first one named
     for path in paths:
         with _open_text(path) as text:
             for line in text:
@@ -152,6 +155,11 @@ def reference_binance(paths: list[Path]) -> RefResult:
                 else:
                     kind, data = {"depthUpdate": "depth", "trade": "trade",
                                   "bookTicker": "ticker"}.get(message.get("e"), ""), message
+                named = data.get("symbol" if kind == "snapshot" else "s") if kind else None
+                if named is not None:
+                    symbol = symbol or str(named).upper()
+                    if str(named).upper() != symbol:
+                        continue  # another instrument's message
                 if kind == "depth":
                     event(ts, data)
                 elif kind == "snapshot":
@@ -178,9 +186,12 @@ def reference_tardis_incremental(paths: list[Path]) -> RefResult:
     out = RefResult()
     bids: dict = {}
     asks: dict = {}
+    stream = None  # (exchange, SYMBOL) of the first row: other rows are another instrument's
     for index, path in enumerate(paths):
         with _open_text(path) as text:
             rows = list(csv.DictReader(text))
+        stream = stream or (rows[0]["exchange"], rows[0]["symbol"].upper())
+        rows = [r for r in rows if (r["exchange"], r["symbol"].upper()) == stream]
         have_book = False
         skipped = False
         message: list[dict] = []

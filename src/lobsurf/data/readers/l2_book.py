@@ -27,7 +27,7 @@ from lobsurf.errors import UserError
 _EMPTY_PX = [UNDEF_PRICE] * LEVELS
 _EMPTY_SZ = [0] * LEVELS
 #: parsed price and size texts kept per book (each), a bound on the caches' memory
-TEXT_CACHE = 1 << 18
+TEXT_CACHE = 1 << 16
 
 
 class TextValues(dict):
@@ -103,17 +103,6 @@ class L2Book:
                 book[key] = size
             elif book.pop(key, None) is not None:
                 del keys[bisect_left(keys, key)]
-
-    def set_level(self, is_bid: bool, price: int, size: int) -> None:
-        """One level's new size (0 removes it); price fixed point, size atoms."""
-        book, keys, key = ((self.bid_sizes, self.bid_keys, price) if is_bid
-                           else (self.ask_sizes, self.ask_keys, -price))
-        if size:
-            if key not in book:
-                insort(keys, key)
-            book[key] = size
-        elif book.pop(key, None) is not None:
-            del keys[bisect_left(keys, key)]
 
     def best(self) -> tuple[int | None, int, int | None, int]:
         """(best bid price, its size, best ask price, its size); None price: side empty."""

@@ -38,6 +38,8 @@ from lobsurf.data.schema import LEVELS, UNDEF_PRICE
 from lobsurf.errors import UserError
 
 NS_PER_US = 1_000
+#: times (microseconds since the epoch) before 2096-10-02, so that they fit int64 ns
+MAX_US = 4 * 10**15
 INCREMENTAL, TRADES = "incremental_book_L2", "trades"
 _COMMON = ("exchange", "symbol", "timestamp", "local_timestamp")
 _COLUMNS = {INCREMENTAL: _COMMON + ("is_snapshot", "side", "price", "amount"),
@@ -112,7 +114,7 @@ def _text(path: Path, number: int, raw: bytes) -> str:
 
 
 def _micros(path: Path, number: int, text: str) -> int:
-    if not text.isdigit() or not text.isascii() or len(text) > 18:
+    if not text.isdigit() or not text.isascii() or len(text) > 16 or int(text) >= MAX_US:
         raise UserError(f"{path}:{number}: {text!r} is not a time in microseconds")
     return int(text)
 
@@ -204,7 +206,7 @@ class TardisReader:
             if side not in ("bid", "ask"):
                 raise UserError(f"{path}:{number}: side {side!r} is not bid or ask")
             try:
-                book.set_level(side == "bid", price_fixed(fields[6]), size_atoms(fields[7]))
+                book.apply(side == "bid", ((fields[6], fields[7]),))
             except ValueError as exc:
                 raise UserError(f"{path}:{number}: {exc}") from None
             last = (local * NS_PER_US, _micros(path, number, fields[2]) * NS_PER_US, number)
