@@ -51,6 +51,15 @@ def test_ingest_size_unit_flag_and_a_bad_one(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_ingest_train_eval_end_to_end_on_a_24_7_store_across_midnight(tmp_path, capsys):
+    end_to_end(tmp_path, capsys, "cpu")
+
+
+@pytest.mark.gpu
+def test_ingest_train_eval_end_to_end_on_the_gpu(tmp_path, capsys):
+    end_to_end(tmp_path, capsys, "cuda")
+
+
+def end_to_end(tmp_path: Path, capsys, device: str) -> None:
     lines = random_recording(6000, seed=11, start_ns=T0 + 300 * 10**9)  # 23:55 .. 00:05
     cut = next(i for i, (ts, _) in enumerate(lines) if ts >= T0 + 600 * 10**9)
     files = [write_recording(tmp_path / "btcusdt_20240808.gz", lines[:cut]),
@@ -60,14 +69,15 @@ def test_ingest_train_eval_end_to_end_on_a_24_7_store_across_midnight(tmp_path, 
                  "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["train", "--store", str(store), "--steps", "200", "--envs", "16", *TINY_NET,
-                 "--set", "sim.lot_size_base=0.001", "--out", str(run), "--no-progress"]) == 0
+                 "--set", "sim.lot_size_base=0.001", "--device", device, "--out", str(run),
+                 "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "sim.lot_size_base 0.001 = 100 size units of 1e-05" in err
     assert "5 bps of notional" in err and "recorded in the store at ingest" in err
     saved = tomllib.loads((run / "config.toml").read_text())["sim"]
     assert saved["order_sizes_lots"] == [100, 200, 300, 400, 500]
     assert saved["position_limit_lots"] == 1000 and "lot_size_base" not in saved
-    assert main(["eval", str(run), "--json", "--no-progress"]) == 0
+    assert main(["eval", str(run), "--json", "--no-progress", "--device", device]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {"agent", "hold", "random", "optimal"} <= set(result["policies"])
     random_policy = result["policies"]["random"]

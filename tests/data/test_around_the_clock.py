@@ -142,3 +142,16 @@ def test_the_fee_warning_compares_per_base_unit(book_24_7):
     lots = replace(book_24_7, size_unit=1.0, multiplier=1.0)
     assert (fee_warning(Fees(0.0, 5.0, "store"), lots, 50, "the fee") is None) == (
         warning is None)
+
+
+def test_an_episode_runs_through_midnight_and_ends_only_at_its_limit(book_24_7):
+    from lobsurf.sim.env import BatchedLobEnv
+
+    env = BatchedLobEnv(book_24_7, 1, SimConfig(window=16, stride=10, max_episode_steps=100))
+    env.reset()
+    before = int(torch.nonzero(book_24_7.ts_ns < MIDNIGHT_NS).max()) - 200  # in segment 2
+    env.state.cursor.fill_(before)
+    env.state.stop.fill_(int(book_24_7.segment_stop[1]))
+    env.state.episode_steps.zero_()
+    ends = [bool(env.step(torch.ones(1, dtype=torch.int64)).episode_end) for _ in range(100)]
+    assert not any(ends[:99]) and ends[99]  # midnight (20 steps in) ended nothing
