@@ -130,3 +130,14 @@ def test_a_csv_that_is_not_tardis_is_refused_by_its_header(tmp_path):
     path.write_text("a,b,c\n1,2,3\n")
     with pytest.raises(UserError, match=r"x.csv:1: not a Tardis CSV header"):
         ingest([path], tmp_path / "s", IngestConfig(), fmt="tardis")
+
+
+def test_an_exchange_whose_amounts_may_be_contracts_gets_no_multiplier_claimed(tmp_path, capsys):
+    from lobsurf.api import ingest as api_ingest
+
+    path = tardis_incremental(tmp_path / "d.csv", book_rows(US, 6000.0), exchange="deribit",
+                              symbol="BTC-PERPETUAL")
+    inst = api_ingest(path, tmp_path / "s").manifest.instruments[0]
+    assert not inst.multiplier_known and inst.currency == "unknown"
+    err = capsys.readouterr().err
+    assert "deribit:BTC-PERPETUAL" in err and "amounts may be contracts" in err

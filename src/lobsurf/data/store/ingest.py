@@ -61,7 +61,7 @@ from lobsurf.data.store.crypto_sources import crypto_source
 from lobsurf.data.store.inputs import CRYPTO_FORMATS, Format, InputGroup, input_files, plan_groups
 from lobsurf.data.store.sources import Source as _Source
 from lobsurf.data.store.sources import SourceChunk
-from lobsurf.data.store.store import UNKNOWN_CURRENCY
+from lobsurf.data.store.store import AROUND_THE_CLOCK, UNKNOWN_CURRENCY
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
 
@@ -387,7 +387,13 @@ def money_warnings(manifest: Manifest) -> list[str]:
     """One line per instrument whose money figures would be wrong without being told so."""
     lines = []
     for i in manifest.instruments:
-        if not i.multiplier_known:
+        if not i.multiplier_known and i.market_hours == AROUND_THE_CLOCK:
+            lines.append(
+                f"{i.symbol} (id {i.instrument_id}): this exchange's amounts may be contracts, "
+                "not base-asset amounts: 1 (currency per price unit per amount) assumed; pass "
+                "--multiplier for linear contracts of another size (an inverse contract's PnL "
+                "is not linear in the price: no multiplier makes it right)")
+        elif not i.multiplier_known:
             lines.append(
                 f"{i.symbol} (id {i.instrument_id}): no --multiplier and no --definitions: "
                 "multiplier 1 assumed, so PnL and fees are in price units x lots, not currency "
