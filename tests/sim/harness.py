@@ -47,6 +47,13 @@ def compare_runs(book: BookTensors, cfg: SimConfig, num_envs: int, actions: torc
 
     Returns the number of trades closed (so callers can check the run exercised trading).
     """
+    return int(compared_env(book, cfg, num_envs, actions).stats.trades.sum())
+
+
+def compared_env(book: BookTensors, cfg: SimConfig, num_envs: int, actions: torch.Tensor
+                 ) -> BatchedLobEnv:
+    """``compare_runs``, returning the batched env after the run (its stats say what the
+    run exercised)."""
     env = BatchedLobEnv(book, num_envs, cfg)
     draws = torch.Generator(device=book.device)
     draws.manual_seed(cfg.seed)  # the env's generator stream, replayed for the references
@@ -79,4 +86,4 @@ def compare_runs(book: BookTensors, cfg: SimConfig, num_envs: int, actions: torc
         assert got == want, f"stats.{f.name}: {got} != {want}"
     if cfg.passive_orders:
         compare_passive(env, refs, actions.shape[0])
-    return int(env.stats.trades.sum())
+    return env

@@ -39,7 +39,7 @@ def hand_book(best_bids: list[int], bid_sizes: list[list[int]], ask_sizes: list[
 def queue_market(num_rows: int, seed: int, segments: int = 2, move_prob: float = 0.04,
                  print_prob: float = 0.35, cancel_prob: float = 0.35, add_prob: float = 0.4,
                  max_lots: int = 20, max_print: int = 6, sweep_prob: float = 0.1,
-                 gap_prob: float = 0.0) -> BookTensors:
+                 gap_prob: float = 0.0, jump_prob: float = 0.0) -> BookTensors:
     """A seeded market of persistent levels: each row, per side, the touch may print (a
     buyer or seller takes 1..max_print lots from the front, or with ``sweep_prob`` up to
     max_lots + max_print; a print larger than the level takes it and prints through to the
@@ -47,7 +47,9 @@ def queue_market(num_rows: int, seed: int, segments: int = 2, move_prob: float =
     gain 1-4; a spread wider than a tick closes by a level inside it, and with
     ``move_prob`` a one-tick spread jumps: one side's best level goes, the other side
     steps onto its price.
-    ``gap_prob``: chance a new deep level leaves an empty price between levels."""
+    ``gap_prob``: chance a new deep level leaves an empty price between levels;
+    ``jump_prob``: chance the whole book shifts 12 ticks (beyond the 10 levels) up or down,
+    so resting and arriving orders fall out of view and come back."""
     rng = np.random.default_rng(seed)
     bid = {100_000 - i: int(rng.integers(1, max_lots)) for i in range(LEVELS)}
     ask = {100_001 + i: int(rng.integers(1, max_lots)) for i in range(LEVELS)}
@@ -83,6 +85,10 @@ def queue_market(num_rows: int, seed: int, segments: int = 2, move_prob: float =
                     ask[min(ask) - 1] = int(rng.integers(1, max_lots))
             for book, sign in ((bid, -1), (ask, 1)):
                 _refill(book, sign, rng, max_lots, gap_prob)
+        if rng.random() < jump_prob:
+            shift = 12 * (1 if rng.random() < 0.5 else -1)
+            bid = {p + shift: v for p, v in bid.items()}
+            ask = {p + shift: v for p, v in ask.items()}
         for book, sign, px_key, sz_key in ((bid, -1, "bpx", "bsz"), (ask, 1, "apx", "asz")):
             prices = sorted(book, key=lambda p: sign * p)[:LEVELS]
             rows[px_key].append(prices)
