@@ -1,4 +1,4 @@
-"""BatchedLobEnv: B market-order environments stepped in lock-step as tensors.
+"""BatchedLobEnv: B environments stepped in lock-step as tensors.
 
 The env owns the static config, the book tables it fills against and the state tensors;
 ``step`` calls the pure functions of ``matching`` and ``reward`` and handles episode ends
@@ -6,23 +6,27 @@ and auto-reset with masks (no Python loop over environments, no host sync, stati
 ready for ``torch.cuda.graph`` capture). ``lobsurf.sim.reference`` is the slow reference it
 is tested against. The rules are listed in docs/sim_assumptions.md.
 
-One step, for every env at once:
+One step with market orders, for every env at once:
 1. action -> signed order lots, clipped so |position + order| <= limit; on the episode's
    last step the order is replaced by one that flattens the position;
 2. the order walks the opposite side of the book at row cursor + latency_rows;
 3. position, the open trade's cash and fees update; a trade that closes pays its realized
    net PnL as reward;
 4. the cursor advances ``stride`` rows; envs whose episode ended jump to a random cursor.
+With ``cfg.passive_orders`` the step is ``lobsurf.sim.passive.passive_step_values``: resting
+orders meet every row the step passes, and the state gains ``passive_state`` /
+``passive_stats``.
 The observation is ``state.cursor`` (callers gather the K-window there with
-``lobsurf.data.dataset.gather_window``) plus position, unrealized PnL and time in trade.
+``lobsurf.data.dataset.gather_window``) plus position, unrealized PnL and time in trade
+(and the resting orders' state).
 
 The step is a pure function, ``step_values`` (the state, the stats, the actions, the reset
 draws and the env's constant tables in; the new state, the new stats and the result out),
 and ``BatchedLobEnv.step`` draws the reset uniforms from the env's generator, calls it and
 copies the new values into the state tensors in place (lobsurf.writeback): two multi-tensor
-copies for all seventeen fields. The training step passes a compiled ``step_values``
-(``lobsurf.agent.step.StepKernels.sim_step``), which fuses the eighty-odd small kernels of
-the eager step into a few.
+copies for all seventeen fields (more with passive orders). The training step passes a
+compiled ``step_values`` (``lobsurf.agent.step.StepKernels.sim_step``), which fuses the
+eighty-odd small kernels of the eager step into a few.
 """
 
 from __future__ import annotations

@@ -97,13 +97,15 @@ class StepResult:
     """What one step returns, every field [B] (fresh tensors each eager step).
 
     Attributes:
-        reward: float64 realized net PnL of the trade closed this step (currency), else 0.
+        reward: float64 realized net PnL of the trade closed this step (currency), else 0
+            (with passive orders a step may close several: their sum).
         trade_closed: bool a trade closed (position returned to flat or passed through zero).
         episode_end: bool this was the episode's last step (position closed at market); the
             state already holds the next episode's first cursor (auto-reset).
-        filled_lots: int64 signed lots filled this step (+ bought, - sold).
-        cash_flow_ticks: int64 cash flow of this step's fill in ticks x lots (buys negative).
-        fees: float64 fees of this step's fill (currency).
+        filled_lots: int64 signed lots filled this step (+ bought, - sold), resting orders'
+            fills included.
+        cash_flow_ticks: int64 cash flow of this step's fills in ticks x lots (buys negative).
+        fees: float64 fees of this step's fills (currency; maker rebates negative).
     """
 
     reward: torch.Tensor
