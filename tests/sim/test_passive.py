@@ -197,6 +197,19 @@ def test_a_step_can_close_two_trades():
     assert env.state.position.item() == 0 and env.state.time_in_trade.item() == 0
 
 
+def test_in_a_row_that_fills_both_orders_the_bid_is_booked_first():
+    # long 2 (bought at 101), a bid of 1 and an ask of 3 rest; row 4's prints go through
+    # both. Bid first: long 3, then the ask sells all 3: one trade. (Ask first would close
+    # the long and open a short that the bid then closes: two trades.)
+    book = hand_book([100] * 6, [[20]] * 6, [[20]] * 6,
+                     [NO_SELL] * 4 + [(99, 1), NO_SELL], [NO_BUY] * 4 + [(102, 1), NO_BUY])
+    env, out = run(book, [2, POST_BID[1], POST_ASK[3], HOLD])
+    assert out[3][1]["filled"] == [1, 3] and env.state.position.item() == 0
+    assert env.stats.trades.item() == 1
+    gross = -2 * 101 - 100 + 3 * 101
+    assert out[3][0].reward.item() == gross * TICK_VALUE - (2 * 1.0 - 4 * 0.25)
+
+
 def test_maker_fees_and_rebates_are_charged_on_resting_fills():
     # bid filled through at 100 (rebate 0.25 + 0.1 bps), ask filled through at 101
     book = hand_book([100] * 4, [[5]] * 4, [[5]] * 4, [NO_SELL, (99, 1), NO_SELL, NO_SELL],

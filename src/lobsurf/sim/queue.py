@@ -16,8 +16,9 @@ One row of a resting order at price p with ``remaining`` lots and ``queue`` lots
    cancel was behind the order. ``probabilistic``: each cancelled lot was ahead of it with
    probability x ** n, x the share of the level (after the prints) ahead of it, n the
    queue power (hftbacktest's PowerProbQueueFunc3; Databento's MBP-10 estimator with bias
-   k is n = 1 / (1 + k)); what cannot fit behind it came from ahead of it;
-4. the queue ahead never exceeds the size the row shows at p.
+   k is n = 1 / (1 + k));
+4. the queue ahead never exceeds the size the row shows at p (so cancels that cannot have
+   come from behind the order, there being too few lots behind it, came from ahead).
 The queue ahead is an expected number of lots (fractional under ``probabilistic``). A price
 outside the row's 10 visible levels (deeper than the 10th level of a book that shows 10)
 has no known size: steps 3 and 4 are skipped there, and an order that arrives at such a
@@ -100,14 +101,12 @@ def cancels_ahead(queue: torch.Tensor, traded: torch.Tensor, size_before: torch.
     """
     level = (size_before - traded).clamp(min=0)  # what the prints left of the level
     front = torch.minimum(queue, level)
-    back = level - front
     cancelled = level - size
     share = front / level.clamp(min=1)
     p_ahead = share
     for _ in range(power - 1):
         p_ahead = p_ahead * share
-    ahead = p_ahead * cancelled + ((1.0 - p_ahead) * cancelled - back).clamp(min=0.0)
-    moved = (front - ahead).clamp(min=0.0)
+    moved = (front - p_ahead * cancelled).clamp(min=0.0)
     return torch.where(seen_before & seen & (cancelled > 0), moved, queue)
 
 

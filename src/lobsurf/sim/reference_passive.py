@@ -149,13 +149,11 @@ class PassiveReferenceEnv(ReferenceEnv):
             cancelled = level - size
             if cancelled > 0:  # the level lost more than the prints took
                 front = float(min(o.queue, level))
-                back = level - front
                 share = front / level
                 p_ahead = 1.0
                 for _ in range(self.cfg.queue_power):
                     p_ahead *= share
-                ahead = p_ahead * cancelled + max((1.0 - p_ahead) * cancelled - back, 0.0)
-                o.queue = max(front - ahead, 0.0)
+                o.queue = max(front - p_ahead * cancelled, 0.0)
         if seen:
             o.queue = float(min(o.queue, size))
         o.lots -= filled
