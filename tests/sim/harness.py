@@ -9,6 +9,7 @@ import torch
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim import BatchedLobEnv, SimConfig
 from lobsurf.sim.reference import ReferenceEnv
+from lobsurf.sim.reference_passive import PassiveReferenceEnv
 
 STATE_FIELDS = ("cursor", "stop", "episode_steps", "position", "trade_cash_ticks", "trade_fees",
                 "time_in_trade", "unrealized_pnl")
@@ -63,7 +64,8 @@ def compared_env(book: BookTensors, cfg: SimConfig, num_envs: int, actions: torc
                              device=book.device).tolist()
 
     env.reset()
-    refs = [ReferenceEnv.from_book(book, cfg) for _ in range(num_envs)]
+    kind = PassiveReferenceEnv if cfg.passive_orders else ReferenceEnv
+    refs = [kind.from_book(book, cfg) for _ in range(num_envs)]
     for ref, u in zip(refs, draw()):
         ref.reset(u)
     for t in range(actions.shape[0]):

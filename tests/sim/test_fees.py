@@ -22,6 +22,7 @@ from lobsurf.sim.fees import (
     typical_move,
 )
 from lobsurf.sim.reference import ReferenceEnv
+from lobsurf.sim.reference_passive import PassiveReferenceEnv
 
 NOT_GIVEN = SimConfig(fee_per_lot=None, fee_bps=None)
 HOLD, BUY1, SELL1 = 0, 1, 6
@@ -141,7 +142,7 @@ def test_the_maker_fee_resolves_on_its_own_and_defaults_to_the_taker_fee():
     env = BatchedLobEnv(book, 1, cfg)
     assert env.maker_fee_model.per_lot == -0.2
     assert env.maker_fee_model.per_value_tick == pytest.approx(0.5e-4 * 0.25 * 50)
-    reference = ReferenceEnv.from_book(book, cfg)
+    reference = PassiveReferenceEnv.from_book(book, cfg)
     assert (reference.maker_fee_per_lot, reference.maker_fee_per_value_tick) == (
         env.maker_fee_model.per_lot, env.maker_fee_model.per_value_tick)
     said = resolve_fees(cfg, book).describe_maker(book, "given")

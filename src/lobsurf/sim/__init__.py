@@ -3,8 +3,7 @@ orders and their queue models, references."""
 
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.sim.passive import PassiveState, PassiveStats
-from lobsurf.sim.state import SimState, SimStats, StepResult
+from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats, StepResult
 
 __all__ = ["BatchedLobEnv", "PassiveState", "PassiveStats", "SimConfig", "SimState", "SimStats",
            "StepResult"]

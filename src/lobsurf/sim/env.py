@@ -45,40 +45,14 @@ from lobsurf.sim.episode import (StepValues, episode_ends, next_state, next_stat
 from lobsurf.sim.episode import reset_cursors as draw_cursors
 from lobsurf.sim.fees import resolve_fees
 from lobsurf.sim.matching import closing_lots, strictly_upper_ones, walk_levels
-from lobsurf.sim.passive import (PassiveState, PassiveStats, PassiveTables,
-                                 passive_step_values, passive_tables)
+from lobsurf.sim.passive import passive_step_values, passive_tables
 from lobsurf.sim.reward import FeeModel, fees, money_scalar, ticks_to_money
-from lobsurf.sim.state import SimState, SimStats, StepResult
+from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats, StepResult
+from lobsurf.sim.tables import EnvTables
 from lobsurf.writeback import copy_values_
 
 __all__ = ["BatchedLobEnv", "EnvTables", "StepFunction", "StepValues", "reset_cursors",
            "reset_tables", "step_values"]
-
-
-class EnvTables(NamedTuple):
-    """The env's device constants a step reads, made once (see ``BatchedLobEnv.__init__``).
-
-    order_table [A] int64 signed lots per action; fill_px / fill_sz [2N - 2 latency, 10] the
-    interleaved sides from the fill row on (2 row + buy); strictly_upper [10, 10] float64;
-    mid2_ticks [N] int64 bid + ask; valid_end, valid_offset, segment_stop [S] int64 reset
-    tables; fee_per_lot, fee_per_value_tick (None without a bps fee), tick_value,
-    half_tick_value 0-d float64 (the taker fee's constants); passive: the resting orders'
-    tables (lobsurf.sim.passive), None without passive orders.
-    """
-
-    order_table: torch.Tensor
-    fill_px: torch.Tensor
-    fill_sz: torch.Tensor
-    strictly_upper: torch.Tensor
-    mid2_ticks: torch.Tensor
-    valid_end: torch.Tensor
-    valid_offset: torch.Tensor
-    segment_stop: torch.Tensor
-    fee_per_lot: torch.Tensor
-    fee_per_value_tick: torch.Tensor | None
-    tick_value: torch.Tensor
-    half_tick_value: torch.Tensor
-    passive: PassiveTables | None = None
 
 
 def reset_cursors(draw: torch.Tensor, tables: EnvTables) -> tuple[torch.Tensor, torch.Tensor]:

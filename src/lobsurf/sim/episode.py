@@ -8,17 +8,14 @@ step books each of its fills with ``book_fill``. Pure functions over [B] tensors
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.reward import ticks_to_money
-from lobsurf.sim.state import SimState, SimStats, StepResult
-
-if TYPE_CHECKING:
-    from lobsurf.sim.passive import PassiveState, PassiveStats
+from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats, StepResult
 
 
 def reset_tables(book: BookTensors, cfg: SimConfig) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -28,8 +28,7 @@ to orders behind it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -41,101 +40,11 @@ from lobsurf.sim.episode import (StepValues, TradeBooks, book_fill, episode_ends
 from lobsurf.sim.matching import closing_lots, walk_levels
 from lobsurf.sim.queue import UNSEEN_QUEUE, Row, crossing, fill_row, visible_size
 from lobsurf.sim.reward import fees
-from lobsurf.sim.state import SimState, SimStats, StepResult
-
-if TYPE_CHECKING:
-    from lobsurf.sim.env import EnvTables
+from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats, StepResult
+from lobsurf.sim.tables import EnvTables, PassiveTables
 
 #: the sides of the [B, 2] tensors: 0 the bid (a resting buy), 1 the ask (a resting sell)
 BID, ASK = 0, 1
-
-
-@dataclass
-class PassiveState:
-    """The resting orders, every field [B, 2] (side 0 the bid, 1 the ask), updated in place
-    by the env's step like ``SimState``. What the agent may observe of its quotes.
-
-    Attributes:
-        remaining: int64 lots still resting; 0: no order on that side.
-        price_ticks: int64 the order's price (ticks, as ``bid_px_ticks``); 0 where none.
-        queue_ahead: float64 lots expected ahead of it at its price (fractional under the
-            probabilistic queue model; inf while its price has been outside the visible
-            levels since it arrived); 0 where none.
-        queue_fraction: float64 queue ahead / the size shown at its price in the row the
-            agent sees (the cursor): 0 at the front, 1 at the back or out of view; 0 where
-            none.
-        age: int64 steps it has rested (1 after the step it arrived in); 0 where none.
-        filled: int64 lots it filled in the last step.
-    """
-
-    remaining: torch.Tensor
-    price_ticks: torch.Tensor
-    queue_ahead: torch.Tensor
-    queue_fraction: torch.Tensor
-    age: torch.Tensor
-    filled: torch.Tensor
-
-    @staticmethod
-    def zeros(num_envs: int, device: torch.device | str) -> PassiveState:
-        kinds = {"queue_ahead": torch.float64, "queue_fraction": torch.float64}
-        return PassiveState(**{f.name: torch.zeros(num_envs, 2, device=device,
-                                                   dtype=kinds.get(f.name, torch.int64))
-                               for f in fields(PassiveState)})
-
-    @property
-    def resting(self) -> torch.Tensor:
-        """[B, 2] bool: an order rests on that side."""
-        return self.remaining > 0
-
-
-@dataclass
-class PassiveStats:
-    """Per-env resting-order counts since the last ``reset_stats``, every field [B].
-
-    Attributes:
-        posted_lots: int64 lots of the orders that joined a queue.
-        maker_lots: int64 lots filled while resting.
-        maker_fees: float64 maker fees of those fills (currency; negative: rebates).
-        rejected_posts: int64 posts refused because their price would have crossed the
-            book when they arrived.
-    """
-
-    posted_lots: torch.Tensor
-    maker_lots: torch.Tensor
-    maker_fees: torch.Tensor
-    rejected_posts: torch.Tensor
-
-    @staticmethod
-    def zeros(num_envs: int, device: torch.device | str) -> PassiveStats:
-        return PassiveStats(**{f.name: torch.zeros(
-            num_envs, device=device,
-            dtype=torch.float64 if f.name == "maker_fees" else torch.int64)
-            for f in fields(PassiveStats)})
-
-
-class PassiveTables(NamedTuple):
-    """The resting orders' device constants, made once (``passive_tables``).
-
-    book_px, book_sz: [N, 2, 10] int32 the bid and ask levels of each row (views of the
-    env's interleaved sides); trade_px, trade_sz: [N, 2] int32 each row's extreme print
-    against the bid (sellers' lowest price) and against the ask (buyers' highest, negated),
-    normalized as ``lobsurf.sim.queue`` reads them (``TRADE_NONE_SELL`` where none);
-    side_sign [2, 1] int32 (+1 bid, -1 ask); window [S + 1] int64 0..S, the rows a step
-    reads after its cursor; post_lots [A, 2] int64; cancel [A, 2] bool; maker_fee_per_lot,
-    maker_fee_per_value_tick (None without a bps maker fee) 0-d float64; last_row: N - 1.
-    """
-
-    book_px: torch.Tensor
-    book_sz: torch.Tensor
-    trade_px: torch.Tensor
-    trade_sz: torch.Tensor
-    side_sign: torch.Tensor
-    window: torch.Tensor
-    post_lots: torch.Tensor
-    cancel: torch.Tensor
-    maker_fee_per_lot: torch.Tensor
-    maker_fee_per_value_tick: torch.Tensor | None
-    last_row: int
 
 
 def passive_tables(book: BookTensors, cfg: SimConfig, side_px: torch.Tensor,

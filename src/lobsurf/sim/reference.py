@@ -6,7 +6,7 @@ book level by level in a Python loop and keeps the trade's books in Python ints
 as ``lobsurf.sim.reward`` so results agree bit for bit. Random resets take the draw
 ``k`` (uniform in [0, total valid cursors)) from the caller, who replays the batched env's
 generator stream; k maps to the k-th valid cursor over all segments, as in the env.
-With passive orders, ``from_book`` gives ``lobsurf.sim.reference_passive``'s subclass.
+With passive orders the reference is ``lobsurf.sim.reference_passive.PassiveReferenceEnv``.
 """
 
 from __future__ import annotations
@@ -70,9 +70,7 @@ class ReferenceEnv:
     @staticmethod
     def from_book(book: BookTensors, cfg: SimConfig) -> ReferenceEnv:
         if cfg.passive_orders:
-            from lobsurf.sim.reference_passive import PassiveReferenceEnv
-
-            return PassiveReferenceEnv.from_book(book, cfg)
+            raise ValueError("passive orders: use lobsurf.sim.reference_passive.PassiveReferenceEnv")
         return ReferenceEnv(**ReferenceEnv.fields_from(book, cfg))
 
     @staticmethod
