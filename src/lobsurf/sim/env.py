@@ -33,12 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
-from typing import NamedTuple
 
 import torch
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.errors import UserError
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.episode import (StepValues, episode_ends, next_state, next_stats,
                                  reset_tables)

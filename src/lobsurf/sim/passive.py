@@ -1,10 +1,11 @@
-"""Resting (passive) orders in the batched simulator: their state, tables and step.
+"""Resting (passive) orders in the batched simulator: their tables and their step.
 
 With ``SimConfig.passive_orders`` each env may keep one resting order a side besides
-trading at market (the action table: lobsurf.sim.config). ``passive_step_values`` replaces
-the market-order step (``lobsurf.sim.env.step_values`` calls it); ``lobsurf.sim.reference``
-is the slow reference it is tested against, and docs/sim_assumptions.md, "Passive orders",
-lists the rules with their tests.
+trading at market (the action table: lobsurf.sim.config; their state: ``PassiveState`` in
+lobsurf.sim.state). ``passive_step_values`` replaces the market-order step
+(``lobsurf.sim.env.step_values`` calls it); ``lobsurf.sim.reference_passive`` is the slow
+reference it is tested against, and docs/sim_assumptions.md, "Passive orders", lists the
+rules with their tests.
 
 A step decided at row c with latency L <= stride S, for every env at once:
 1. rows c+1 .. c+L: the orders resting before the decision meet each row's prints and size
