@@ -179,6 +179,16 @@ def test_the_episode_end_cancels_resting_orders_and_closes_at_market():
     assert env.passive_stats.posted_lots.item() == 1  # the last step's post never rests
 
 
+def test_a_forced_end_cancels_and_closes_like_an_episode_end():
+    # the backtest's last step (force_end): a long from a filled bid and a resting ask
+    book = flat_book([50] * 6, [NO_SELL, (99, 1)] + [NO_SELL] * 4, ask_sizes=[50] * 6)
+    env, out = run(book, [POST_BID[1], POST_ASK[2]])
+    assert env.state.position.item() == 1 and out[1][1]["remaining"] == [0, 2]
+    result = env.step(torch.tensor([POST_BID[1]]), force_end=torch.tensor([True]))
+    assert result.episode_end.item() and result.filled_lots.item() == -1
+    assert env.passive_state.remaining.tolist() == [[0, 0]] and env.state.position.item() == 0
+
+
 def test_a_step_can_close_two_trades():
     # stride 3, latency 2: bought 1 at market (101), then an ask (101) and a bid (100) rest.
     # In the last step, row 10's buyers print through the ask (trade 1 closes: 0 gross), row
