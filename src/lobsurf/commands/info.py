@@ -43,6 +43,17 @@ def checks_text(checks: dict) -> str:
             f"best bid and ask ({share}; {checks.get('book_ticker_messages', 0):,} tickers)")
 
 
+def maker_fee_text(instrument: dict) -> str:
+    """The maker fee (resting orders' fills) recorded for an instrument of ``summarize``, or
+    what applies without one."""
+    per_lot, bps = instrument.get("maker_fee_per_lot"), instrument.get("maker_fee_bps")
+    if per_lot is None and bps is None:
+        return "none recorded (resting orders pay the taker fee above)"
+    rebate = " (a rebate)" if (per_lot or 0) < 0 or (bps or 0) < 0 else ""
+    return (f"{per_lot or 0:g} per lot + {bps or 0:g} bps of notional{rebate} (recorded at "
+            "ingest)")
+
+
 def print_summary(s: dict) -> None:
     print(f"snapshots    {s['snapshots']:,}")
     print(f"segments     {s['segments']}")
@@ -53,6 +64,7 @@ def print_summary(s: dict) -> None:
         if size_text(i):
             print(f"size unit    {size_text(i)}")
         print(f"fees         {fee_text(i)}")
+        print(f"maker fees   {maker_fee_text(i)}")
     checks = s.get("cross_checks", {})
     if checks_text(checks):
         print(f"book check   {checks_text(checks)}")
@@ -74,7 +86,7 @@ def print_summary(s: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lobsurf.data.store.ingest import summarize
+    from lobsurf.data.store.summary import summarize
     from lobsurf.data.store import Store
 
     summary = summarize(Store.open(args.store).manifest)

@@ -36,8 +36,9 @@ Money: DBN and LOBSTER files carry no contract multiplier and no currency. They 
 ``multiplier`` / ``currency``, or from a Databento instrument-definition file
 (``definitions``); otherwise the multiplier is 1 and marked unknown (``lobsurf ingest``
 warns, ``lobsurf info`` says so) and the currency is ``"unknown"``. Fees
-(``fee_per_lot``, ``fee_bps``) are recorded only where given: training and evaluation
-charge them unless a run gives its own (``lobsurf.sim.fees``).
+(``fee_per_lot``, ``fee_bps``: the taker fee; ``maker_fee_per_lot``, ``maker_fee_bps``: the
+maker fee of resting orders, negative for a rebate) are recorded only where given: training
+and evaluation charge them unless a run gives its own (``lobsurf.sim.fees``).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from lobsurf.data.store.crypto_sources import crypto_source
 from lobsurf.data.store.inputs import CRYPTO_FORMATS, Format, InputGroup, input_files, plan_groups
 from lobsurf.data.store.sources import Source as _Source
 from lobsurf.data.store.sources import SourceChunk
-from lobsurf.data.store.store import AROUND_THE_CLOCK, UNKNOWN_CURRENCY
+from lobsurf.data.store.store import UNKNOWN_CURRENCY
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
 
@@ -97,6 +98,12 @@ class IngestConfig:
     two is recorded as 0"""
     fee_bps: float | None = None
     """fee in basis points of filled notional, recorded likewise"""
+    maker_fee_per_lot: float | None = None
+    """maker fee per lot a resting order fills (currency; negative: a rebate), recorded
+    likewise; None with maker_fee_bps None: none recorded (the simulator charges the taker
+    fee); one None of two is recorded as 0"""
+    maker_fee_bps: float | None = None
+    """maker fee in basis points of filled notional (negative: a rebate), recorded likewise"""
     size_unit: str | None = None
     """crypto formats: the instrument's quantity step in base-asset amount (e.g. "0.00001"),
     the unit store sizes are counted in; None: the gcd of the sizes, inferred and printed"""
@@ -117,6 +124,13 @@ class IngestConfig:
         if self.fee_bps is not None and not (0 <= self.fee_bps <= MAX_FEE_BPS):
             raise UserError(f"--fee-bps must be in [0, {MAX_FEE_BPS:g}] (the whole notional), "
                             f"got {self.fee_bps}")
+        if self.maker_fee_per_lot is not None and not (-math.inf < self.maker_fee_per_lot
+                                                       < math.inf):
+            raise UserError(f"--maker-fee-per-lot must be finite, got {self.maker_fee_per_lot}")
+        if self.maker_fee_bps is not None and not (-MAX_FEE_BPS <= self.maker_fee_bps
+                                                   <= MAX_FEE_BPS):
+            raise UserError(f"--maker-fee-bps must be in [-{MAX_FEE_BPS:g}, {MAX_FEE_BPS:g}] "
+                            f"(the whole notional either way), got {self.maker_fee_bps}")
         if self.size_unit is not None:
             try:
                 atoms_of(self.size_unit)
@@ -127,6 +141,11 @@ class IngestConfig:
     def fees_given(self) -> bool:
         """Whether a fee is to be recorded in the store."""
         return self.fee_per_lot is not None or self.fee_bps is not None
+
+    @property
+    def maker_fees_given(self) -> bool:
+        """Whether a maker fee is to be recorded in the store."""
+        return self.maker_fee_per_lot is not None or self.maker_fee_bps is not None
 
     @property
     def size_unit_atoms(self) -> int | None:
@@ -354,6 +373,8 @@ def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: Inges
         multiplier_known=multiplier is not None,
         fee_per_lot=(cfg.fee_per_lot or 0.0) if cfg.fees_given else None,
         fee_bps=(cfg.fee_bps or 0.0) if cfg.fees_given else None,
+        maker_fee_per_lot=(cfg.maker_fee_per_lot or 0.0) if cfg.maker_fees_given else None,
+        maker_fee_bps=(cfg.maker_fee_bps or 0.0) if cfg.maker_fees_given else None,
         size_unit=unit,
         market_hours=source.market_hours,
     )
@@ -381,59 +402,3 @@ def carry_breaks(breaks: np.ndarray, kept: np.ndarray, pending: bool) -> tuple[n
     last_placed = int(ours[-1]) if len(ours) else 0
     still_pending = int(series[-1]) != last_placed if len(series) else pending
     return starts, still_pending
-
-
-def money_warnings(manifest: Manifest) -> list[str]:
-    """One line per instrument whose money figures would be wrong without being told so."""
-    lines = []
-    for i in manifest.instruments:
-        if not i.multiplier_known and i.market_hours == AROUND_THE_CLOCK:
-            lines.append(
-                f"{i.symbol} (id {i.instrument_id}): this exchange's amounts may be contracts, "
-                "not base-asset amounts: 1 (currency per price unit per amount) assumed; pass "
-                "--multiplier for linear contracts of another size (an inverse contract's PnL "
-                "is not linear in the price: no multiplier makes it right)")
-        elif not i.multiplier_known:
-            lines.append(
-                f"{i.symbol} (id {i.instrument_id}): no --multiplier and no --definitions: "
-                "multiplier 1 assumed, so PnL and fees are in price units x lots, not currency "
-                "(E-mini S&P 500 is 50); re-ingest with --multiplier or --definitions")
-    return lines
-
-
-def summarize(manifest: Manifest) -> dict:
-    """The ``lobsurf info --json`` object: counts, instruments, times, prices in currency."""
-    import datetime as dt
-
-    def iso(ns: int) -> str:
-        return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc).isoformat()
-
-    segs = manifest.segments
-    instruments = [
-        {"instrument_id": i.instrument_id, "symbol": i.symbol, "tick_size": i.tick_size,
-         "multiplier": i.multiplier, "multiplier_known": i.multiplier_known,
-         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps,
-         "size_unit": i.size_unit, "market_hours": i.market_hours}
-        for i in manifest.instruments
-    ]
-    ticks = sorted({i.tick_size for i in manifest.instruments})
-    return {
-        "snapshots": manifest.snapshots,
-        "segments": len(segs),
-        "instruments": instruments,
-        "start": iso(min(s.ts_start_ns for s in segs)) if segs else None,
-        "end": iso(max(s.ts_end_ns for s in segs)) if segs else None,
-        "tick_size": ticks[0] if len(ticks) == 1 else ticks,
-        "price_min": min(s.price_min_fixed for s in segs) / FIXED_PRICE_SCALE if segs else None,
-        "price_max": max(s.price_max_fixed for s in segs) / FIXED_PRICE_SCALE if segs else None,
-        "skipped": dict(manifest.skipped),
-        "skipped_total": int(np.sum(list(manifest.skipped.values()), dtype=np.int64)),
-        "sources": manifest.sources,
-        "cross_checks": dict(manifest.cross_checks),
-        "segment_details": [
-            {"index": k, "rows": [s.start, s.stop], "snapshots": len(s),
-             "instrument_id": s.instrument_id, "start": iso(s.ts_start_ns), "end": iso(s.ts_end_ns),
-             "source": s.source}
-            for k, s in enumerate(segs)
-        ],
-    }
