@@ -66,6 +66,14 @@ def build(tmp_path: Path, paths: list[Path], **cfg) -> Store:
     return Store.open(out)
 
 
+def checked_store(tmp_path: Path, lines: list, **cfg) -> Store:
+    """The store of a recording of ``lines``, held to the reference."""
+    path = write_recording(tmp_path / "r.gz", lines)
+    store = build(tmp_path, [path], **cfg)
+    assert_store_is_reference(store, [path])
+    return store
+
+
 @pytest.mark.parametrize("path, unit, venue", [(SPOT, 0.00001, "binance"),
                                                (USDM, 0.001, "binance-futures")])
 def test_real_recordings_rebuild_as_the_reference_and_agree_with_book_ticker(
@@ -91,9 +99,7 @@ def test_event_before_the_snapshot_line_bridges_it_and_rows_wait_for_the_snapsho
              depth(101, 103, [[px(5_999_999), qty(7)]], [], T0 + MS),  # bridges 100
              snapshot(100, bids, asks, T0 + 5 * MS),
              depth(104, 105, [], [[px(6_000_001), qty(9)]], T0 + 9 * MS)]
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path])
-    assert_store_is_reference(store, [path])
+    store = checked_store(tmp_path, lines)
     ts = store.columns["ts_recv_ns"]
     assert list(ts) == [T0 + 5 * MS, T0 + 9 * MS]  # the bridged event waits for the snapshot
     assert store.manifest.skipped["depth_stale"] == 1
@@ -108,9 +114,7 @@ def test_a_gap_ends_the_segment_and_the_book_restarts_only_at_the_next_snapshot(
              depth(112, 113, [], [], T0 + 4 * MS),   # no book: waits
              snapshot(112, bids, asks, T0 + 5 * MS),  # bridged by 112..113
              depth(114, 115, [], [], T0 + 6 * MS)]
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path])
-    assert_store_is_reference(store, [path])
+    store = checked_store(tmp_path, lines)
     m = store.manifest
     assert [len(s) for s in m.segments] == [2, 2]
     assert m.skipped["depth_gap"] == 1 and m.cross_checks["book_starts"] == 2
@@ -123,9 +127,7 @@ def test_spot_chain_needs_u_plus_one_an_overlap_is_a_gap_an_old_event_is_ignored
              depth(103, 103, [], [], T0 + 2 * MS),  # already applied: ignored
              depth(104, 106, [], [], T0 + 3 * MS),  # overlaps 104: the chain is broken
              depth(107, 108, [], [], T0 + 4 * MS)]
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path])
-    assert_store_is_reference(store, [path])
+    store = checked_store(tmp_path, lines)
     assert len(store) == 1
     assert store.manifest.skipped["depth_gap"] == 1
     assert store.manifest.skipped["depth_duplicate"] == 1
@@ -136,9 +138,7 @@ def test_usdm_chain_follows_pu_and_a_broken_pu_is_a_gap(tmp_path):
     lines = [snapshot(100, bids, asks, T0), depth(90, 105, [], [], T0 + MS, prev=80),
              depth(108, 109, [], [], T0 + 2 * MS, prev=105),  # U jumps, pu chains: applied
              depth(111, 112, [], [], T0 + 3 * MS, prev=110)]  # pu 110 != 109: a gap
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path])
-    assert_store_is_reference(store, [path])
+    store = checked_store(tmp_path, lines)
     assert len(store) == 2 and store.manifest.skipped["depth_gap"] == 1
 
 
@@ -147,9 +147,7 @@ def test_a_snapshot_no_event_bridges_is_counted_and_the_next_one_used(tmp_path):
     lines = [snapshot(100, bids, asks, T0), depth(105, 106, [], [], T0 + MS),  # starts late
              depth(107, 108, [], [], T0 + 2 * MS), snapshot(107, bids, asks, T0 + 3 * MS),
              depth(109, 110, [], [], T0 + 4 * MS)]
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path])
-    assert_store_is_reference(store, [path])
+    store = checked_store(tmp_path, lines)
     assert store.manifest.skipped["snapshot_unbridged"] == 1 and len(store) == 2
 
 
@@ -166,9 +164,7 @@ def test_a_crossed_book_row_is_skipped_and_counted(tmp_path):
     lines = [snapshot(100, bids, asks, T0),
              depth(101, 101, [[px(6_000_005), qty(3)]], [], T0 + MS),  # bid above the ask
              depth(102, 102, [[px(6_000_005), qty(0)]], [], T0 + 2 * MS)]
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path])
-    assert_store_is_reference(store, [path])
+    store = checked_store(tmp_path, lines)
     assert store.manifest.skipped["crossed_book"] == 1 and len(store) == 1
 
 
@@ -177,9 +173,7 @@ def test_an_out_of_order_receive_time_skips_the_row_but_not_the_update(tmp_path)
     lines = [snapshot(100, bids, asks, T0), depth(101, 101, [], [], T0 + 10 * MS),
              depth(102, 102, [[px(5_999_999), qty(42)]], [], T0 + 5 * MS),  # earlier
              depth(103, 103, [], [], T0 + 11 * MS)]
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path])
-    assert_store_is_reference(store, [path])
+    store = checked_store(tmp_path, lines)
     assert store.manifest.skipped["ts_backwards"] == 1
     assert store_levels(store)[-1][1][0] == (Decimal("59999.99"), Decimal("0.00042"))
 
