@@ -26,7 +26,9 @@ def trade_text(trades: dict | None) -> str:
     if trades is None:
         return ("none recorded (a store written before trades were recorded, or from a source "
                 "without them: passive orders need them; re-ingest the source files)")
-    left_out = ", ".join(f"{k} {v:,}" for k, v in trades["left_out"].items() if v)
+    records = trades.get("left_out_records", {})
+    left_out = ", ".join(f"{k} {v:,} lots ({records.get(k, 0):,} records)"
+                         for k, v in trades["left_out"].items())
     return (f"{trades['volume']:,} lots at {trades['rows']:,} rows ({trades['entries']:,} "
             f"entries; buyer {trades['buy_volume']:,}, seller {trades['sell_volume']:,}, "
             f"side unknown {trades['unknown_volume']:,}); left out {left_out or 'none'}")

@@ -11,6 +11,11 @@ always real.
 
 ``gather_window`` returns the last K snapshots before each of B cursors, by index, in one
 vectorised gather (no Python loop over B): [B, K, 10] per field.
+
+Trades: four [N] int32 columns per row, what a resting order needs of the trades in the
+row's interval (``lobsurf.data.trade_columns`` derives them from the store's trade table and
+says how), and ``has_trades`` (False for a store without a trade table: the columns then
+say "nothing traded" and ``require_trades`` refuses passive orders on it).
 """
 
 from __future__ import annotations
@@ -20,8 +25,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from lobsurf.data.schema import LEVELS, UNDEF_PRICE
+from lobsurf.data.schema import LEVELS, TRADE_NONE_BUY, TRADE_NONE_SELL, UNDEF_PRICE
 from lobsurf.data.store import Store, StoreError
+from lobsurf.data.trade_columns import TRADE_FIELDS, require_trades, row_trade_columns
+
+__all__ = ["ROW_FIELDS", "TRADE_NONE_BUY", "TRADE_NONE_SELL", "BookTensors", "Window",
+           "clamped_window_rows", "gather_window", "load_book_tensors", "require_trades",
+           "window_rows"]
 
 #: ticks of room below the lowest best bid for the origin: deeper bid levels and their
 #: empty-level placeholders (one tick apart) stay non-negative.
@@ -49,6 +59,14 @@ class BookTensors:
         feature_config: the ``FeatureConfig`` the table holds (None without one).
         fee_per_lot, fee_bps: the instrument's fees recorded in the store at ingest
             (currency per lot, bps of notional; lobsurf.sim.fees); None: not recorded.
+        sell_trade_px_ticks: [N] int32 lowest price a seller-initiated trade printed at in
+            (row - 1, row], ticks on the origin; ``TRADE_NONE_SELL`` when none did.
+        sell_trade_sz: [N] int32 sellers' volume at that price (0 when none).
+        buy_trade_px_ticks: [N] int32 highest buyer-initiated trade price; ``TRADE_NONE_BUY``.
+        buy_trade_sz: [N] int32 buyers' volume at that price (0 when none).
+        has_trades: whether the columns come from recorded trades (False: the store holds
+            none, and the columns say "nothing traded" everywhere). Left out, the four
+            columns are filled with "nothing traded".
     """
 
     ts_ns: torch.Tensor
@@ -69,6 +87,21 @@ class BookTensors:
     feature_config: object | None = None
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    sell_trade_px_ticks: torch.Tensor | None = None
+    sell_trade_sz: torch.Tensor | None = None
+    buy_trade_px_ticks: torch.Tensor | None = None
+    buy_trade_sz: torch.Tensor | None = None
+    has_trades: bool = False
+
+    def __post_init__(self) -> None:
+        missing = [name for name in TRADE_FIELDS if getattr(self, name) is None]
+        if missing and self.has_trades:
+            raise ValueError(f"has_trades=True needs every trade column; missing {missing}")
+        n, device = self.ts_ns.shape[0], self.ts_ns.device
+        nothing = {"sell_trade_px_ticks": TRADE_NONE_SELL, "buy_trade_px_ticks": TRADE_NONE_BUY}
+        for name in missing:
+            setattr(self, name, torch.full((n,), nothing.get(name, 0), dtype=torch.int32,
+                                           device=device))
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -96,6 +129,11 @@ class BookTensors:
     def price(self, ticks: torch.Tensor) -> torch.Tensor:
         """Ticks above the origin → currency price (float64)."""
         return ticks.double() * self.tick_size + self.price_origin_fixed / 1e9
+
+
+#: BookTensors fields indexed by row: a slice of the book slices each of them
+ROW_FIELDS = ("ts_ns", "bid_px_ticks", "ask_px_ticks", "bid_sz", "ask_sz", "bid_ct", "ask_ct",
+              "segment_of_row") + TRADE_FIELDS
 
 
 @dataclass
@@ -186,7 +224,8 @@ def load_book_tensors(
         return rel.astype(np.int32)
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in
-                                          ("ts", "bpx", "apx", "bsz", "asz", "bct", "act")}
+                                          ("ts", "bpx", "apx", "bsz", "asz", "bct", "act",
+                                           *TRADE_FIELDS)}
     starts, stops, seg_of_row = [], [], []
     offset = 0
     for seg_index, i in enumerate(chosen):
@@ -206,6 +245,8 @@ def load_book_tensors(
                                           "bid order count", store, lo))
             parts["act"].append(_as_int32(np.where(c.ask_px == UNDEF_PRICE, 0, c.ask_ct),
                                           "ask order count", store, lo))
+            for name, column in zip(TRADE_FIELDS, _trade_columns(store, c, lo, origin, tick)):
+                parts[name].append(column)
         offset += len(seg)
         stops.append(offset)
         seg_of_row.append(np.full(len(seg), seg_index, np.int64))
@@ -230,7 +271,27 @@ def load_book_tensors(
         tick_size_fixed=int(tick),
         fee_per_lot=inst.fee_per_lot,
         fee_bps=inst.fee_bps,
+        **{name: dev(name) for name in TRADE_FIELDS},
+        has_trades=store.has_trades,
     )
+
+
+def _trade_columns(store: Store, chunk, lo: int, origin: int, tick: int) -> tuple:
+    # The four trade columns of store rows [lo, lo + len(chunk)), from the trade table; the
+    # quotes before each row classify trades of unknown side (trade_columns).
+    n = len(chunk)
+    trades = store.trades_of_rows(lo, lo + n)
+    local = trades.with_rows(trades.row - lo)
+    bid0, ask0 = chunk.bid_px[:, 0].astype(np.int64), chunk.ask_px[:, 0].astype(np.int64)
+    if lo > 0:  # row lo - 1's quotes (a segment's first row holds no trades: any will do)
+        bid0 = np.concatenate([[int(store.columns["bid_px"][lo - 1, 0])], bid0])
+        ask0 = np.concatenate([[int(store.columns["ask_px"][lo - 1, 0])], ask0])
+    else:
+        bid0, ask0 = np.concatenate([bid0[:1], bid0]), np.concatenate([ask0[:1], ask0])
+    try:
+        return row_trade_columns(local, n, bid0[local.row], ask0[local.row], origin, tick)
+    except ValueError as exc:
+        raise StoreError(f"{store.path}: rows {lo}..{lo + n - 1}: {exc}") from None
 
 
 def window_rows(end_row: torch.Tensor, window: int) -> torch.Tensor:

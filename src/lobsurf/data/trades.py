@@ -65,9 +65,13 @@ class TradeChunk:
 
     @staticmethod
     def concat(chunks: list[TradeChunk]) -> TradeChunk:
-        """The trades of several chunks (book ids kept only where every chunk has them)."""
+        """The trades of several chunks (book ids kept only where every non-empty chunk has
+        them)."""
+        chunks = [c for c in chunks if len(c)]
         if not chunks:
             return TradeChunk.empty()
+        if len(chunks) == 1:
+            return chunks[0]
         out = {}
         for f in fields(TradeChunk):
             parts = [getattr(c, f.name) for c in chunks]

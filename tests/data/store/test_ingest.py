@@ -90,6 +90,13 @@ def test_real_cme_mbo_session_becomes_a_store(shared_data, tmp_path, capsys):
     assert info["snapshots"] == 46_131 and info["segments"] == 1
     assert info["instruments"][0]["symbol"] == "ESH4" and info["tick_size"] == 0.25
     assert 4790 < info["price_min"] < info["price_max"] < 4820
+    # Trades: every one of the file's 2,973 T records (9,892 lots) is in the table; the
+    # 6,371 F records (10,201 lots) are not summed: they count 309 lots twice.
+    trades = info["trades"]
+    assert (trades["source_records"], trades["source_volume"]) == (2_973, 9_892)
+    assert trades["volume"] == 9_892 and trades["left_out"] == {}
+    assert (trades["rows"], trades["entries"]) == (2_834, 2_883)
+    assert (trades["buy_volume"], trades["sell_volume"], trades["unknown_volume"]) == (5_322, 4_526, 44)
     store = Store.open(tmp_path / "s")
     bid, ask = store.columns["bid_px"][:, 0], store.columns["ask_px"][:, 0]
     assert (bid < ask).all()

@@ -174,10 +174,10 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
                     mbp10_bad_book["records"] += int(breaks.sum())
                     book, trades = split_mbp10(records)
                     publisher = records["publisher_id"]
-                    if book is not None:
-                        breaks, pending_break = carry_breaks(breaks, np.flatnonzero(book),
-                                                             pending_break)
-                        publisher = publisher[book]
+                    if book is not None or pending_break:
+                        rows = np.arange(len(records)) if book is None else np.flatnonzero(book)
+                        breaks, pending_break = carry_breaks(breaks, rows, pending_break)
+                        publisher = publisher[rows]
                     yield SourceChunk(SnapshotChunk.from_mbp10(records, book), publisher,
                                       breaks, trades)
                     continue
@@ -348,8 +348,9 @@ def _book_trades(trades: TradeChunk, instrument: int | None, publisher: int | No
                  writer: StoreWriter) -> TradeChunk:
     """The trades of the file's one book; others are counted as left out. Before that book
     is known (no row of it seen yet) they are all kept, to be sorted out later."""
-    for book, ids, reason in ((instrument, trades.instrument_id, "other_instrument"),
-                              (publisher, trades.publisher, "other_publisher")):
+    for book, field, reason in ((instrument, "instrument_id", "other_instrument"),
+                                (publisher, "publisher", "other_publisher")):
+        ids = getattr(trades, field)
         if book is None or ids is None:
             continue
         other = ids != book

@@ -46,6 +46,7 @@ class TradeSummary:
         source_records: trade records the sources reported (before aggregation).
         source_volume: their volume: ``volume`` plus everything in ``left_out``.
         left_out: reason (``LEFT_OUT_REASONS``) -> volume not in the table.
+        left_out_records: reason -> trade records not in the table.
     """
 
     entries: int = 0
@@ -57,6 +58,7 @@ class TradeSummary:
     source_records: int = 0
     source_volume: int = 0
     left_out: dict[str, int] = field(default_factory=dict)
+    left_out_records: dict[str, int] = field(default_factory=dict)
 
     def leave_out(self, reason: str, records: int, volume: int) -> None:
         """Count trades of the sources that do not enter the table."""
@@ -64,8 +66,9 @@ class TradeSummary:
             raise ValueError(f"unknown reason {reason!r} for leaving trades out")
         self.source_records += int(records)
         self.source_volume += int(volume)
-        if volume or records:
+        if records:
             self.left_out[reason] = self.left_out.get(reason, 0) + int(volume)
+            self.left_out_records[reason] = self.left_out_records.get(reason, 0) + int(records)
 
 
 class TradeTableWriter:
@@ -171,8 +174,10 @@ def summary_from_json(raw: dict | None) -> TradeSummary | None:
         return None
     if not isinstance(raw, dict):
         raise TypeError(f"trades must be an object, not {type(raw).__name__}")
-    summary = TradeSummary(**{k: v for k, v in raw.items() if k != "left_out"})
-    summary.left_out = {str(k): int(v) for k, v in dict(raw.get("left_out", {})).items()}
+    counts = ("left_out", "left_out_records")
+    summary = TradeSummary(**{k: v for k, v in raw.items() if k not in counts})
+    for name in counts:
+        setattr(summary, name, {str(k): int(v) for k, v in dict(raw.get(name, {})).items()})
     for name in ("entries", "rows", "volume", "buy_volume", "sell_volume", "unknown_volume",
                  "source_records", "source_volume"):
         value = getattr(summary, name)
