@@ -4,9 +4,11 @@ raw files (no lobsurf code between the bytes on disk and the expected columns)."
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,7 +109,10 @@ def test_device_trade_columns_equal_the_plain_loop(tmp_path_factory, seed, chunk
 def test_the_training_rows_keep_their_trade_columns(tmp_path):
     book = load_book_tensors(store_with_trades(tmp_path / "s", 3))
     head = head_rows(book, 20)
-    for name in ROW_FIELDS:
+    per_row = [f.name for f in fields(book) if isinstance(getattr(book, f.name), torch.Tensor)
+               and getattr(book, f.name).shape[0] == len(book)]
+    assert set(per_row) == set(ROW_FIELDS) and "buy_trade_sz" in per_row
+    for name in per_row:
         assert getattr(head, name).shape[0] == 20, name
         np.testing.assert_array_equal(getattr(head, name).numpy(), getattr(book, name)[:20].numpy())
     assert head.has_trades
