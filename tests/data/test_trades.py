@@ -15,7 +15,7 @@ from lobsurf.cli import main
 from lobsurf.data.dataset import TRADE_NONE_BUY, TRADE_NONE_SELL, load_book_tensors, require_trades
 from lobsurf.data.schema import TRADE_COLUMNS, UNDEF_PRICE
 from lobsurf.data.store import Instrument, Store, StoreError, StoreWriter
-from lobsurf.data.trades import TradeChunk, aggregate, attach_to_kept
+from lobsurf.data.trades import TradeChunk, aggregate, attach_to_kept, merge_waiting
 from lobsurf.errors import UserError
 from tests.conftest import TICK_FIXED, random_walk_books, write_store
 
@@ -59,6 +59,25 @@ def test_attach_moves_each_trade_to_the_next_kept_row(seed):
     assert attached.row.tolist() == [i for i, _ in want_rows]
     assert attached.price.tolist() == [int(trades.price[k]) for _, k in want_rows]
     assert waiting.size.tolist() == [int(trades.size[k]) for k in want_waiting]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(0, 60))
+def test_waiting_trades_merge_per_side_price_and_book_keeping_the_volume(seed, count):
+    rng = np.random.default_rng(seed)
+    trades = random_trades(rng, 8, count)
+    trades.instrument_id = rng.integers(1, 3, count)
+    trades.publisher = rng.integers(1, 3, count)
+    merged = merge_waiting(trades)
+    expected: dict[tuple, int] = defaultdict(int)
+    for k in range(count):
+        key = (int(trades.side[k]), int(trades.price[k]), int(trades.instrument_id[k]),
+               int(trades.publisher[k]))
+        expected[key] += int(trades.size[k])
+    got = {(int(d), int(p), int(i), int(b)): int(s) for d, p, i, b, s in
+           zip(merged.side, merged.price, merged.instrument_id, merged.publisher, merged.size)}
+    assert got == dict(expected) and len(merged) == len(expected)
+    assert (merged.row == 0).all()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -124,3 +124,23 @@ def attach_to_kept(trades: TradeChunk, kept: np.ndarray) -> tuple[TradeChunk, Tr
     target = np.searchsorted(kept, trades.row, side="left")
     here = target < len(kept)
     return trades.take(here).with_rows(target[here]), trades.take(~here)
+
+
+def merge_waiting(trades: TradeChunk) -> TradeChunk:
+    """Trades that all wait for the same next row, merged per (side, price, book): their
+    volume exactly, in as many entries as distinct keys (bounds the memory of a long run of
+    skipped rows). ``row`` becomes 0."""
+    if len(trades) == 0:
+        return trades
+    keys = [trades.side, trades.price]
+    keys += [ids for ids in (trades.instrument_id, trades.publisher) if ids is not None]
+    order = np.lexsort(keys[::-1])
+    change = np.zeros(len(order), bool)
+    change[0] = True
+    for key in keys:
+        ordered = key[order]
+        change[1:] |= ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(change)
+    merged = trades.take(order[starts]).with_rows(np.zeros(len(starts), np.int64))
+    merged.size = np.add.reduceat(np.asarray(trades.size, np.int64)[order], starts)
+    return merged

@@ -70,6 +70,24 @@ def test_mbp10_trade_records_are_trades_not_rows(tmp_path, chunk_records):
     assert (trades.buy_volume, trades.sell_volume, trades.unknown_volume) == (4, 0, 5)
 
 
+def test_trades_waiting_through_a_long_run_of_skipped_rows_keep_their_volume(tmp_path):
+    # 30 crossed books with a trade before each: with 4 records a chunk the waiting trades
+    # are merged (bounded memory); the table and the counts are those of one big chunk.
+    crossed = dict(bid=4001.0, ask=4000.75)
+    records = [mbp10("A", "B", 4000.0, 10), mbp10("A", "B", 4000.0, 10)]
+    for k in range(30):
+        records += [mbp10("T", "AB"[k % 2], 4000.0 + 0.25 * (k % 3), 1 + k % 4, flags=0),
+                    mbp10("A", "B", 4001.0, 1, **crossed)]
+    records.append(mbp10("C", "A", 4000.25, 3))
+    path = mbp10_file(tmp_path, records)
+    small = ingest([path], tmp_path / "small", IngestConfig(chunk_records=4))
+    large = ingest([path], tmp_path / "large", IngestConfig(chunk_records=10_000))
+    assert table(Store.open(tmp_path / "small")) == table(Store.open(tmp_path / "large"))
+    assert small.trades == large.trades and large.trades.source_records == 30
+    assert large.trades.volume == sum(1 + k % 4 for k in range(30)) and large.skipped == {
+        "crossed_book": 30}
+
+
 def test_mbp10_other_instruments_trades_are_left_out(tmp_path):
     records = [mbp10("A", "B", 4000.0, 10), mbp10("T", "B", 4000.25, 3, flags=0, instrument=99),
                mbp10("T", "A", 4000.0, 2, flags=0, publisher=2), mbp10("C", "A", 4000.25, 3)]

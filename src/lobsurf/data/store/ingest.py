@@ -58,7 +58,7 @@ from lobsurf.data.store import Instrument, Manifest, StoreWriter
 from lobsurf.data.store.inputs import detect_format, input_files
 from lobsurf.data.store.store import UNKNOWN_CURRENCY
 from lobsurf.data.store.summary import money_warnings, summarize  # noqa: F401 (re-exported)
-from lobsurf.data.trades import TradeChunk, attach_to_kept
+from lobsurf.data.trades import TradeChunk, attach_to_kept, merge_waiting
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
 
@@ -305,6 +305,10 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
                                       part.trades])
             mine = _book_trades(mine, chosen, publisher, writer)
             trades, waiting = attach_to_kept(mine, kept)
+            if len(waiting) > cfg.chunk_records:  # a long run of skipped rows: bound memory
+                merged = merge_waiting(waiting)
+                writer.count_trade_records_merged(len(waiting) - len(merged))
+                waiting = merged
         writer.append(valid, starts, trades)
         written += len(valid)
         if progress:

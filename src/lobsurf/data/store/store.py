@@ -319,6 +319,11 @@ class StoreWriter:
         """Count a source's trades that never reach ``append`` (``trade_table.LEFT_OUT_REASONS``)."""
         self.trade_table.summary.leave_out(reason, records, volume)
 
+    def count_trade_records_merged(self, records: int) -> None:
+        """Count trade records read that were merged into others (same volume, fewer entries)
+        while they waited for a row, so ``source_records`` stays the number read."""
+        self.trade_table.summary.source_records += int(records)
+
     def append(self, chunk: SnapshotChunk, breaks: np.ndarray | None = None,
                trades: TradeChunk | None = None) -> None:
         """Append validated rows (time-ordered within the current source).
