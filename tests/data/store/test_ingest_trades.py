@@ -13,6 +13,7 @@ from lobsurf.data.readers.lobster import iter_lobster_with_trades
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT
 from lobsurf.data.store import Store
+from lobsurf.data.store import ingest as ingest_module
 from lobsurf.data.store.ingest import IngestConfig, ingest
 from lobsurf.data.trades import TradeChunk
 from lobsurf.errors import UserError
@@ -70,9 +71,11 @@ def test_mbp10_trade_records_are_trades_not_rows(tmp_path, chunk_records):
     assert (trades.buy_volume, trades.sell_volume, trades.unknown_volume) == (4, 0, 5)
 
 
-def test_trades_waiting_through_a_long_run_of_skipped_rows_keep_their_volume(tmp_path):
-    # 30 crossed books with a trade before each: with 4 records a chunk the waiting trades
-    # are merged (bounded memory); the table and the counts are those of one big chunk.
+def test_trades_waiting_through_a_long_run_of_skipped_rows_keep_their_volume(tmp_path,
+                                                                               monkeypatch):
+    # 30 crossed books with a trade before each: with 4 records a chunk and at most 3 held,
+    # the waiting trades are merged (bounded memory); the table and the counts are those of
+    # one big chunk.
     crossed = dict(bid=4001.0, ask=4000.75)
     records = [mbp10("A", "B", 4000.0, 10), mbp10("A", "B", 4000.0, 10)]
     for k in range(30):
@@ -80,8 +83,9 @@ def test_trades_waiting_through_a_long_run_of_skipped_rows_keep_their_volume(tmp
                     mbp10("A", "B", 4001.0, 1, **crossed)]
     records.append(mbp10("C", "A", 4000.25, 3))
     path = mbp10_file(tmp_path, records)
-    small = ingest([path], tmp_path / "small", IngestConfig(chunk_records=4))
     large = ingest([path], tmp_path / "large", IngestConfig(chunk_records=10_000))
+    monkeypatch.setattr(ingest_module, "MAX_WAITING_TRADES", 3)
+    small = ingest([path], tmp_path / "small", IngestConfig(chunk_records=4))
     assert table(Store.open(tmp_path / "small")) == table(Store.open(tmp_path / "large"))
     assert small.trades == large.trades and large.trades.source_records == 30
     assert large.trades.volume == sum(1 + k % 4 for k in range(30)) and large.skipped == {

@@ -65,6 +65,10 @@ from lobsurf.errors import UserError
 Format = Literal["auto", "dbn", "lobster"]
 #: basis points in the whole notional: a larger --fee-bps charges more than the fill is worth
 MAX_FEE_BPS = 10_000.0
+#: trades held while they wait for a row that passes validation; beyond this many (a long
+#: run of skipped rows) they are merged per side, price and book (about 40 MB held at most;
+#: the volume stays exact, left_out_records then counts merged entries)
+MAX_WAITING_TRADES = 1 << 20
 #: progress callback: (source name, bytes done, bytes total)
 Progress = Callable[[str, int, int], None]
 
@@ -173,12 +177,13 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
                     breaks = (records["flags"] & F_MAYBE_BAD_BOOK) != 0
                     mbp10_bad_book["records"] += int(breaks.sum())
                     book, trades = split_mbp10(records)
+                    rows = None if book is None else np.flatnonzero(book)  # faster than a mask
                     publisher = records["publisher_id"]
-                    if book is not None or pending_break:
-                        rows = np.arange(len(records)) if book is None else np.flatnonzero(book)
-                        breaks, pending_break = carry_breaks(breaks, rows, pending_break)
-                        publisher = publisher[rows]
-                    yield SourceChunk(SnapshotChunk.from_mbp10(records, book), publisher,
+                    if rows is not None or pending_break:
+                        at = np.arange(len(records)) if rows is None else rows
+                        breaks, pending_break = carry_breaks(breaks, at, pending_break)
+                        publisher = publisher[at]
+                    yield SourceChunk(SnapshotChunk.from_mbp10(records, rows), publisher,
                                       breaks, trades)
                     continue
                 first = reader.records_read - len(records)
@@ -305,7 +310,7 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
                                       part.trades])
             mine = _book_trades(mine, chosen, publisher, writer)
             trades, waiting = attach_to_kept(mine, kept)
-            if len(waiting) > cfg.chunk_records:  # a long run of skipped rows: bound memory
+            if len(waiting) > MAX_WAITING_TRADES:  # a long run of skipped rows: bound memory
                 merged = merge_waiting(waiting)
                 writer.count_trade_records_merged(len(waiting) - len(merged))
                 waiting = merged
