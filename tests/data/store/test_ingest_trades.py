@@ -9,6 +9,7 @@ import databento_dbn as dbn
 import numpy as np
 import pytest
 
+from lobsurf.cli import main
 from lobsurf.data.readers.lobster import iter_lobster_with_trades
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT
@@ -69,6 +70,14 @@ def test_mbp10_trade_records_are_trades_not_rows(tmp_path, chunk_records):
     assert trades.left_out_records == {"before_segment_start": 1, "after_last_row": 1}
     assert (trades.volume, trades.rows, trades.entries) == (9, 2, 3)
     assert (trades.buy_volume, trades.sell_volume, trades.unknown_volume) == (4, 0, 5)
+
+
+def test_info_shows_the_trades(tmp_path, capsys):
+    ingest([mbp10_file(tmp_path, MBP10_SESSION)], tmp_path / "s")
+    assert main(["info", str(tmp_path / "s")]) == 0
+    assert ("trades       9 lots at 2 rows (3 entries; buyer 4, seller 0, side unknown 5); "
+            "left out before_segment_start 2 lots (1 records), after_last_row 4 lots "
+            "(1 records)") in capsys.readouterr().out
 
 
 def test_trades_waiting_through_a_long_run_of_skipped_rows_keep_their_volume(tmp_path,
