@@ -8,7 +8,7 @@ until the end, so every price is exactly on the grid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,6 +17,7 @@ from lobsurf.data.readers.dbn_encode import EventFields
 from lobsurf.data.schema import LEVELS
 from lobsurf.data.synth.synth_processes import (
     RunState,
+    SpawnedStreams,
     alternating_runs,
     ar1_filter,
     forward_fill,
@@ -32,7 +33,7 @@ DEEP = LEVELS - 1  # levels below the top whose sizes follow the refresh model
 
 
 @dataclass
-class BookStreams:
+class BookStreams(SpawnedStreams):
     """One random generator per process of the book, so that each stream is consumed in
     order whatever the chunk sizes: a day's books do not depend on ``chunk_rows``."""
 
@@ -46,10 +47,6 @@ class BookStreams:
     refresh_ask: np.random.Generator
     deep_bid: np.random.Generator
     deep_ask: np.random.Generator
-
-    @staticmethod
-    def spawn(seed: np.random.SeedSequence) -> BookStreams:
-        return BookStreams(*(np.random.default_rng(s) for s in seed.spawn(len(fields(BookStreams)))))
 
 
 @dataclass

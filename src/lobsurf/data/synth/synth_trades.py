@@ -21,12 +21,13 @@ made consistent with them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lobsurf.data.synth.synth_book import BookCarry
+from lobsurf.data.synth.synth_processes import SpawnedStreams
 from lobsurf.data.trades import SIDE_BUY, SIDE_SELL, TradeChunk
 
 if TYPE_CHECKING:
@@ -34,17 +35,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class TradeStreams:
+class TradeStreams(SpawnedStreams):
     """One generator per process of the partial trades (whether, which side, how large), so
     a day's trades do not depend on ``chunk_rows``; all draw one value per event."""
 
     occurrence: np.random.Generator
     side: np.random.Generator
     size: np.random.Generator
-
-    @staticmethod
-    def spawn(seed: np.random.SeedSequence) -> TradeStreams:
-        return TradeStreams(*(np.random.default_rng(s) for s in seed.spawn(len(fields(TradeStreams)))))
 
 
 def chunk_trades(streams: TradeStreams, cfg: SynthConfig, before: BookCarry,
