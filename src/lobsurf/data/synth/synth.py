@@ -44,7 +44,7 @@ from lobsurf.data.store import Instrument, Store, StoreWriter
 from lobsurf.data.store.ingest import IngestConfig
 from lobsurf.data.synth.synth_book import BookCarry, BookStreams, book_chunk, initial_book
 from lobsurf.data.synth.synth_processes import RunState, alternating_runs
-from lobsurf.data.synth.synth_trades import TradeStreams, chunk_trades
+from lobsurf.data.synth.synth_trades import PartialTrades, TopBefore, TradeStreams, chunk_trades
 from lobsurf.data.trades import TradeChunk
 from lobsurf.progress import step_progress
 
@@ -240,15 +240,18 @@ def generate_day_with_events(cfg: SynthConfig, day: int
     writer: each row's book event and the trades of each row's interval."""
     streams = BookStreams.spawn(np.random.SeedSequence([cfg.seed, day, BOOK_STREAM]))
     trade_streams = TradeStreams.spawn(np.random.SeedSequence([cfg.seed, day, TRADE_STREAM]))
+    partial = PartialTrades(cfg.partial_trade_prob, cfg.partial_trade_mean_lots,
+                            cfg.partial_trade_lean, cfg.tick_size_fixed)
     carry: BookCarry = initial_book(streams, cfg)
     for ts_event, ts_recv in clock_chunks(cfg, day):
-        before = carry
+        before = TopBefore(carry.bid_ticks, carry.ask_ticks, int(carry.bid_sz[0]),
+                           int(carry.ask_sz[0]))
         book, events, carry = book_chunk(streams, cfg, carry, len(ts_event))
         chunk = SnapshotChunk(
             ts_event_ns=ts_event, ts_recv_ns=ts_recv,
             instrument_id=np.full(len(ts_event), cfg.instrument_id, np.int64), **book)
         events.ts_in_delta = np.minimum(ts_recv - ts_event, np.iinfo(np.int32).max)
-        yield chunk, events, chunk_trades(trade_streams, cfg, before, book)
+        yield chunk, events, chunk_trades(trade_streams, partial, before, book)
 
 
 def generate_day_with_trades(cfg: SynthConfig, day: int

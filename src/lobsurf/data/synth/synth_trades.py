@@ -22,16 +22,11 @@ made consistent with them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lobsurf.data.synth.synth_book import BookCarry
 from lobsurf.data.synth.synth_processes import SpawnedStreams
 from lobsurf.data.trades import SIDE_BUY, SIDE_SELL, TradeChunk
-
-if TYPE_CHECKING:
-    from lobsurf.data.synth.synth import SynthConfig
 
 
 @dataclass
@@ -44,33 +39,53 @@ class TradeStreams(SpawnedStreams):
     size: np.random.Generator
 
 
-def chunk_trades(streams: TradeStreams, cfg: SynthConfig, before: BookCarry,
+@dataclass(frozen=True)
+class PartialTrades:
+    """The partial-trade settings of ``SynthConfig`` (``partial_trade_*``) and its tick."""
+
+    prob: float
+    mean_lots: float
+    lean: float
+    tick_size_fixed: int
+
+
+@dataclass(frozen=True)
+class TopBefore:
+    """The best prices (ticks) and sizes (lots) just before a chunk's first event."""
+
+    bid_ticks: int
+    ask_ticks: int
+    bid_size: int
+    ask_size: int
+
+
+def chunk_trades(streams: TradeStreams, partial: PartialTrades, before: TopBefore,
                  book: dict[str, np.ndarray]) -> TradeChunk:
     """The trades of one chunk of n events (module docstring), ``row`` = the event's row.
 
     Args:
         streams: the partial trades' generators (each draws n values here).
-        cfg: the market.
+        partial: the partial trades' settings.
         before: the book just before the chunk's first event.
         book: the chunk's ``SnapshotChunk`` book fields (``book_chunk``), store units.
     """
-    tick = cfg.tick_size_fixed
+    tick = partial.tick_size_fixed
     bid, ask = book["bid_px"][:, 0] // tick, book["ask_px"][:, 0] // tick
     n = bid.shape[0]
     bid_before = np.concatenate([[before.bid_ticks], bid[:-1]])
     ask_before = np.concatenate([[before.ask_ticks], ask[:-1]])
-    bid_size_before = np.concatenate([[before.bid_sz[0]], book["bid_sz"][:-1, 0]])
-    ask_size_before = np.concatenate([[before.ask_sz[0]], book["ask_sz"][:-1, 0]])
+    bid_size_before = np.concatenate([[before.bid_size], book["bid_sz"][:-1, 0]])
+    ask_size_before = np.concatenate([[before.ask_size], book["ask_sz"][:-1, 0]])
     mid_step = (bid + ask) - (bid_before + ask_before)
     buyer_clears = (ask > ask_before) & (mid_step > 0)
     seller_clears = (bid < bid_before) & (mid_step < 0)
 
-    happens = streams.occurrence.random(n) < cfg.partial_trade_prob
+    happens = streams.occurrence.random(n) < partial.prob
     imbalance = ((bid_size_before - ask_size_before)
                  / (bid_size_before + ask_size_before).astype(np.float64))
-    p_buy = np.clip(0.5 + 0.5 * cfg.partial_trade_lean * imbalance, 0.0, 1.0)
+    p_buy = np.clip(0.5 + 0.5 * partial.lean * imbalance, 0.0, 1.0)
     buyer = streams.side.random(n) < p_buy
-    wanted = streams.size.geometric(1.0 / cfg.partial_trade_mean_lots, n).astype(np.int64)
+    wanted = streams.size.geometric(1.0 / partial.mean_lots, n).astype(np.int64)
     standing = np.where(buyer, ask == ask_before, bid == bid_before)
     partial = np.flatnonzero(happens & standing)
     partial_buyer = buyer[partial]
