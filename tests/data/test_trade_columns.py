@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -116,3 +117,13 @@ def test_the_training_rows_keep_their_trade_columns(tmp_path):
         assert getattr(head, name).shape[0] == 20, name
         np.testing.assert_array_equal(getattr(head, name).numpy(), getattr(book, name)[:20].numpy())
     assert head.has_trades
+
+
+@pytest.mark.gpu
+def test_trade_columns_on_the_gpu_equal_the_cpu_ones(tmp_path):
+    store = store_with_trades(tmp_path / "s", 5)
+    cpu, gpu = load_book_tensors(store), load_book_tensors(store, device="cuda")
+    for name in ROW_FIELDS:
+        assert getattr(gpu, name).is_cuda, name
+        np.testing.assert_array_equal(getattr(gpu, name).cpu().numpy(), getattr(cpu, name).numpy())
+    assert gpu.to("cpu").has_trades
