@@ -24,11 +24,11 @@ def test_real_mbp10_samples_ingest_with_counted_skips(shared_data, tmp_path, cap
     out = run_json(capsys, ["ingest", *files, "--out", str(tmp_path / "s"), "--json", "--no-progress"])
     info = run_json(capsys, ["info", str(tmp_path / "s"), "--json"])
     assert out == info and INFO_KEYS <= set(info)
-    # 8 files: 4 ES copies of 2, ES 4, Brent 4 (trade reports: no book state), TTF 4
-    # (partial book), NVDA 4.
-    assert info["skipped"] == {"one_sided_book": 2}
+    # 8 files: 4 ES copies of 2, ES 4, Brent 4 (trades: the first ends its packet, an empty
+    # book; three inside packets, no book state), TTF 4 (partial book), NVDA 4.
+    assert info["skipped"] == {"empty_book": 1, "one_sided_book": 2}
     assert info["snapshots"] == 2 * 4 + 4 + 4 + 2
-    # Brent's 4 trades (1 + 2 + 4 + 3 lots) have no book record after them in their file.
+    # Brent's 4 trades (1 + 2 + 4 + 3 lots) have no valid book record after them in their file.
     assert info["trades"]["source_records"] == 4 and info["trades"]["volume"] == 0
     assert info["trades"]["left_out"] == {"after_last_row": 10}
     assert {i["symbol"]: i["tick_size"] for i in info["instruments"]} == {
@@ -71,13 +71,13 @@ def test_user_errors_are_one_line(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-def test_only_trade_reports_is_an_error(shared_data, tmp_path, capsys):
-    # Brent's four records are trades (action T): they report trades, not book states.
+def test_only_invalid_books_is_an_error(shared_data, tmp_path, capsys):
+    # Brent's four records are trades (action T); the first ends its packet (a book state,
+    # empty), the other three are trade reports inside packets.
     brent = shared_data / "databento-python" / "IFEU.IMPACT" / "test_data.mbp-10.dbn.zst"
     assert main(["ingest", str(brent), "--out", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
-    assert (f"no valid snapshots in the input: {brent}: all 4 records are trade reports "
-            "(action T or F), which repeat the book before them: no book state") in err
+    assert f"no valid snapshots in the input: {brent}: all 1 snapshots skipped (empty_book 1)" in err
     assert not (tmp_path / "s").exists()
 
 

@@ -110,9 +110,24 @@ def test_mbp10_other_instruments_trades_are_left_out(tmp_path):
 
 
 def test_mbp10_file_of_only_invalid_books_names_the_reasons(tmp_path, capsys):
-    records = [mbp10("A", "B", 4001.0, 1, bid=4001.0, ask=4000.75), mbp10("T", "B", 4000.25, 3)]
+    records = [mbp10("A", "B", 4001.0, 1, bid=4001.0, ask=4000.75),
+               mbp10("T", "B", 4000.25, 3, flags=0)]
     with pytest.raises(UserError, match=r"all 1 snapshots skipped \(crossed_book 1\)"):
         ingest([mbp10_file(tmp_path, records)], tmp_path / "s")
+    only_reports = [mbp10("T", "B", 4000.25, 3, flags=0), mbp10("T", "A", 4000.0, 1, flags=0)]
+    with pytest.raises(UserError, match="all 2 records are trade reports .* inside event packets"):
+        ingest([mbp10_file(tmp_path, only_reports, "r.mbp-10.dbn")], tmp_path / "r")
+
+
+def test_mbp10_trade_record_that_ends_its_packet_is_a_row_with_its_trade(tmp_path):
+    # As lobsurf's synthetic files wrote a level-clearing move before they wrote trades apart:
+    # a T record with F_LAST carrying the book after it. It stays a row (the store's rows do
+    # not change) and its trade is in its own interval.
+    records = [mbp10("A", "B", 4000.0, 10), mbp10("T", "B", 4000.25, 10, bid=4000.25, ask=4000.5),
+               mbp10("A", "B", 4000.25, 3, bid=4000.25, ask=4000.5)]
+    ingest([mbp10_file(tmp_path, records)], tmp_path / "s")
+    store = Store.open(tmp_path / "s")
+    assert len(store) == 3 and table(store) == [(1, 4000.25, 10, 1)]
 
 
 # ---- MBO ---------------------------------------------------------------------------------

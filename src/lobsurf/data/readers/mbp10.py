@@ -9,15 +9,20 @@ the trade causes arrives in the records after it. ``F`` (fill) is not an MBP act
 feed to carry one it would describe a resting order's side of a ``T``, so counting it too
 would count the volume twice.
 
-So a ``T`` or ``F`` record is not a snapshot row: its levels repeat the book before it. A
-``T`` record's trade belongs to the interval of the next book record (the first record after
-it that is not a trade or fill).
+So a ``T`` or ``F`` record inside an event packet (no ``F_LAST``) is not a snapshot row:
+its levels repeat the book before it, and Databento says to examine the book only after a
+record with ``F_LAST``. A ``T`` record's trade belongs to the interval of the next book
+record. A ``T`` or ``F`` record that ends its packet (``F_LAST``) is a book state like any
+other and stays a row (with its trade in its own interval): so files whose trade records
+carry the book after the trade, as lobsurf's synthetic files did before they wrote trades
+apart, ingest into the same rows as before.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from lobsurf.data.schema import F_LAST
 from lobsurf.data.trades import TradeChunk, dbn_sides
 
 #: actions of records that report a trade or fill and are no book state of their own
@@ -30,18 +35,23 @@ def split_mbp10(records: np.ndarray) -> tuple[np.ndarray | None, TradeChunk]:
 
     Returns:
         (None when every record is a book state, else the [N] bool mask of the records that
-        are; the chunk's trades with ``row`` = index of the next book record among those
-        rows, N when none follows in this chunk).
+        are; the chunk's trades with ``row`` = index among those rows of the trade record
+        itself when it is one, else of the next book record; N when none follows in this
+        chunk).
     """
     action = records["action"].view(np.uint8)
-    not_book = (action == NOT_BOOK_ACTIONS[0]) | (action == NOT_BOOK_ACTIONS[1])
-    if not not_book.any():
+    reports = (action == NOT_BOOK_ACTIONS[0]) | (action == NOT_BOOK_ACTIONS[1])
+    not_book = reports & ((records["flags"] & F_LAST) == 0)
+    trade = np.flatnonzero(action == ACTION_TRADE)
+    if len(trade) == 0 and not not_book.any():
         return None, TradeChunk.empty()
     book = ~not_book
-    trade = np.flatnonzero(action == ACTION_TRADE)
-    books_before = np.cumsum(book)[trade]  # a trade record is not a book: "up to" = "before"
+    # Book records up to and including each trade record, less one if it is a book itself.
+    rows = np.cumsum(book)[trade] - book[trade]
+    if book.all():
+        book = None
     trades = TradeChunk(
-        row=books_before.astype(np.int64),
+        row=rows.astype(np.int64),
         price=records["price"][trade].astype(np.int64),
         size=records["size"][trade].astype(np.int64),
         side=dbn_sides(records["side"][trade]),

@@ -207,8 +207,8 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
         if reader.records_read == 0:
             return "no records after the DBN header"
         if reader.header.schema == "mbp-10":
-            return (f"all {reader.records_read:,} records are trade reports (action T or F), "
-                    "which repeat the book before them: no book state")
+            return (f"all {reader.records_read:,} records are trade reports (action T or F) "
+                    "inside event packets, which repeat the book before them: no book state")
         if reader.header.schema == "mbo" and stats.snapshot_records == stats.records:
             return (f"all {stats.records:,} records are the initial book replay (F_SNAPSHOT), "
                     "which builds the book but emits no snapshot; the file has no live records")
