@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lobsurf.cli import main
-from lobsurf.data.dataset import TRADE_NONE_BUY, TRADE_NONE_SELL, load_book_tensors, require_trades
+from lobsurf.data.dataset import TRADE_FIELDS, load_book_tensors, require_trades
 from lobsurf.data.schema import TRADE_COLUMNS, UNDEF_PRICE
 from lobsurf.data.store import Instrument, Store, StoreError, StoreWriter
 from lobsurf.data.trades import TradeChunk, aggregate, attach_to_kept, merge_waiting
 from lobsurf.errors import UserError
+from lobsurf.training.data import head_rows
 from tests.conftest import TICK_FIXED, random_walk_books, write_store
 
 GAP_NS = 60 * 10**9
@@ -148,8 +149,8 @@ def test_a_store_written_before_trades_loads_and_refuses_passive_orders(tmp_path
     assert store.manifest.version == 1 and not store.has_trades
     book = load_book_tensors(store)
     assert not book.has_trades
-    assert (book.sell_trade_px_ticks == TRADE_NONE_SELL).all() and (book.sell_trade_sz == 0).all()
-    assert (book.buy_trade_px_ticks == TRADE_NONE_BUY).all() and (book.buy_trade_sz == 0).all()
+    assert all(getattr(book, name) is None for name in TRADE_FIELDS)
+    assert len(head_rows(book, 100)) == 100
     for data, where in ((store, str(store.path)), (book, None)):
         with pytest.raises(UserError) as caught:
             require_trades(data)

@@ -9,13 +9,17 @@ the top than the previous level on that side, and size 0: fills never touch them
 size) and features stay finite. The store only holds two-sided books, so level 0 is
 always real.
 
+Trades (what printed in the interval (row - 1, row] of each row, by aggressor side) come as
+four [N] int32 columns: the lowest price a seller-initiated trade printed at and the volume
+sold there, the highest price a buyer-initiated trade printed at and the volume bought
+there; a row where nothing printed holds ``TRADE_NONE_SELL`` / ``TRADE_NONE_BUY`` and size 0.
+``lobsurf.data.trade_columns`` derives them from the store's trade table and says how. A
+book without trades (``has_trades`` False: a store written before they were recorded, or
+from a source without them) has None there, and ``require_trades`` refuses it. These four
+suffice for resting orders at one price (lobsurf.sim.queue).
+
 ``gather_window`` returns the last K snapshots before each of B cursors, by index, in one
 vectorised gather (no Python loop over B): [B, K, 10] per field.
-
-Trades: four [N] int32 columns per row, what a resting order needs of the trades in the
-row's interval (``lobsurf.data.trade_columns`` derives them from the store's trade table and
-says how), and ``has_trades`` (False for a store without a trade table: the columns then
-say "nothing traded" and ``require_trades`` refuses passive orders on it).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from lobsurf.data.schema import LEVELS, TRADE_NONE_BUY, TRADE_NONE_SELL, UNDEF_P
 from lobsurf.data.store import Store, StoreError
 from lobsurf.data.trade_columns import TRADE_FIELDS, require_trades, row_trade_columns
 
-__all__ = ["ROW_FIELDS", "TRADE_NONE_BUY", "TRADE_NONE_SELL", "BookTensors", "Window",
+__all__ = ["ROW_FIELDS", "TRADE_FIELDS", "TRADE_NONE_BUY", "TRADE_NONE_SELL", "BookTensors",
+           "Window",
            "clamped_window_rows", "gather_window", "load_book_tensors", "require_trades",
            "window_rows"]
 
@@ -59,14 +64,19 @@ class BookTensors:
         feature_config: the ``FeatureConfig`` the table holds (None without one).
         fee_per_lot, fee_bps: the instrument's fees recorded in the store at ingest
             (currency per lot, bps of notional; lobsurf.sim.fees); None: not recorded.
-        sell_trade_px_ticks: [N] int32 lowest price a seller-initiated trade printed at in
-            (row - 1, row], ticks on the origin; ``TRADE_NONE_SELL`` when none did.
-        sell_trade_sz: [N] int32 sellers' volume at that price (0 when none).
-        buy_trade_px_ticks: [N] int32 highest buyer-initiated trade price; ``TRADE_NONE_BUY``.
-        buy_trade_sz: [N] int32 buyers' volume at that price (0 when none).
-        has_trades: whether the columns come from recorded trades (False: the store holds
-            none, and the columns say "nothing traded" everywhere). Left out, the four
-            columns are filled with "nothing traded".
+            The taker fee, paid by market orders.
+        sell_trade_px_ticks: [N] int32 lowest price (ticks, the origin of ``bid_px_ticks``)
+            at which a seller-initiated trade printed in (row - 1, row]; ``TRADE_NONE_SELL``
+            where none did. None without trades.
+        sell_trade_sz: [N] int32 lots sold by sellers at that lowest price; 0 where none.
+        buy_trade_px_ticks: [N] int32 highest price at which a buyer-initiated trade printed
+            in (row - 1, row]; ``TRADE_NONE_BUY`` where none did. None without trades.
+        buy_trade_sz: [N] int32 lots bought by buyers at that highest price; 0 where none.
+        has_trades: whether the four trade columns are there (False: a store written before
+            trades were recorded or from a source without them; passive orders are refused
+            on it).
+        maker_fee_per_lot, maker_fee_bps: the maker fee recorded in the store at ingest,
+            paid by resting orders' fills (negative: a rebate); None: not recorded.
     """
 
     ts_ns: torch.Tensor
@@ -92,16 +102,15 @@ class BookTensors:
     buy_trade_px_ticks: torch.Tensor | None = None
     buy_trade_sz: torch.Tensor | None = None
     has_trades: bool = False
+    maker_fee_per_lot: float | None = None
+    maker_fee_bps: float | None = None
 
     def __post_init__(self) -> None:
-        missing = [name for name in TRADE_FIELDS if getattr(self, name) is None]
-        if missing and self.has_trades:
-            raise ValueError(f"has_trades=True needs every trade column; missing {missing}")
-        n, device = self.ts_ns.shape[0], self.ts_ns.device
-        nothing = {"sell_trade_px_ticks": TRADE_NONE_SELL, "buy_trade_px_ticks": TRADE_NONE_BUY}
-        for name in missing:
-            setattr(self, name, torch.full((n,), nothing.get(name, 0), dtype=torch.int32,
-                                           device=device))
+        present = [getattr(self, name) is not None for name in TRADE_FIELDS]
+        if self.has_trades and not all(present):
+            raise ValueError("has_trades needs all four trade columns")
+        if not self.has_trades and any(present):
+            raise ValueError("trade columns given but has_trades is False")
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -245,8 +254,10 @@ def load_book_tensors(
                                           "bid order count", store, lo))
             parts["act"].append(_as_int32(np.where(c.ask_px == UNDEF_PRICE, 0, c.ask_ct),
                                           "ask order count", store, lo))
-            for name, column in zip(TRADE_FIELDS, _trade_columns(store, c, lo, origin, tick)):
-                parts[name].append(column)
+            if store.has_trades:
+                for name, column in zip(TRADE_FIELDS,
+                                        _trade_columns(store, c, lo, origin, tick)):
+                    parts[name].append(column)
         offset += len(seg)
         stops.append(offset)
         seg_of_row.append(np.full(len(seg), seg_index, np.int64))
@@ -271,7 +282,9 @@ def load_book_tensors(
         tick_size_fixed=int(tick),
         fee_per_lot=inst.fee_per_lot,
         fee_bps=inst.fee_bps,
-        **{name: dev(name) for name in TRADE_FIELDS},
+        maker_fee_per_lot=inst.maker_fee_per_lot,
+        maker_fee_bps=inst.maker_fee_bps,
+        **({name: dev(name) for name in TRADE_FIELDS} if store.has_trades else {}),
         has_trades=store.has_trades,
     )
 

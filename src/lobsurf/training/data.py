@@ -126,7 +126,8 @@ def head_rows(book: BookTensors, stop: int) -> BookTensors:
     keep = book.segment_start < stop
     seg_start = book.segment_start[keep]
     seg_stop = book.segment_stop[keep].clamp(max=stop)
-    sliced = {name: getattr(book, name)[:stop] for name in ROW_FIELDS}
+    sliced = {name: getattr(book, name)[:stop] for name in ROW_FIELDS
+              if getattr(book, name) is not None}
     if book.features is not None:
         sliced["features"] = book.features[:stop]
     return replace(book, segment_start=seg_start, segment_stop=seg_stop, **sliced)

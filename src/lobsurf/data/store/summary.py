@@ -34,7 +34,8 @@ def summarize(manifest: Manifest) -> dict:
     instruments = [
         {"instrument_id": i.instrument_id, "symbol": i.symbol, "tick_size": i.tick_size,
          "multiplier": i.multiplier, "multiplier_known": i.multiplier_known,
-         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps}
+         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps,
+         "maker_fee_per_lot": i.maker_fee_per_lot, "maker_fee_bps": i.maker_fee_bps}
         for i in manifest.instruments
     ]
     ticks = sorted({i.tick_size for i in manifest.instruments})
