@@ -28,6 +28,10 @@ def print_summary(s: dict) -> None:
         print(f"instrument   {i['symbol']} (id {i['instrument_id']}), tick {i['tick_size']:g} "
               f"{i['currency']}, multiplier {i['multiplier']:g}{given}")
         print(f"fees         {fee_text(i)}")
+    if s.get("synth"):
+        law = s["synth"]
+        print(f"generator    lobsurf synth, seed {law.get('seed')}, edge {law.get('edge')}, "
+              f"move_prob {law.get('move_prob')} (the law baseline:bayes plans on)")
     print(f"time range   {s['start']} .. {s['end']}")
     print(f"price range  {s['price_min']} .. {s['price_max']}")
     skipped = ", ".join(f"{k} {v:,}" for k, v in s["skipped"].items() if v) or "none"

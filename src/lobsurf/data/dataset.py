@@ -49,6 +49,8 @@ class BookTensors:
         feature_config: the ``FeatureConfig`` the table holds (None without one).
         fee_per_lot, fee_bps: the instrument's fees recorded in the store at ingest
             (currency per lot, bps of notional; lobsurf.sim.fees); None: not recorded.
+        synth: the synthetic generator's config recorded in the store (``Manifest.synth``);
+            None for real data.
     """
 
     ts_ns: torch.Tensor
@@ -69,6 +71,7 @@ class BookTensors:
     feature_config: object | None = None
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    synth: dict | None = None
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -230,6 +233,7 @@ def load_book_tensors(
         tick_size_fixed=int(tick),
         fee_per_lot=inst.fee_per_lot,
         fee_bps=inst.fee_bps,
+        synth=manifest.synth,
     )
 
 

@@ -36,9 +36,10 @@ from lobsurf.pretrain.split import TimeSplit, time_split
 from lobsurf.training.config import RunConfig
 
 #: Name of the bundled default data set (a preset of lobsurf.presets); bump the cache
-#: folder's suffix when the generator or the preset changes (v2: the store records its fee).
+#: folder's suffix when the generator or the preset changes (v2: the store records its fee;
+#: v3: and its generator's law, for baseline:bayes).
 DEFAULT_PRESET = "tradeable"
-DEFAULT_CACHE_NAME = f"default-{DEFAULT_PRESET}-v2"
+DEFAULT_CACHE_NAME = f"default-{DEFAULT_PRESET}-v3"
 
 
 def cache_root() -> Path:

@@ -49,6 +49,7 @@ from lobsurf.data.readers.definitions import Definition, read_definitions
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Manifest, StoreWriter
+from lobsurf.data.store.generator import recorded_generator
 from lobsurf.data.store.store import UNKNOWN_CURRENCY
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
@@ -287,6 +288,7 @@ def ingest(
                 empty.append(f"{path}: {why}")
         if writer.rows_written == 0:
             raise UserError("no valid snapshots in the input: " + "; ".join(empty))
+        writer.synth = recorded_generator(sources)  # None unless every file is lobsurf synth's
         return writer.close()
 
 
@@ -444,6 +446,7 @@ def summarize(manifest: Manifest) -> dict:
         "skipped": dict(manifest.skipped),
         "skipped_total": int(np.sum(list(manifest.skipped.values()), dtype=np.int64)),
         "sources": manifest.sources,
+        "synth": manifest.synth,
         "segment_details": [
             {"index": k, "rows": [s.start, s.stop], "snapshots": len(s),
              "instrument_id": s.instrument_id, "start": iso(s.ts_start_ns), "end": iso(s.ts_end_ns),

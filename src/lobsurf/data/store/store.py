@@ -106,6 +106,9 @@ class Manifest:
     skipped: dict[str, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     gap_threshold_ns: int = 0
+    #: the synthetic generator's config (every SynthConfig field) where every row came from
+    #: it (``lobsurf.data.store.generator``); None for real data
+    synth: dict | None = None
     format: str = STORE_FORMAT
     version: int = STORE_VERSION
 
@@ -138,9 +141,12 @@ class Manifest:
                 skipped=dict(raw.get("skipped", {})),
                 sources=list(raw.get("sources", [])),
                 gap_threshold_ns=int(raw.get("gap_threshold_ns", 0)),
+                synth=raw.get("synth"),
             )
         except (TypeError, ValueError) as exc:
             raise StoreError(f"malformed manifest entry: {exc}") from None
+        if manifest.synth is not None and not isinstance(manifest.synth, dict):
+            raise StoreError("malformed manifest entry: synth is not an object")
         if manifest.snapshots < 0:
             raise StoreError(f"malformed manifest entry: snapshots {manifest.snapshots} < 0")
         return manifest
@@ -291,6 +297,8 @@ class StoreWriter:
         self._source = ""
         self._new_source = False
         self.overwrite = overwrite
+        #: the generator config to record (Manifest.synth), set by a synthetic source
+        self.synth: dict | None = None
 
     def __enter__(self) -> StoreWriter:
         return self
@@ -395,6 +403,7 @@ class StoreWriter:
             skipped=dict(sorted(self.skipped.items())),
             sources=self.sources,
             gap_threshold_ns=self.gap_threshold_ns,
+            synth=self.synth,
         )
         (self.tmp / MANIFEST).write_text(manifest.to_json())
         if self.path.exists():
