@@ -26,6 +26,8 @@ costs the spread and the fee, so the policy never trades.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +41,16 @@ from lobsurf.sim.env import BatchedLobEnv
 #: why ``baseline:bayes`` cannot run on a store (real data records no generator)
 NO_LAW = ("baseline bayes needs the law of a synthetic store (lobsurf synth, then lobsurf "
           "ingest of its folder); this store records no generator")
+
+
+def without_bayes_if_no_law(names: Sequence[str], book: BookTensors) -> list[str]:
+    """``names`` less ``bayes``, with one line on stderr, where ``book`` records no
+    generator (real data: no known law, no ceiling); ``names`` as they are otherwise."""
+    if "bayes" not in names or book.synth is not None:
+        return list(names)
+    print("lobsurf: baseline bayes left out: the store records no generator (the causal "
+          "ceiling needs a synthetic store's law)", file=sys.stderr)
+    return [name for name in names if name != "bayes"]
 
 
 @dataclass
@@ -121,15 +133,16 @@ class BayesPolicy:
     counter wraps after the sweep's last step, as ``OptimalPolicy``'s.
 
     Attributes:
-        expected_value: the plan's expected net PnL over the sweep (the sum of V_n(x, 0) at
-            every episode's first step), currency: beside the realised net PnL it shows how
-            well the model of the law predicts the policy.
+        expected_net_pnl: the plan's expected net PnL over the sweep (the sum of V_n(x, 0)
+            at every episode's first step), currency: beside the realised net PnL it shows
+            how well the model of the law predicts the policy.
     """
 
-    def __init__(self, plan: BayesPlan, remaining: torch.Tensor, expected_value: float) -> None:
+    def __init__(self, plan: BayesPlan, remaining: torch.Tensor, expected_net_pnl: float
+                 ) -> None:
         self.plan = plan
         self.remaining = remaining
-        self.expected_value = expected_value
+        self.expected_net_pnl = expected_net_pnl
         self.t = 0
 
     def act(self, env: BatchedLobEnv) -> torch.Tensor:

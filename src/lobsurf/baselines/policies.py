@@ -214,11 +214,7 @@ def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: 
     to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``.
     ``bayes`` is left out, with one line on stderr, where the store records no generator
     (real data has no known law)."""
-    if "bayes" in names and env.book.synth is None:
-        import sys
+    from lobsurf.baselines.bayes import without_bayes_if_no_law
 
-        print("lobsurf: baseline bayes left out: the store records no generator (its causal "
-              "ceiling needs a synthetic store's law)", file=sys.stderr)
-        names = [name for name in names if name != "bayes"]
     return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
-            for name in names}
+            for name in without_bayes_if_no_law(names, env.book)}
