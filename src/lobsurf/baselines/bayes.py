@@ -183,6 +183,9 @@ def make_bayes(env: BatchedLobEnv, rows: torch.Tensor | None, num_envs: int | No
     if law.tick_size_fixed != book.tick_size_fixed:
         raise ValueError(f"baseline bayes: the store's tick ({book.tick_size_fixed / 1e9:g}) "
                          f"is not its generator's ({law.tick_size_fixed / 1e9:g})")
+    if sim.num_actions > torch.iinfo(torch.int8).max:
+        raise ValueError(f"the bayes plan stores actions as int8: at most 127 actions, got "
+                         f"{sim.num_actions}")
     limit = sim.position_limit_lots
     model = law_model(law, sim.stride, sim.latency_rows, bins, mc_rows,
                       max(limit, max(sim.order_sizes_lots)), limit)
