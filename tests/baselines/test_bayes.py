@@ -252,7 +252,7 @@ def test_real_data_has_no_ceiling(tiny_store, capsys):
     assert "bayes left out" in capsys.readouterr().err
     args = ["--store", str(tiny_store.path), "--window", "8", "--lookback", "4",
             "--imbalance-threshold", "0.5", "--horizons",
-            "2,4,8", "--envs", "4", "--json", "--no-progress"]
+            "2,4,8", "--envs", "64", "--json", "--no-progress"]
     assert main(["eval", "baseline:bayes", *args]) == 2
     err = capsys.readouterr().err
     assert "error: baseline bayes needs the law" in err and "records no generator" in err
