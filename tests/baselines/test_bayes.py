@@ -286,3 +286,7 @@ def test_eval_command_puts_the_ceiling_beside_the_optimum(tmp_path, capsys, monk
     assert main(args) == 0
     table = capsys.readouterr().out
     assert "capture_bayes" in table and "1.000" in table
+    # random cursors have no sweep to plan over: alone, the ceiling leaves nothing to run
+    assert main(["eval", "baseline:bayes", "--store", str(store.path), "--split", "random",
+                 "--steps", "5", "--no-progress"]) == 2
+    assert "nothing left to evaluate" in capsys.readouterr().err

@@ -260,7 +260,8 @@ def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
     planned = [n for n in names if n in PLANNED_BASELINES]
     if planned:
         warn(f"{', '.join(planned)} plans over a sweep's rows: left out of --split random")
-        names = [n for n in names if n not in PLANNED_BASELINES]
+        if not (names := [n for n in names if n not in PLANNED_BASELINES]):
+            raise UserError("nothing left to evaluate: use --split heldout or all")
     _, train_rows, _ = split_rows(book, args, sim, horizons)
     # envs and (fitted) policies first: a fit's spinner cannot run inside the progress bar
     runs = {}
