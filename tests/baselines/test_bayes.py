@@ -258,9 +258,21 @@ def test_real_data_has_no_ceiling(tiny_store, capsys):
     assert "error: baseline bayes needs the law" in err and "records no generator" in err
     assert main(["eval", "baseline:all", *args]) == 0
     captured = capsys.readouterr()
-    assert "bayes left out: the store records no generator" in captured.err
+    assert "bayes left out: it needs the law of a synthetic store" in captured.err
     out = json.loads(captured.out)["policies"]
     assert "bayes" not in out and "capture_bayes" not in out["optimal"]
+
+
+def test_no_ceiling_with_resting_orders(tmp_path, capsys):
+    """Resting orders can earn the spread that the plan's market orders pay: no ceiling."""
+    from lobsurf.baselines.bayes import why_no_ceiling, without_bayes_where_no_ceiling
+
+    book = load_book_tensors(write_synth_store(tmp_path / "s", replace(LAW, days=1)))
+    passive = replace(SIM, passive_orders=True)
+    assert why_no_ceiling(book, SIM) is None
+    assert "market orders only" in why_no_ceiling(book, passive)
+    assert without_bayes_where_no_ceiling(("hold", "bayes"), book, passive) == ["hold"]
+    assert "bayes left out: it plans market orders only" in capsys.readouterr().err
 
 
 def test_eval_command_puts_the_ceiling_beside_the_optimum(tmp_path, capsys, monkeypatch):

@@ -36,20 +36,32 @@ from lobsurf.baselines.bayes_model import LawModel, law_model, law_of, observed_
 from lobsurf.baselines.optimal import sweep_schedule
 from lobsurf.data.dataset import BookTensors
 from lobsurf.eval.sweep import tile_rows
+from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 
-#: why ``baseline:bayes`` cannot run on a store (real data records no generator)
-NO_LAW = ("baseline bayes needs the law of a synthetic store (lobsurf synth, then lobsurf "
-          "ingest of its folder); this store records no generator")
+#: why ``baseline:bayes`` cannot plan: real data records no generator; resting orders can
+#: earn the spread that its market orders pay
+NO_LAW = ("needs the law of a synthetic store (lobsurf synth, then lobsurf ingest of its "
+          "folder); this store records no generator")
+PASSIVE = ("plans market orders only: with sim.passive_orders a causal policy can also earn "
+           "the spread it counts as paid, so it would be no ceiling")
 
 
-def without_bayes_if_no_law(names: Sequence[str], book: BookTensors) -> list[str]:
-    """``names`` less ``bayes``, with one line on stderr, where ``book`` records no
-    generator (real data: no known law, no ceiling); ``names`` as they are otherwise."""
-    if "bayes" not in names or book.synth is not None:
+def why_no_ceiling(book: BookTensors, sim: SimConfig) -> str | None:
+    """Why ``baseline:bayes`` cannot plan on ``book`` under ``sim`` (None: it can)."""
+    if book.synth is None:
+        return NO_LAW
+    return PASSIVE if sim.passive_orders else None
+
+
+def without_bayes_where_no_ceiling(names: Sequence[str], book: BookTensors, sim: SimConfig
+                                   ) -> list[str]:
+    """``names`` less ``bayes``, with one line on stderr saying why, where it cannot plan
+    (``why_no_ceiling``); ``names`` as they are otherwise."""
+    why = why_no_ceiling(book, sim) if "bayes" in names else None
+    if why is None:
         return list(names)
-    print("lobsurf: baseline bayes left out: the store records no generator (the causal "
-          "ceiling needs a synthetic store's law)", file=sys.stderr)
+    print(f"lobsurf: baseline bayes left out: it {why}", file=sys.stderr)
     return [name for name in names if name != "bayes"]
 
 
@@ -171,14 +183,15 @@ def make_bayes(env: BatchedLobEnv, rows: torch.Tensor | None, num_envs: int | No
     """The causal ceiling for the sweep of ``rows`` on ``num_envs`` envs (module doc).
 
     Raises:
-        ValueError: no sweep, or the book records no generator (``NO_LAW``).
+        ValueError: no sweep, or no ceiling to plan (``why_no_ceiling``).
     """
     if rows is None or num_envs is None:
         raise ValueError("baseline bayes plans over a sweep's steps: it needs a sweep "
                          "(--split heldout or all), not random cursors")
     book, sim = env.book, env.cfg
-    if book.synth is None:
-        raise ValueError(NO_LAW)
+    why = why_no_ceiling(book, sim)
+    if why is not None:
+        raise ValueError(f"baseline bayes {why}")
     law = law_of(book.synth)
     if law.tick_size_fixed != book.tick_size_fixed:
         raise ValueError(f"baseline bayes: the store's tick ({book.tick_size_fixed / 1e9:g}) "

@@ -212,9 +212,9 @@ def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: 
                    sweep_envs: int | None = None) -> dict:
     """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
     to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``.
-    ``bayes`` is left out, with one line on stderr, where the store records no generator
-    (real data has no known law)."""
-    from lobsurf.baselines.bayes import without_bayes_if_no_law
+    ``bayes`` is left out, with one line on stderr, where it has no ceiling to plan (real
+    data has no known law; resting orders)."""
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
 
     return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
-            for name in without_bayes_if_no_law(names, env.book)}
+            for name in without_bayes_where_no_ceiling(names, env.book, env.cfg)}

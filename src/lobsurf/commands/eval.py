@@ -405,7 +405,7 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lobsurf.baselines.bayes import without_bayes_if_no_law
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
@@ -432,8 +432,8 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     with status(f"eval: loading {args.store}", args.progress):
         book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
-    if "baseline:bayes" not in args.policy:  # baseline:all: the ceiling where there is a law
-        names = without_bayes_if_no_law(names, book)
+    if "baseline:bayes" not in args.policy:  # baseline:all: the ceiling where there is one
+        names = without_bayes_where_no_ceiling(names, book, sim)
     from lobsurf.sim.fees import holding_rows
 
     sim = announce_fees(sim, book, holding_rows(max(horizons), sim.stride),

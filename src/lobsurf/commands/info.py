@@ -20,6 +20,17 @@ def fee_text(instrument: dict) -> str:
     return f"{per_lot or 0:g} per lot + {bps or 0:g} bps of notional (recorded at ingest)"
 
 
+def maker_fee_text(instrument: dict) -> str:
+    """The maker fee (resting orders' fills) recorded for an instrument of ``summarize``, or
+    what applies without one."""
+    per_lot, bps = instrument.get("maker_fee_per_lot"), instrument.get("maker_fee_bps")
+    if per_lot is None and bps is None:
+        return "none recorded (resting orders pay the taker fee above)"
+    rebate = " (a rebate)" if (per_lot or 0) < 0 or (bps or 0) < 0 else ""
+    return (f"{per_lot or 0:g} per lot + {bps or 0:g} bps of notional{rebate} (recorded at "
+            "ingest)")
+
+
 def print_summary(s: dict) -> None:
     print(f"snapshots    {s['snapshots']:,}")
     print(f"segments     {s['segments']}")
@@ -28,6 +39,7 @@ def print_summary(s: dict) -> None:
         print(f"instrument   {i['symbol']} (id {i['instrument_id']}), tick {i['tick_size']:g} "
               f"{i['currency']}, multiplier {i['multiplier']:g}{given}")
         print(f"fees         {fee_text(i)}")
+        print(f"maker fees   {maker_fee_text(i)}")
     if s.get("synth"):
         law = s["synth"]
         print(f"generator    lobsurf synth, seed {law.get('seed')}, edge {law.get('edge')}, "

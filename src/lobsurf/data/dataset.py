@@ -9,6 +9,13 @@ the top than the previous level on that side, and size 0: fills never touch them
 size) and features stay finite. The store only holds two-sided books, so level 0 is
 always real.
 
+Trades (what printed in the interval (row - 1, row] of each row, by aggressor side) come as
+four [N] int32 columns: the lowest price a seller-initiated trade printed at and the volume
+sold there, the highest price a buyer-initiated trade printed at and the volume bought
+there; a row where nothing printed holds ``TRADE_NONE_SELL`` / ``TRADE_NONE_BUY`` and size 0.
+A book without trades (``has_trades`` False: a store written before they were recorded)
+has None there. These four suffice for resting orders at one price (lobsurf.sim.queue).
+
 ``gather_window`` returns the last K snapshots before each of B cursors, by index, in one
 vectorised gather (no Python loop over B): [B, K, 10] per field.
 """
@@ -26,6 +33,12 @@ from lobsurf.data.store import Store, StoreError
 #: ticks of room below the lowest best bid for the origin: deeper bid levels and their
 #: empty-level placeholders (one tick apart) stay non-negative.
 ORIGIN_HEADROOM_TICKS = 4 * LEVELS
+#: ``sell_trade_px_ticks`` of a row where no seller-initiated trade printed (above any price)
+TRADE_NONE_SELL = 2**31 - 1
+#: ``buy_trade_px_ticks`` of a row where no buyer-initiated trade printed (below any price)
+TRADE_NONE_BUY = -(2**31)
+#: the trade columns of BookTensors, in their order
+TRADE_FIELDS = ("sell_trade_px_ticks", "sell_trade_sz", "buy_trade_px_ticks", "buy_trade_sz")
 
 
 @dataclass
@@ -49,6 +62,18 @@ class BookTensors:
         feature_config: the ``FeatureConfig`` the table holds (None without one).
         fee_per_lot, fee_bps: the instrument's fees recorded in the store at ingest
             (currency per lot, bps of notional; lobsurf.sim.fees); None: not recorded.
+            The taker fee, paid by market orders.
+        sell_trade_px_ticks: [N] int32 lowest price (ticks, the origin of ``bid_px_ticks``)
+            at which a seller-initiated trade printed in (row - 1, row]; ``TRADE_NONE_SELL``
+            where none did. None without trades.
+        sell_trade_sz: [N] int32 lots sold by sellers at that lowest price; 0 where none.
+        buy_trade_px_ticks: [N] int32 highest price at which a buyer-initiated trade printed
+            in (row - 1, row]; ``TRADE_NONE_BUY`` where none did. None without trades.
+        buy_trade_sz: [N] int32 lots bought by buyers at that highest price; 0 where none.
+        has_trades: whether the four trade columns are there (False: a store written before
+            trades were recorded; passive orders are refused on it).
+        maker_fee_per_lot, maker_fee_bps: the maker fee recorded in the store at ingest,
+            paid by resting orders' fills (negative: a rebate); None: not recorded.
         synth: the synthetic generator's config recorded in the store (``Manifest.synth``);
             None for real data.
     """
@@ -71,7 +96,21 @@ class BookTensors:
     feature_config: object | None = None
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    sell_trade_px_ticks: torch.Tensor | None = None
+    sell_trade_sz: torch.Tensor | None = None
+    buy_trade_px_ticks: torch.Tensor | None = None
+    buy_trade_sz: torch.Tensor | None = None
+    has_trades: bool = False
+    maker_fee_per_lot: float | None = None
+    maker_fee_bps: float | None = None
     synth: dict | None = None
+
+    def __post_init__(self) -> None:
+        present = [getattr(self, name) is not None for name in TRADE_FIELDS]
+        if self.has_trades and not all(present):
+            raise ValueError("has_trades needs all four trade columns")
+        if not self.has_trades and any(present):
+            raise ValueError("trade columns given but has_trades is False")
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -233,6 +272,8 @@ def load_book_tensors(
         tick_size_fixed=int(tick),
         fee_per_lot=inst.fee_per_lot,
         fee_bps=inst.fee_bps,
+        maker_fee_per_lot=inst.maker_fee_per_lot,
+        maker_fee_bps=inst.maker_fee_bps,
         synth=manifest.synth,
     )
 

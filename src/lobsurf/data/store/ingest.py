@@ -28,8 +28,9 @@ Money: DBN and LOBSTER files carry no contract multiplier and no currency. They 
 ``multiplier`` / ``currency``, or from a Databento instrument-definition file
 (``definitions``); otherwise the multiplier is 1 and marked unknown (``lobsurf ingest``
 warns, ``lobsurf info`` says so) and the currency is ``"unknown"``. Fees
-(``fee_per_lot``, ``fee_bps``) are recorded only where given: training and evaluation
-charge them unless a run gives its own (``lobsurf.sim.fees``).
+(``fee_per_lot``, ``fee_bps``: the taker fee; ``maker_fee_per_lot``, ``maker_fee_bps``: the
+maker fee of resting orders, negative for a rebate) are recorded only where given: training
+and evaluation charge them unless a run gives its own (``lobsurf.sim.fees``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ class IngestConfig:
     two is recorded as 0"""
     fee_bps: float | None = None
     """fee in basis points of filled notional, recorded likewise"""
+    maker_fee_per_lot: float | None = None
+    """maker fee per lot a resting order fills (currency; negative: a rebate), recorded
+    likewise; None with maker_fee_bps None: none recorded (the simulator charges the taker
+    fee); one None of two is recorded as 0"""
+    maker_fee_bps: float | None = None
+    """maker fee in basis points of filled notional (negative: a rebate), recorded likewise"""
 
     def __post_init__(self) -> None:
         # `not (x > 0)` also refuses NaN; infinities would overflow the int64 conversions.
@@ -102,11 +109,23 @@ class IngestConfig:
         if self.fee_bps is not None and not (0 <= self.fee_bps <= MAX_FEE_BPS):
             raise UserError(f"--fee-bps must be in [0, {MAX_FEE_BPS:g}] (the whole notional), "
                             f"got {self.fee_bps}")
+        if self.maker_fee_per_lot is not None and not (-math.inf < self.maker_fee_per_lot
+                                                       < math.inf):
+            raise UserError(f"--maker-fee-per-lot must be finite, got {self.maker_fee_per_lot}")
+        if self.maker_fee_bps is not None and not (-MAX_FEE_BPS <= self.maker_fee_bps
+                                                   <= MAX_FEE_BPS):
+            raise UserError(f"--maker-fee-bps must be in [-{MAX_FEE_BPS:g}, {MAX_FEE_BPS:g}] "
+                            f"(the whole notional either way), got {self.maker_fee_bps}")
 
     @property
     def fees_given(self) -> bool:
         """Whether a fee is to be recorded in the store."""
         return self.fee_per_lot is not None or self.fee_bps is not None
+
+    @property
+    def maker_fees_given(self) -> bool:
+        """Whether a maker fee is to be recorded in the store."""
+        return self.maker_fee_per_lot is not None or self.maker_fee_bps is not None
 
     @property
     def tick_size_fixed(self) -> int | None:
@@ -380,6 +399,8 @@ def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: Inges
         multiplier_known=multiplier is not None,
         fee_per_lot=(cfg.fee_per_lot or 0.0) if cfg.fees_given else None,
         fee_bps=(cfg.fee_bps or 0.0) if cfg.fees_given else None,
+        maker_fee_per_lot=(cfg.maker_fee_per_lot or 0.0) if cfg.maker_fees_given else None,
+        maker_fee_bps=(cfg.maker_fee_bps or 0.0) if cfg.maker_fees_given else None,
     )
 
 
@@ -430,7 +451,8 @@ def summarize(manifest: Manifest) -> dict:
     instruments = [
         {"instrument_id": i.instrument_id, "symbol": i.symbol, "tick_size": i.tick_size,
          "multiplier": i.multiplier, "multiplier_known": i.multiplier_known,
-         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps}
+         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps,
+         "maker_fee_per_lot": i.maker_fee_per_lot, "maker_fee_bps": i.maker_fee_bps}
         for i in manifest.instruments
     ]
     ticks = sorted({i.tick_size for i in manifest.instruments})

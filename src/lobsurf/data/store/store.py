@@ -57,6 +57,10 @@ class Instrument:
         fee_per_lot: fee per lot filled (currency) given at ingest; None: none recorded
             (training and evaluation then use lobsurf.sim.fees' default, unless given).
         fee_bps: fee in basis points of filled notional given at ingest; None: see above.
+            These two are the taker fee: what a market order (one that takes liquidity) pays.
+        maker_fee_per_lot, maker_fee_bps: the maker fee, paid by a resting order's fills
+            (currency per lot, bps of notional), given at ingest; negative: a rebate. None:
+            none recorded (the simulator then charges the taker fee; lobsurf.sim.fees).
     """
 
     instrument_id: int
@@ -67,12 +71,19 @@ class Instrument:
     multiplier_known: bool = True
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    maker_fee_per_lot: float | None = None
+    maker_fee_bps: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("fee_per_lot", "fee_bps"):
+        for name in ("fee_per_lot", "fee_bps", "maker_fee_per_lot", "maker_fee_bps"):
             fee = getattr(self, name)
             number = isinstance(fee, (int, float)) and not isinstance(fee, bool)
-            if fee is not None and not (number and 0 <= fee < math.inf):
+            if fee is None:
+                continue
+            if name.startswith("maker_"):  # a maker fee may be a rebate
+                if not (number and -math.inf < fee < math.inf):
+                    raise ValueError(f"{name} {fee!r}: a maker fee must be a finite number")
+            elif not (number and 0 <= fee < math.inf):
                 raise ValueError(f"{name} {fee!r}: a fee must be a finite number >= 0")
 
     @property
