@@ -54,6 +54,10 @@ def print_summary(s: dict) -> None:
               f"{i['currency']}, multiplier {i['multiplier']:g}{given}")
         print(f"fees         {fee_text(i)}")
         print(f"maker fees   {maker_fee_text(i)}")
+    if s.get("synth"):
+        law = s["synth"]
+        print(f"generator    lobsurf synth, seed {law.get('seed')}, edge {law.get('edge')}, "
+              f"move_prob {law.get('move_prob')} (the law baseline:bayes plans on)")
     print(f"time range   {s['start']} .. {s['end']}")
     print(f"price range  {s['price_min']} .. {s['price_max']}")
     skipped = ", ".join(f"{k} {v:,}" for k, v in s["skipped"].items() if v) or "none"

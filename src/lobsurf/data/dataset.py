@@ -77,6 +77,8 @@ class BookTensors:
             on it).
         maker_fee_per_lot, maker_fee_bps: the maker fee recorded in the store at ingest,
             paid by resting orders' fills (negative: a rebate); None: not recorded.
+        synth: the synthetic generator's config recorded in the store (``Manifest.synth``);
+            None for real data.
     """
 
     ts_ns: torch.Tensor
@@ -104,6 +106,7 @@ class BookTensors:
     has_trades: bool = False
     maker_fee_per_lot: float | None = None
     maker_fee_bps: float | None = None
+    synth: dict | None = None
 
     def __post_init__(self) -> None:
         present = [getattr(self, name) is not None for name in TRADE_FIELDS]
@@ -286,6 +289,7 @@ def load_book_tensors(
         maker_fee_bps=inst.maker_fee_bps,
         **({name: dev(name) for name in TRADE_FIELDS} if store.has_trades else {}),
         has_trades=store.has_trades,
+        synth=manifest.synth,
     )
 
 

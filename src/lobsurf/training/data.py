@@ -37,7 +37,7 @@ from lobsurf.training.config import RunConfig
 
 #: Name of the bundled default data set (a preset of lobsurf.presets); bump the cache
 #: folder's suffix when the generator or the preset changes (v2: the store records its fee;
-#: v3: it records trades).
+#: v3: it records trades and its generator's law, for baseline:bayes).
 DEFAULT_PRESET = "tradeable"
 DEFAULT_CACHE_NAME = f"default-{DEFAULT_PRESET}-v3"
 

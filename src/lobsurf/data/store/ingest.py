@@ -56,6 +56,7 @@ from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
 from lobsurf.data.readers.mbp10 import split_mbp10
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Manifest, StoreWriter
+from lobsurf.data.store.generator import recorded_generator
 from lobsurf.data.store.inputs import detect_format, input_files
 from lobsurf.data.store.store import UNKNOWN_CURRENCY
 from lobsurf.data.store.summary import money_warnings, summarize  # noqa: F401 (re-exported)
@@ -284,6 +285,7 @@ def ingest(
                 empty.append(f"{path}: {why}")
         if writer.rows_written == 0:
             raise UserError("no valid snapshots in the input: " + "; ".join(empty))
+        writer.synth = recorded_generator(sources)  # None unless every file is lobsurf synth's
         return writer.close()
 
 

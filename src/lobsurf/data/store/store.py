@@ -134,6 +134,9 @@ class Manifest:
     skipped: dict[str, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     gap_threshold_ns: int = 0
+    #: the synthetic generator's config (every SynthConfig field) where every row came from
+    #: it (``lobsurf.data.store.generator``); None for real data
+    synth: dict | None = None
     format: str = STORE_FORMAT
     version: int = STORE_VERSION
     #: what the trade table holds; None: the store holds no trades
@@ -170,9 +173,12 @@ class Manifest:
                 gap_threshold_ns=int(raw.get("gap_threshold_ns", 0)),
                 version=int(raw["version"]),
                 trades=summary_from_json(raw.get("trades")),
+                synth=raw.get("synth"),
             )
         except (TypeError, ValueError) as exc:
             raise StoreError(f"malformed manifest entry: {exc}") from None
+        if manifest.synth is not None and not isinstance(manifest.synth, dict):
+            raise StoreError("malformed manifest entry: synth is not an object")
         if manifest.snapshots < 0:
             raise StoreError(f"malformed manifest entry: snapshots {manifest.snapshots} < 0")
         return manifest
@@ -299,6 +305,8 @@ class StoreWriter:
         self._source = ""
         self._new_source = False
         self.overwrite = overwrite
+        #: the generator config to record (Manifest.synth), set by a synthetic source
+        self.synth: dict | None = None
 
     def __enter__(self) -> StoreWriter:
         return self
@@ -420,6 +428,7 @@ class StoreWriter:
             sources=self.sources,
             gap_threshold_ns=self.gap_threshold_ns,
             trades=trades,
+            synth=self.synth,
         )
         (self.tmp / MANIFEST).write_text(manifest.to_json())
         if self.path.exists():

@@ -52,6 +52,7 @@ def summarize(manifest: Manifest) -> dict:
         "skipped_total": int(np.sum(list(manifest.skipped.values()), dtype=np.int64)),
         "sources": manifest.sources,
         "trades": None if manifest.trades is None else asdict(manifest.trades),
+        "synth": manifest.synth,
         "segment_details": [
             {"index": k, "rows": [s.start, s.stop], "snapshots": len(s),
              "instrument_id": s.instrument_id, "start": iso(s.ts_start_ns), "end": iso(s.ts_end_ns),

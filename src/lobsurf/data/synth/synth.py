@@ -32,7 +32,7 @@ import datetime as dt
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import numpy as np
 from lobsurf.data.readers.dbn_encode import EventFields, write_mbp10_dbn
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Store, StoreWriter
+from lobsurf.data.store.generator import write_generator_record
 from lobsurf.data.store.ingest import IngestConfig
 from lobsurf.data.synth.synth_book import BookCarry, BookStreams, book_chunk, initial_book
 from lobsurf.data.synth.synth_processes import RunState, alternating_runs
@@ -303,6 +304,8 @@ def write_synth(out_dir: str | os.PathLike, cfg: SynthConfig, progress: bool = F
                 dataset=cfg.dataset, symbol=cfg.symbol, instrument_id=cfg.instrument_id,
                 start_ns=start_ns, end_ns=end_ns, publisher_id=cfg.publisher_id)
             paths.append(path)
+    # the law beside its files: ingest records it in the store (baseline:bayes reads it)
+    write_generator_record(out, asdict(cfg), paths)
     return paths
 
 
@@ -325,6 +328,7 @@ def write_synth_store(path: str | os.PathLike, cfg: SynthConfig,
     segment per day. The same store as ``write_synth`` and ``lobsurf ingest`` of the files."""
     with StoreWriter(path, gap_threshold_ns=gap_threshold_ns) as writer:
         writer.add_instrument(synth_instrument(cfg))
+        writer.synth = asdict(cfg)
         for day in range(cfg.days):
             writer.begin_source(f"synth:{day_file_name(cfg, day)}")
             for chunk, trades in generate_day_with_trades(cfg, day):
