@@ -1,4 +1,5 @@
-"""``lobsurf info``: what a snapshot store holds (counts, instruments, times, prices, skips)."""
+"""``lobsurf info``: what a snapshot store holds (counts, instruments, times, prices, skips,
+trades)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,19 @@ def checks_text(checks: dict) -> str:
             f"best bid and ask ({share}; {checks.get('book_ticker_messages', 0):,} tickers)")
 
 
+def trade_text(trades: dict | None) -> str:
+    """The trade table of ``summarize`` in a line, or why passive orders cannot use the store."""
+    if trades is None:
+        return ("none recorded (a store written before trades were recorded, or from a source "
+                "without them: passive orders need them; re-ingest the source files)")
+    records = trades.get("left_out_records", {})
+    left_out = ", ".join(f"{k} {v:,} lots ({records.get(k, 0):,} records)"
+                         for k, v in trades["left_out"].items())
+    return (f"{trades['volume']:,} lots at {trades['rows']:,} rows ({trades['entries']:,} "
+            f"entries; buyer {trades['buy_volume']:,}, seller {trades['sell_volume']:,}, "
+            f"side unknown {trades['unknown_volume']:,}); left out {left_out or 'none'}")
+
+
 def maker_fee_text(instrument: dict) -> str:
     """The maker fee (resting orders' fills) recorded for an instrument of ``summarize``, or
     what applies without one."""
@@ -71,13 +85,15 @@ def print_summary(s: dict) -> None:
     gaps = s["skipped"].get("depth_gap", 0) + s["skipped"].get("book_restart", 0)
     if "book_ticker_aligned" in checks or gaps:
         print(f"depth gaps   {gaps:,} (each ends a segment; the book restarts at a snapshot)")
-    if checks.get("trades_parsed"):
-        print(f"trades       {checks['trades_parsed']:,} parsed (not stored: the store keeps "
-              "no trades yet)")
+    if s.get("synth"):
+        law = s["synth"]
+        print(f"generator    lobsurf synth, seed {law.get('seed')}, edge {law.get('edge')}, "
+              f"move_prob {law.get('move_prob')} (the law baseline:bayes plans on)")
     print(f"time range   {s['start']} .. {s['end']}")
     print(f"price range  {s['price_min']} .. {s['price_max']}")
     skipped = ", ".join(f"{k} {v:,}" for k, v in s["skipped"].items() if v) or "none"
     print(f"skipped      {s['skipped_total']:,} ({skipped})")
+    print(f"trades       {trade_text(s.get('trades'))}")
     for seg in s["segment_details"][:20]:
         print(f"  segment {seg['index']:>3}: {seg['snapshots']:>10,} snapshots  "
               f"{seg['start']} .. {seg['end']}  [{seg['source']}]")

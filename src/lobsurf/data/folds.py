@@ -10,7 +10,7 @@ equally many rows; windows and label horizons still never cross a segment bounda
 from __future__ import annotations
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.data.store.store import AROUND_THE_CLOCK
+from lobsurf.data.store.instrument import AROUND_THE_CLOCK
 from lobsurf.errors import UserError
 
 

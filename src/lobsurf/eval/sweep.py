@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.data.store.store import AROUND_THE_CLOCK
+from lobsurf.data.store.instrument import AROUND_THE_CLOCK
 from lobsurf.eval.metrics import NS_PER_DAY, BacktestRecord
 from lobsurf.eval.policy import Policy
 from lobsurf.sim.config import SimConfig

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.data.store.store import AROUND_THE_CLOCK
+from lobsurf.data.store.instrument import AROUND_THE_CLOCK
 from lobsurf.errors import UserError
 
 

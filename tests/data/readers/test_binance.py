@@ -90,7 +90,9 @@ def test_real_recordings_rebuild_as_the_reference_and_agree_with_book_ticker(
     assert checks["book_ticker_agree"] == checks["book_ticker_aligned"]
     assert m.skipped.get("depth_gap", 0) == 0 and checks["book_starts"] == 1
     assert m.skipped["depth_stale"] == (2 if venue == "binance" else 4)
-    assert checks["trades_parsed"] > 200
+    trades = m.trades  # what traded between the rows, in the trade table
+    assert trades.source_records > 200 and trades.volume > 0 and trades.entries > 100
+    assert trades.buy_volume + trades.sell_volume == trades.volume
 
 
 def test_event_before_the_snapshot_line_bridges_it_and_rows_wait_for_the_snapshot(tmp_path):
@@ -206,35 +208,53 @@ def test_a_wrong_book_ticker_is_reported_with_its_line(tmp_path, capsys):
     assert (checks["book_ticker_aligned"], checks["book_ticker_agree"]) == (1, 0)
 
 
-def test_trades_are_parsed_with_the_aggressor_in_size_units(tmp_path):
+def test_trades_belong_to_the_next_row_with_the_aggressor_in_size_units(tmp_path):
     from lobsurf.data.readers.binance import BinanceReader, peek_stream
     from lobsurf.data.readers.decimals import SizeUnit
 
     bids, asks = book_levels(6_000_000)
     lines = [snapshot(100, bids, asks, T0), depth(101, 101, [], [], T0 + MS),
              trade(px(6_000_001), qty(250), True, T0 + 2 * MS),
-             trade(px(6_000_002), qty(5), False, T0 + 3 * MS)]
+             trade(px(6_000_002), qty(5), False, T0 + 3 * MS),
+             depth(102, 102, [], [], T0 + 4 * MS)]
     path = write_recording(tmp_path / "r.gz", lines)
     unit = SizeUnit()
     chunks = list(BinanceReader([path], peek_stream(path)[0], unit))
     trades = chunks[-1].trades
+    assert trades.row.tolist() == [1, 1]  # between rows 0 and 1: in row 1's interval
     assert trades.side.tolist() == [-1, 1]  # m true: the buyer was the maker, the seller hit
     assert unit.text() == "0.00005"  # 0.0025, 0.00005 and the snapshot's 0.001 .. 0.012
     assert trades.size.tolist() == [50, 1]
-    assert trades.price_fixed.tolist() == [60_000_010_000_000, 60_000_020_000_000]
+    assert trades.price.tolist() == [60_000_010_000_000, 60_000_020_000_000]
+    store = build(tmp_path, [path])
+    table = store.trades_of_rows(0, len(store))
+    assert table.row.tolist() == [1, 1] and sorted(table.size.tolist()) == [1, 50]
+
+
+def test_a_recording_without_the_trade_stream_gives_a_store_without_trades(tmp_path):
+    bids, asks = book_levels(6_000_000)
+    store = checked_store(tmp_path, [snapshot(100, bids, asks, T0),
+                                     depth(101, 101, [], [], T0 + MS)])
+    assert store.manifest.trades is None and not store.has_trades
 
 
 def test_a_finer_size_later_refines_the_unit_and_rescales_what_was_written(tmp_path):
     bids, asks = book_levels(6_000_000)
     lines = [snapshot(100, bids, asks, T0)]
-    for i in range(30):  # coarse sizes first, in several chunks
+    for i in range(30):  # coarse sizes first, in several chunks, with trades between rows
         lines.append(depth(101 + i, 101 + i, [[px(5_999_999), qty(1000 + 100 * i)]], [],
                            T0 + (i + 1) * MS))
+        lines.append(trade(px(6_000_001), qty(500), i % 2 == 0, T0 + (i + 1) * MS + 1))
     lines.append(depth(131, 131, [[px(5_999_999), qty(7)]], [], T0 + 40 * MS))  # 0.00007
-    path = write_recording(tmp_path / "r.gz", lines)
-    store = build(tmp_path, [path], chunk_records=8)
+    lines.append(trade(px(6_000_001), qty(3), False, T0 + 41 * MS))  # 0.00003
+    lines.append(depth(132, 132, [], [], T0 + 42 * MS))
+    store = checked_store(tmp_path, lines, chunk_records=8)
     assert store.manifest.instruments[0].size_unit == 0.00001
-    assert_store_is_reference(store, [path])
+    table = store.trades_of_rows(0, len(store))
+    assert table.size.tolist() == [500] * 30 + [3]  # units of 0.00001, every chunk's alike
+    assert table.row.tolist() == list(range(1, 32))
+    summary = store.manifest.trades
+    assert summary.volume == summary.source_volume == 30 * 500 + 3
 
 
 def test_a_given_size_unit_is_used_and_a_size_off_it_named(tmp_path):

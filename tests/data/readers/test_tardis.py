@@ -96,7 +96,7 @@ def test_book_snapshot_5_is_read_directly_with_the_missing_levels_empty(tmp_path
     assert store.manifest.instruments[0].size_unit == 0.25
 
 
-def test_trades_are_parsed_and_counted_a_trades_file_alone_gives_no_store(tmp_path):
+def test_trades_are_parsed_a_trades_file_alone_gives_no_store(tmp_path):
     from lobsurf.data.readers.decimals import SizeUnit
     from lobsurf.data.readers.tardis import TardisReader, peek_tardis
 

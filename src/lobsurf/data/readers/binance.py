@@ -12,7 +12,9 @@ capture time in UNIX nanoseconds, plus the REST depth snapshot as a raw line
   stamped with its capture time (or the snapshot's, for events received before the
   snapshot that bridged them) and its event time ``E``;
 * ``bookTicker``: the independent check of the rebuilt best levels (``top_of_book_check``);
-* ``trade``: trade prints (``trade_prints``; ``m`` true: the seller was the aggressor).
+* ``trade``: the trades between rows (``lobsurf.data.trades``; ``m`` true: the buyer was
+  the maker, so the seller was the aggressor); a recording without the trade stream says
+  nothing of what traded, and its store holds no trades.
 
 Partial-depth streams (``@depth20``), ``aggTrade`` and anything else are counted as
 ``unused_messages``. One instrument per recording: the first symbol seen; lines of another
@@ -38,7 +40,7 @@ from lobsurf.data.readers.decimals import SizeUnit, price_fixed, size_atoms
 from lobsurf.data.readers.l2_book import BookRows, CryptoChunk, L2Book
 from lobsurf.data.readers.text_lines import NumberedLines, first_lines
 from lobsurf.data.readers.top_of_book_check import TopOfBookCheck
-from lobsurf.data.readers.trade_prints import BUYER_AGGRESSOR, SELLER_AGGRESSOR
+from lobsurf.data.trades import SIDE_BUY, SIDE_SELL
 from lobsurf.errors import UserError
 
 SPOT, FUTURES = "binance", "binance-futures"
@@ -93,6 +95,14 @@ def peek_stream(path: str | os.PathLike) -> tuple[StreamKey, int]:
             return StreamKey(venue, str(symbol).upper()), first_ns
     raise UserError(f"{path}: no Binance depth, bookTicker or trade message with a symbol in "
                     f"its first {PEEK_LINES:,} lines (expected '<receive time ns> <JSON>' lines)")
+
+
+def records_trades(path: str | os.PathLike) -> bool:
+    """Whether the recording has the trade stream (a trade among its first lines): only
+    then do its rows say what traded between them (else the store holds no trades)."""
+    path = Path(path)
+    return any(_parse_line(path, number, raw)[1] == "trade"
+               for number, raw in first_lines(path, PEEK_LINES) if raw.strip())
 
 
 def _venue_of(kind: str, data: dict) -> str | None:
@@ -167,7 +177,7 @@ class BinanceReader:
         self.book = L2Book()
         self.sync = DiffDepthSync(config.buffer_limit)
         self.check = TopOfBookCheck()
-        self.rows = BookRows(key.instrument_id, unit)
+        self.rows = BookRows(key.instrument_id, unit, records_trades(paths[0]))
         self.counts = {"unused_messages": 0, "other_instrument": 0, "truncated_file": 0}
         self.sizes = [p.stat().st_size for p in paths]
         self._lines: NumberedLines | None = None
@@ -264,11 +274,8 @@ class BinanceReader:
     def _trade(self, ns: int, data: dict, where: tuple[str, int]) -> None:
         if not isinstance(data["m"], bool):
             raise ValueError(f"m {data['m']!r} is not true or false")
-        side = SELLER_AGGRESSOR if data["m"] else BUYER_AGGRESSOR
-        if not 0 <= _int(data, "T") < MAX_MS:
-            raise ValueError(f"T {data['T']} is not a time in UNIX milliseconds")
-        self.rows.add_trade(ns, _int(data, "T") * NS_PER_MS, price_fixed(data["p"]),
-                            size_atoms(data["q"]), side, where)
+        side = SIDE_SELL if data["m"] else SIDE_BUY  # m: the buyer was the maker
+        self.rows.add_trade(price_fixed(data["p"]), size_atoms(data["q"]), side, where)
 
     def _apply(self, payload: tuple) -> None:
         bids, asks, last, ns, event_ns, path, number = payload

@@ -5,8 +5,10 @@ its prices, so a level update is a dict write plus, for a new or vanished price,
 the top 10 levels are a slice. Updates carry absolute sizes (the venue's "quantity at this
 price now", Binance and Tardis alike); size 0 removes the level.
 
-``BookRows``: the 10-level rows and trade prints a reader emits, gathered as Python ints and
-turned into store units at ``flush``: sizes divided exactly by the instrument's size unit
+``BookRows``: the 10-level rows and trades a reader emits, gathered as Python ints and
+turned into store units at ``flush``. A trade belongs to the next row emitted after it (the
+interval (previous row, row] of the store's trade table: ``lobsurf.data.trades``), as the
+recording ordered them. Sizes are converted sizes divided exactly by the instrument's size unit
 (``decimals.SizeUnit``, refined first when the chunk holds a finer size), each one checked
 against the store's uint32, an offending size named by its file and line.
 """
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lobsurf.data.readers.decimals import SizeUnit, decimal_text, price_fixed, size_atoms
-from lobsurf.data.readers.trade_prints import TradePrints
 from lobsurf.data.schema import LEVELS, MAX_SIZE, UNDEF_PRICE, SnapshotChunk
+from lobsurf.data.trades import TradeChunk
 from lobsurf.errors import UserError
 
 _EMPTY_PX = [UNDEF_PRICE] * LEVELS
@@ -125,21 +127,23 @@ class L2Book:
 
 @dataclass
 class CryptoChunk:
-    """What a crypto reader yields: snapshot rows, their segment breaks, trade prints, and
-    the factor by which sizes stored earlier must be multiplied (the unit was refined)."""
+    """What a crypto reader yields: snapshot rows, their segment breaks, the trades of their
+    intervals (None: the source does not say what traded), and the factor by which sizes
+    stored earlier must be multiplied (the unit was refined)."""
 
     rows: SnapshotChunk
     breaks: np.ndarray
-    trades: TradePrints | None
+    trades: TradeChunk | None
     size_rescale: int = 1
 
 
 class BookRows:
     """Rows and trades gathered between flushes (see module doc)."""
 
-    def __init__(self, instrument_id: int, unit: SizeUnit):
+    def __init__(self, instrument_id: int, unit: SizeUnit, gives_trades: bool):
         self.instrument_id = instrument_id
         self.unit = unit
+        self.gives_trades = gives_trades  # False: chunks carry trades None
         self.pending_rescale = 1  # unit refinements not yet passed on with a chunk
         self._reset()
 
@@ -152,7 +156,7 @@ class BookRows:
         self.row_file: list[str] = []  # file and line of each row
         self.row_line: list[int] = []
         self.trade_where: list[tuple[str, int]] = []  # and of each trade
-        self.trades: list[tuple[int, int, int, int, int]] = []
+        self.trades: list[tuple[int, int, int, int]] = []  # (row, price, atoms, side)
 
     def __len__(self) -> int:
         return len(self.ts_recv) + len(self.trades)
@@ -190,9 +194,9 @@ class BookRows:
         self.row_file.append(where[0])
         self.row_line.append(where[1])
 
-    def add_trade(self, ts_recv: int, ts_event: int, price: int, size: int, side: int,
-                  where: tuple[str, int]) -> None:
-        self.trades.append((ts_recv, ts_event, price, size, side))
+    def add_trade(self, price: int, size: int, side: int, where: tuple[str, int]) -> None:
+        """A trade before the next row (price fixed point, size atoms, aggressor side)."""
+        self.trades.append((len(self.ts_recv), price, size, side))
         self.trade_where.append(where)
 
     def observe_sizes(self, sizes: list[int], where: tuple[str, int]) -> None:
@@ -206,8 +210,8 @@ class BookRows:
     def flush(self) -> CryptoChunk:
         """The gathered rows and trades in store units; the buffers start empty again."""
         n, m = len(self.ts_recv), len(self.trades)
-        trade_cols = list(zip(*self.trades)) if m else [[]] * 5
-        sizes = self.sz + list(trade_cols[3])
+        trade_cols = list(zip(*self.trades)) if m else [[]] * 4
+        sizes = self.sz + list(trade_cols[2])
         rescale, units = self._in_units(sizes)
         px = np.fromiter(self.px, np.int64, len(self.px)).reshape(n, 2, LEVELS)
         book_units = units[:n * 2 * LEVELS].reshape(n, 2, LEVELS)
@@ -218,13 +222,11 @@ class BookRows:
             bid_px=px[:, 0], ask_px=px[:, 1], bid_sz=book_units[:, 0], ask_sz=book_units[:, 1],
             bid_ct=np.zeros((n, LEVELS), np.int64), ask_ct=np.zeros((n, LEVELS), np.int64))
         trades = None
-        if m:
-            trades = TradePrints(ts_recv_ns=np.array(trade_cols[0], np.int64),
-                                 ts_event_ns=np.array(trade_cols[1], np.int64),
-                                 price_fixed=np.array(trade_cols[2], np.int64),
-                                 size=units[n * 2 * LEVELS:],
-                                 side=np.array(trade_cols[4], np.int8),
-                                 size_unit_atoms=self.unit.atoms)
+        if self.gives_trades:
+            trades = TradeChunk(row=np.array(trade_cols[0], np.int64),
+                                price=np.array(trade_cols[1], np.int64),
+                                size=units[n * 2 * LEVELS:],
+                                side=np.array(trade_cols[3], np.int8))
         chunk = CryptoChunk(rows, np.array(self.breaks, bool), trades,
                             rescale * self.pending_rescale)
         self.pending_rescale = 1

@@ -15,8 +15,9 @@ times in microseconds since the epoch (UTC), prices and amounts as decimal text.
 * ``book_snapshot_25`` / ``book_snapshot_5`` (``asks[i].price, asks[i].amount,
   bids[i].price, bids[i].amount`` per level): read directly, the first 10 levels; missing
   levels (empty fields, or fewer than 10 in the file) are empty.
-* ``trades`` (``id,side,price,amount``): trade prints; ``side`` is the taker's (buy, sell,
-  or unknown: aggressor 0).
+* ``trades`` (``id,side,price,amount``): parsed and checked (``side`` is the taker's: buy,
+  sell, or unknown); a trades file has no book rows to put them between, so it gives no
+  store of its own (joining it to a book file of the same instrument is not done yet).
 
 Rows of another symbol are counted as ``other_instrument``. A malformed line is a
 ``UserError`` naming the file and line.
@@ -33,8 +34,8 @@ from pathlib import Path
 from lobsurf.data.readers.decimals import SizeUnit, price_fixed, size_atoms
 from lobsurf.data.readers.l2_book import BookRows, CryptoChunk, L2Book
 from lobsurf.data.readers.text_lines import NumberedLines, first_lines
-from lobsurf.data.readers.trade_prints import BUYER_AGGRESSOR, SELLER_AGGRESSOR
 from lobsurf.data.schema import LEVELS, UNDEF_PRICE
+from lobsurf.data.trades import SIDE_BUY, SIDE_SELL, SIDE_UNKNOWN
 from lobsurf.errors import UserError
 
 NS_PER_US = 1_000
@@ -44,7 +45,7 @@ INCREMENTAL, TRADES = "incremental_book_L2", "trades"
 _COMMON = ("exchange", "symbol", "timestamp", "local_timestamp")
 _COLUMNS = {INCREMENTAL: _COMMON + ("is_snapshot", "side", "price", "amount"),
             TRADES: _COMMON + ("id", "side", "price", "amount")}
-_TAKER = {"buy": BUYER_AGGRESSOR, "sell": SELLER_AGGRESSOR, "unknown": 0}
+_TAKER = {"buy": SIDE_BUY, "sell": SIDE_SELL, "unknown": SIDE_UNKNOWN}
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class TardisReader:
     def __init__(self, paths: list[Path], key: TardisKey, unit: SizeUnit, chunk_rows: int):
         self.paths, self.key, self.chunk_rows = paths, key, chunk_rows
         self.book = L2Book()
-        self.rows = BookRows(key.instrument_id, unit)
+        self.rows = BookRows(key.instrument_id, unit, gives_trades=key.data_type == TRADES)
         self.counts = {"other_instrument": 0, "truncated_file": 0}
         if key.data_type == INCREMENTAL:
             self.counts.update(depth_no_book=0, book_restart=0)
@@ -236,9 +237,8 @@ class TardisReader:
                 price, size = price_fixed(fields[6]), size_atoms(fields[7])
             except ValueError as exc:
                 raise UserError(f"{path}:{number}: {exc}") from None
-            self.rows.add_trade(_micros(path, number, fields[3]) * NS_PER_US,
-                                _micros(path, number, fields[2]) * NS_PER_US, price, size, side,
-                                (str(path), number))
+            _micros(path, number, fields[2]), _micros(path, number, fields[3])  # checked
+            self.rows.add_trade(price, size, side, (str(path), number))
             if len(self.rows) >= self.chunk_rows:
                 yield self.rows.flush()
 

@@ -19,7 +19,7 @@ from lobsurf.data.readers.l2_book import CryptoChunk
 from lobsurf.data.readers.tardis import INCREMENTAL, TRADES, TardisReader
 from lobsurf.data.store.inputs import InputGroup
 from lobsurf.data.store.sources import Source, SourceChunk
-from lobsurf.data.store.store import AROUND_THE_CLOCK
+from lobsurf.data.store.instrument import AROUND_THE_CLOCK
 
 #: venues (Binance's and Tardis's names) whose quantities are base-asset amounts for every
 #: instrument: spot markets and USD-M (linear) futures

@@ -18,6 +18,12 @@ Memory: one file at a time, ``chunk_records`` records at a time. Peak host memor
 ~500 B, masks) plus the zstd window, independent of file size; the default 65,536 records
 keep it under ~100 MB (``benchmarks/bench_ingest.py`` measures it).
 
+Trades: each reader reports what traded with the chunk's snapshots (``SourceChunk.trades``:
+MBP-10 ``T`` records, MBO ``T`` records, LOBSTER executions; ``lobsurf.data.trades``). A
+trade in the interval of a row that validation skips moves to the next row written (across
+chunks); one after the file's last written row, or of another book, is left out and
+counted (the manifest's ``trades``; docs/data.md has every rule).
+
 MBO anomalies the book builder met (cancels of unknown orders and the like) are counted in
 the manifest's ``skipped`` as ``mbo_<kind>``.
 
@@ -46,7 +52,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,19 +61,26 @@ from lobsurf.data.readers.dbn_read import DbnReader
 from lobsurf.data.readers.decimals import SizeUnit, atoms_of
 from lobsurf.data.readers.definitions import Definition, read_definitions
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
-from lobsurf.data.readers.trade_prints import TradePrints
+from lobsurf.data.readers.mbp10 import split_mbp10
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Manifest, StoreWriter
 from lobsurf.data.store.crypto_sources import crypto_source
+from lobsurf.data.store.generator import recorded_generator
 from lobsurf.data.store.inputs import CRYPTO_FORMATS, Format, InputGroup, input_files, plan_groups
 from lobsurf.data.store.sources import Source as _Source
 from lobsurf.data.store.sources import SourceChunk
 from lobsurf.data.store.store import UNKNOWN_CURRENCY
+from lobsurf.data.store.summary import money_warnings, summarize  # noqa: F401 (re-exported)
+from lobsurf.data.trades import TradeChunk, attach_to_kept, merge_waiting
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
 
 #: basis points in the whole notional: a larger --fee-bps charges more than the fill is worth
 MAX_FEE_BPS = 10_000.0
+#: trades held while they wait for a row that passes validation; beyond this many (a long
+#: run of skipped rows) they are merged per side, price and book (about 40 MB held at most;
+#: the volume stays exact, left_out_records then counts merged entries)
+MAX_WAITING_TRADES = 1 << 20
 #: progress callback: (source name, bytes done, bytes total)
 Progress = Callable[[str, int, int], None]
 #: where ingest says what the user should know (a line without "warning:")
@@ -168,14 +181,23 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
     mbp10_bad_book = {"records": 0}
 
     def chunks() -> Iterator[SourceChunk]:
+        pending_break = False
         with reader:
             for records in reader.chunks(cfg.chunk_records):
                 if reader.header.schema == "mbp-10":
-                    # Each snapshot carries its own book: a flagged one starts the new series.
+                    # Each snapshot carries its own book: a flagged one starts the new series
+                    # (a flagged trade record: the next book record does).
                     breaks = (records["flags"] & F_MAYBE_BAD_BOOK) != 0
                     mbp10_bad_book["records"] += int(breaks.sum())
-                    yield SourceChunk(SnapshotChunk.from_mbp10(records),
-                                      records["publisher_id"], breaks)
+                    book, trades = split_mbp10(records)
+                    rows = None if book is None else np.flatnonzero(book)  # faster than a mask
+                    publisher = records["publisher_id"]
+                    if rows is not None or pending_break:
+                        at = np.arange(len(records)) if rows is None else rows
+                        breaks, pending_break = carry_breaks(breaks, at, pending_break)
+                        publisher = publisher[at]
+                    yield SourceChunk(SnapshotChunk.from_mbp10(records, rows), publisher,
+                                      breaks, trades)
                     continue
                 first = reader.records_read - len(records)
                 fed = builder.feed_detailed(records)
@@ -184,7 +206,7 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
                         f"{path}: record {first}: top-of-book (F_TOB) MBO feeds are not supported; "
                         "use an MBP-10 file for this venue"
                     )
-                yield SourceChunk(fed.chunk, fed.publisher, fed.breaks)
+                yield SourceChunk(fed.chunk, fed.publisher, fed.breaks, fed.trades)
 
     def counts() -> dict[str, int]:
         if reader.header.schema != "mbo":
@@ -197,6 +219,9 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
         stats = builder.stats
         if reader.records_read == 0:
             return "no records after the DBN header"
+        if reader.header.schema == "mbp-10":
+            return (f"all {reader.records_read:,} records are trade reports (action T or F) "
+                    "inside event packets, which repeat the book before them: no book state")
         if reader.header.schema == "mbo" and stats.snapshot_records == stats.records:
             return (f"all {stats.records:,} records are the initial book replay (F_SNAPSHOT), "
                     "which builds the book but emits no snapshot; the file has no live records")
@@ -215,16 +240,16 @@ MBO_ANOMALIES = ("cancel_unknown", "cancel_oversize", "modify_unknown", "modify_
 
 
 def _lobster_source(path: Path, cfg: IngestConfig) -> _Source:
-    from lobsurf.data.readers.lobster import iter_lobster, lobster_instrument
+    from lobsurf.data.readers.lobster import iter_lobster_with_trades, lobster_instrument
 
     info = lobster_instrument(path)
     handle = {"rows": 0}
     total_rows = max(1, sum(1 for _ in open(path, "rb")))
 
     def chunks() -> Iterator[SourceChunk]:
-        for chunk in iter_lobster(path, chunk_rows=cfg.chunk_records):
+        for chunk, trades in iter_lobster_with_trades(path, chunk_rows=cfg.chunk_records):
             handle["rows"] += len(chunk)
-            yield SourceChunk(chunk)
+            yield SourceChunk(chunk, trades=trades)
 
     return _Source(chunks(), info.symbol, lambda: handle["rows"], total_rows,
                    default_tick_fixed=info.tick_size_fixed,
@@ -242,7 +267,8 @@ def ingest(
 ) -> Manifest:
     """Build a store at ``out`` from ``paths`` (in the order given; sort them by time; the
     files of one crypto stream are put in time order: ``inputs``)."""
-    groups = plan_groups(input_files(paths), fmt)
+    files = input_files(paths)
+    groups = plan_groups(files, fmt)
     definitions = read_definitions(cfg.definitions) if cfg.definitions is not None else {}
     gap_ns = int(cfg.gap_threshold_s * 1e9)
     units: dict[int, SizeUnit] = {}  # per instrument, shared by its crypto sources
@@ -264,20 +290,8 @@ def ingest(
                     warn(f"{group.label}: {line}")
         if writer.rows_written == 0:
             raise UserError("no valid snapshots in the input: " + "; ".join(empty))
+        writer.synth = recorded_generator(files)  # None unless every file is lobsurf synth's
         return writer.close()
-
-
-def keep_trades(writer: StoreWriter, instrument_id: int, trades: TradePrints | None) -> int:
-    """The trades a source parsed with a chunk of rows; returns how many.
-
-    The store has no trades table yet: the prints are parsed, checked and sized in the
-    store's size unit, and counted (``trades_parsed`` in the manifest's cross checks). This
-    is the one place that hands them to the store once it keeps trades.
-    """
-    if trades is None or not len(trades):
-        return 0
-    writer.count_checks({"trades_parsed": len(trades)})
-    return len(trades)
 
 
 def _ingest_source(group: InputGroup, source: _Source, cfg: IngestConfig,
@@ -293,14 +307,15 @@ def _ingest_source(group: InputGroup, source: _Source, cfg: IngestConfig,
     produced, written = 0, 0
     skipped: dict[str, int] = {}
     pending_break = False
+    waiting = TradeChunk.empty()  # trades after the last written row so far
     for part in source.chunks:
         chunk = part.chunk
         produced += len(chunk)
         if len(chunk) and chosen is None:
             chosen = int(chunk.instrument_id[0])
-        if part.size_rescale > 1:  # a finer size unit: the rows stored so far follow it
+        if part.size_rescale > 1:  # a finer size unit: what was stored so far follows it
             writer.scale_sizes(int(group.key.instrument_id), part.size_rescale)
-        keep_trades(writer, chosen, part.trades)
+            waiting = replace(waiting, size=waiting.size * part.size_rescale)
         if given_tick is None and chosen in definitions:
             given_tick = definitions[chosen].tick_size_fixed  # the venue's tick: exact
         ours, counts, publisher = _select_book(part, chosen, publisher)
@@ -317,11 +332,24 @@ def _ingest_source(group: InputGroup, source: _Source, cfg: IngestConfig,
         writer.count_skipped(counts)
         for reason, n in counts.items():
             skipped[reason] = skipped.get(reason, 0) + n
-        writer.append(valid, starts)
+        trades = None
+        if part.trades is not None:
+            # Trades still waiting belong to this chunk's first rows: they are at row 0.
+            mine = TradeChunk.concat([waiting.with_rows(np.zeros(len(waiting), np.int64)),
+                                      part.trades])
+            mine = _book_trades(mine, chosen, publisher, writer)
+            trades, waiting = attach_to_kept(mine, kept)
+            if len(waiting) > MAX_WAITING_TRADES:  # a long run of skipped rows: bound memory
+                merged = merge_waiting(waiting)
+                writer.count_trade_records_merged(len(waiting) - len(merged))
+                waiting = merged
+        writer.append(valid, starts, trades)
         written += len(valid)
         if progress:
             progress(group.label, source.position(), source.size)
     writer.count_skipped(source.source_counts())
+    waiting = _book_trades(waiting, chosen, publisher, writer)
+    writer.count_trades_left_out("after_last_row", len(waiting), waiting.volume)
     writer.count_checks(source.cross_checks())
     if chosen is not None:
         definition = definitions.get(chosen)
@@ -353,6 +381,23 @@ def _select_book(part: SourceChunk, instrument: int, publisher: int | None
         counts["other_publisher"] = int(other.sum())
         ours &= ~other
     return ours, counts, publisher
+
+
+def _book_trades(trades: TradeChunk, instrument: int | None, publisher: int | None,
+                 writer: StoreWriter) -> TradeChunk:
+    """The trades of the file's one book; others are counted as left out. Before that book
+    is known (no row of it seen yet) they are all kept, to be sorted out later."""
+    for book, field, reason in ((instrument, "instrument_id", "other_instrument"),
+                                (publisher, "publisher", "other_publisher")):
+        ids = getattr(trades, field)
+        if book is None or ids is None:
+            continue
+        other = ids != book
+        if other.any():
+            writer.count_trades_left_out(reason, int(other.sum()),
+                                         int(trades.size[other].sum()))
+            trades = trades.take(~other)
+    return trades
 
 
 def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: IngestConfig,

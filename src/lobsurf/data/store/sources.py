@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lobsurf.data.readers.trade_prints import TradePrints
 from lobsurf.data.schema import SnapshotChunk
-from lobsurf.data.store.store import SESSIONS
+from lobsurf.data.store.instrument import SESSIONS
+from lobsurf.data.trades import TradeChunk
 
 
 @dataclass
@@ -22,9 +22,11 @@ class SourceChunk:
     publisher: np.ndarray | None = None
     #: [N] bool: the row starts a new segment (after an F_MAYBE_BAD_BOOK); None: no breaks
     breaks: np.ndarray | None = None
-    #: trades the source parsed with these rows (crypto formats; see ``keep_trades``)
-    trades: TradePrints | None = None
-    #: the size unit was refined: sizes stored earlier are to be multiplied by this
+    #: what traded in the rows' intervals (``row`` indexes the N rows; N: after the last, so
+    #: the next chunk's); ``TradeChunk.empty()`` when nothing did; None: the format does not
+    #: say what traded (the store then holds no trades)
+    trades: TradeChunk | None = None
+    #: crypto: the size unit was refined, sizes stored earlier are to be multiplied by this
     size_rescale: int = 1
 
 

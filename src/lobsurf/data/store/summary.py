@@ -1,13 +1,16 @@
-"""What a store holds, in words and numbers: ``summarize`` (the ``lobsurf info --json``
-object, printed by ``lobsurf ingest`` and ``lobsurf info``) and the warnings about money
-figures nobody stated (``money_warnings``)."""
+"""What a store holds, for people: ``summarize`` (the ``lobsurf info --json`` object,
+printed by ``lobsurf ingest`` and ``lobsurf info``) and the warnings about money figures
+nobody stated (``money_warnings``)."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import numpy as np
 
 from lobsurf.data.schema import FIXED_PRICE_SCALE
-from lobsurf.data.store.store import AROUND_THE_CLOCK, Manifest
+from lobsurf.data.store.instrument import AROUND_THE_CLOCK
+from lobsurf.data.store.store import Manifest
 
 
 def money_warnings(manifest: Manifest) -> list[str]:
@@ -29,7 +32,9 @@ def money_warnings(manifest: Manifest) -> list[str]:
 
 
 def summarize(manifest: Manifest) -> dict:
-    """The ``lobsurf info --json`` object: counts, instruments, times, prices in currency."""
+    """The ``lobsurf info --json`` object: counts, instruments, times, prices in currency,
+    the trade table's counts (``trades``: None when the store holds no trades) and the
+    cross checks of rebuilt books (crypto)."""
     import datetime as dt
 
     def iso(ns: int) -> str:
@@ -57,6 +62,8 @@ def summarize(manifest: Manifest) -> dict:
         "skipped": dict(manifest.skipped),
         "skipped_total": int(np.sum(list(manifest.skipped.values()), dtype=np.int64)),
         "sources": manifest.sources,
+        "trades": None if manifest.trades is None else asdict(manifest.trades),
+        "synth": manifest.synth,
         "cross_checks": dict(manifest.cross_checks),
         "segment_details": [
             {"index": k, "rows": [s.start, s.stop], "snapshots": len(s),
