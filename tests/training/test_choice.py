@@ -5,6 +5,7 @@ and its false-edge rate and power on simulated validation results
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -20,6 +21,7 @@ from lobsurf.training.choice import (
     is_confirmed,
     t_interval,
 )
+from lobsurf.training.validate import validation_record
 from tests.training.null_runs import Market, look_metrics, simulate_runs
 
 #: Student t quantiles from printed tables: t(0.975, 4 df) and t(0.95, 4 df)
@@ -75,6 +77,18 @@ def test_the_candidate_and_confirmation_rules():
     assert not is_confirmed(edge(10.0, confirm_mean=-1.0), 30, 0.025)
     # a stricter rate needs a tighter interval: t(0.995, 39) = 2.7079 -> sd below 4.67
     assert not is_confirmed(edge(10.0, confirm_sd=5.0), 30, 0.005)
+
+
+def test_a_confirmed_validation_record_is_plain_json():
+    choice = ModelChoice(min_trades=30, patience=0)
+    metrics = {**edge(50.0), "pnl_per_trade": 1.6, "hold_fraction": 0.5}
+    choice.update(10, metrics, _weights)
+    train = {"win_rate": 0.5, "net_pnl": 1.0, "trades": 3}
+    record = json.loads(json.dumps(validation_record(10, metrics, train, 100.0, choice)))
+    assert record["confirmed"] is True and record["chosen"] == "checkpoint"
+    lo, hi = record["val_confirm_pnl_per_trade_ci"]
+    assert lo == pytest.approx(2 - 2.022691 / math.sqrt(40), abs=1e-5)
+    assert json.loads(json.dumps(choice.info()))["policy"] == "checkpoint"
 
 
 def test_the_proposal_is_the_best_on_the_choice_half_and_confirmed_once():

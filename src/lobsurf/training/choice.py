@@ -93,7 +93,7 @@ def t_interval(half: dict[str, Any], false_edge_rate: float) -> list[float] | No
     if half["pnl_sd"] is None or not math.isfinite(half["pnl_sd"]):
         return None
     n, mean = half["trades"], half["pnl_per_trade"]
-    width = student_t.ppf(1 - false_edge_rate, n - 1) * half["pnl_sd"] / math.sqrt(n)
+    width = float(student_t.ppf(1 - false_edge_rate, n - 1)) * half["pnl_sd"] / math.sqrt(n)
     return [mean - width, mean + width]
 
 
