@@ -14,7 +14,7 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.step import train_step
 from lobsurf.cli import main
 from lobsurf.errors import UserError
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
+from lobsurf.training.checkpoint import list_checkpoints, load_payload, write_packed_atomic
 from lobsurf.training.checkpoint_file import unpack_file
 from lobsurf.training.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, load_chosen
 from lobsurf.training.data import load_training_data
@@ -133,6 +133,27 @@ def test_eval_trades_hold_when_hold_is_chosen(hold_run, capsys):
     assert result["settings"]["checkpoint"] == "hold"
     assert main(["eval", str(run), "--no-progress", "--envs", "16"]) == 0
     assert "no edge found on validation" in capsys.readouterr().out
+
+
+def test_a_choice_saved_by_the_earlier_rule_still_evaluates(hold_run, capsys):
+    # chosen.json and chosen.pt as the rule that judged each validation alone wrote them
+    run, _ = hold_run
+    ckpt = load_payload(next(p for p in list_checkpoints(run) if p.name == "step_00000010.pt"))
+    write_packed_atomic(run / CHOSEN_PT, {
+        "format": "lobsurf-chosen", "version": 1, "step": 10, "online": ckpt["online"],
+        "controllers": ckpt["controllers"], "config": {},
+        "validation": {"net_pnl": 5.0, "trades": 40, "pnl_per_trade_ci": [0.1, 0.4]}})
+    reason = ("beat hold on validation beyond its 95 % CI: step 10, net PnL 5.00 over 40 "
+              "trades, PnL per trade CI [0.10, 0.40]")
+    (run / CHOSEN_JSON).write_text(json.dumps({
+        "policy": "checkpoint", "step": 10, "reason": reason, "validations": 4,
+        "validated_to_step": 20,
+        "validation": {"net_pnl": 5.0, "trades": 40, "pnl_per_trade_ci": [0.1, 0.4]}}))
+    old = evaluate(capsys, run)
+    assert old["chosen"] == {"policy": "checkpoint", "step": 10, "source": "chosen",
+                             "reason": reason}
+    assert old["policies"]["agent"] == evaluate(capsys, run, "--checkpoint", "10")[
+        "policies"]["agent"]
 
 
 def test_eval_checkpoint_last_and_step(hold_run, capsys):
