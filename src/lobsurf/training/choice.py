@@ -30,10 +30,11 @@ the previous file whole):
                      controllers, the step and its validation metrics (loaded by
                      ``lobsurf eval RUN``, like a training checkpoint's policy part)
     RUN/chosen.json  which policy is chosen and why: {"policy": "checkpoint", "step": N,
-                     "reason", "validation"} or {"policy": "hold", "reason"}
+                     "reason", "validation"} or {"policy": "hold", "reason"}, with the
+                     rule and its level ("rule", "false_edge_rate", "min_trades")
 
 chosen.pt is written before chosen.json; a reader that finds their steps disagree (a crash
-between the two writes) says so. The choice (best so far with its weights, validations
+between the two writes) says so. The choice (the proposal with its weights, validations
 since, whether patience ran out) travels in every training checkpoint, so ``--resume`` and
 a rollback continue it and rewrite both files from it.
 """
