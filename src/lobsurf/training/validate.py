@@ -109,15 +109,14 @@ class Validator:
         policy = AgentPolicy(mean_weights_(self.network), self.controllers, state.tables,
                              self.cfg.gates, self.cfg.sim.window,
                              max(self.cfg.sim.order_sizes_lots), "greedy", GREEDY_SEED)
-        out = []
+        swept = []
         for book, rows in ((self.val_book, self.val_rows), (self.train_book, self.train_rows)):
             records, tiling = sweep(book, rows, {"agent": policy}, self.cfg.sim,
                                     self.sweep_cfg)
-            rec = records["agent"]
-            out.append((compute_metrics(rec), halves(rec.trade_pnl, rec.trade_step,
-                                                     tiling.steps)))
-        (val, val_halves), (train, _) = out
-        return {**val, **val_halves}, train
+            swept.append((records["agent"], tiling.steps))
+        (val, piece_steps), (train, _) = swept
+        return ({**compute_metrics(val), **halves(val.trade_pnl, val.trade_step, piece_steps)},
+                compute_metrics(train))
 
     def snapshot(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Host copies of the last validated weights and controllers (a new best's)."""
