@@ -152,8 +152,7 @@ def test_a_choice_saved_by_the_earlier_rule_still_evaluates(hold_run, capsys):
     old = evaluate(capsys, run)
     assert old["chosen"] == {"policy": "checkpoint", "step": 10, "source": "chosen",
                              "reason": reason}
-    assert old["policies"]["agent"] == evaluate(capsys, run, "--checkpoint", "10")[
-        "policies"]["agent"]
+    assert old["settings"]["checkpoint"] == CHOSEN_PT and old["settings"]["trained_steps"] == 10
 
 
 def test_eval_checkpoint_last_and_step(hold_run, capsys):
