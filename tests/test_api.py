@@ -14,7 +14,7 @@ import pytest
 import lobsurf
 import lobsurf.api
 from lobsurf.cli import build_parser, main
-from lobsurf.data.store.ingest import summarize
+from lobsurf.data.store.summary import summarize
 from lobsurf.data.synth import SynthConfig, write_synth
 from lobsurf.errors import UserError
 from lobsurf.training.run_folder import is_run_folder, read_metrics
@@ -61,7 +61,7 @@ def test_ingest_gives_the_store_the_command_builds(tmp_path, capsys):
     assert json.dumps(summarize(store.manifest)) == cli
     money = json.loads(cli)["instruments"][0]
     assert (money["multiplier"], money["fee_per_lot"], money["fee_bps"]) == (50, 1, 0)
-    with pytest.raises(UserError, match="format must be auto, dbn or lobster"):
+    with pytest.raises(UserError, match="format must be one of auto, dbn, lobster, binance, tardis"):
         lobsurf.ingest(files, tmp_path / "c", format="csv")
 
 

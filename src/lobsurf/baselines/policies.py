@@ -1,6 +1,8 @@
 """Baseline policies: hold, random, momentum (order-flow imbalance), top-of-book imbalance
-(``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle
-and the exact optimum of a sweep (``lobsurf.baselines.optimal``, planned over its rows).
+(``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle,
+the causal ceiling of a synthetic store (``lobsurf.baselines.bayes``, the best policy for its
+known law) and the exact optimum of a sweep (``lobsurf.baselines.optimal``), both planned
+over the sweep's steps.
 
 Each is a ``lobsurf.eval.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
@@ -42,6 +44,10 @@ class BaselineConfig:
     """contiguous blocks, evenly spread over the training rows, that make up the fit rows."""
     imbalance_fit_envs: int = 64
     """environments of the fit's sweep."""
+    bayes_imbalance_bins: int = 41
+    """bayes: equal bins of the imbalance in [-1, 1] in the DP's state (odd: one centred on 0)."""
+    bayes_mc_rows: int = 500_000
+    """bayes: snapshots generated from the store's law to estimate its model (whole sessions)."""
 
     def __post_init__(self) -> None:
         # 0 lookback never trades; a horizon <= 0 reads the present or past: no oracle.
@@ -59,6 +65,8 @@ class BaselineConfig:
             raise ValueError("imbalance quantiles must be in [0, 1)")
         if min(self.imbalance_fit_rows, self.imbalance_fit_blocks, self.imbalance_fit_envs) < 1:
             raise ValueError("imbalance fit rows, blocks and envs must be >= 1")
+        if min(self.bayes_imbalance_bins, self.bayes_mc_rows) < 1:
+            raise ValueError("bayes imbalance bins and Monte Carlo rows must be >= 1")
 
 
 def buy_sell_actions(env: BatchedLobEnv, size_index: int) -> tuple[int, int]:
@@ -151,11 +159,11 @@ class OraclePolicy:
         return direction_to_action(direction, self.buy, self.sell)
 
 
-BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "optimal")
+BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
 #: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
 FITTED_BASELINES = ("imbalance",)
 #: baselines planned over one sweep (``make_baseline`` needs ``sweep_rows``, ``sweep_envs``).
-PLANNED_BASELINES = ("optimal",)
+PLANNED_BASELINES = ("bayes", "optimal")
 
 
 def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
@@ -183,6 +191,11 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
         from lobsurf.baselines.optimal import make_optimal
 
         return make_optimal(env, sweep_rows, sweep_envs)
+    if name == "bayes":
+        from lobsurf.baselines.bayes import make_bayes
+
+        return make_bayes(env, sweep_rows, sweep_envs, cfg.bayes_imbalance_bins,
+                          cfg.bayes_mc_rows)
     if name == "hold":
         return HoldPolicy()
     if name == "random":
@@ -198,6 +211,10 @@ def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: 
                    train_rows: torch.Tensor | None = None, sweep_rows: torch.Tensor | None = None,
                    sweep_envs: int | None = None) -> dict:
     """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
-    to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``."""
+    to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``.
+    ``bayes`` is left out, with one line on stderr, where it has no ceiling to plan (real
+    data has no known law; resting orders)."""
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
+
     return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
-            for name in names}
+            for name in without_bayes_where_no_ceiling(names, env.book, env.cfg)}

@@ -4,7 +4,8 @@ multiplier at ingest (PnL is then price change x lots, not money)."""
 
 from __future__ import annotations
 
-from lobsurf.data.store.store import UNKNOWN_CURRENCY, Store, StoreError
+from lobsurf.data.store import Store, StoreError
+from lobsurf.data.store.instrument import UNKNOWN_CURRENCY
 
 #: the unit where the multiplier is unknown (lobsurf ingest warns about it)
 PRICE_UNITS = "price units x lots"
