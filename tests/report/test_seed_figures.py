@@ -1,7 +1,7 @@
 """The pieces of a seed group's report that need no training: the capture ceilings from a
 hand-made ``lobsurf eval --json`` result (with and without ``baseline:bayes``), the
-learning figure drawn from hand-made validation records, the PnL unit of a store and the
-axes that name it."""
+learning figure drawn from hand-made validation records, the tables' capture of bayes, the
+PnL unit of a store and the axes that name it."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from lobsurf.data.store import Instrument, StoreWriter
 from lobsurf.eval.metrics import BacktestRecord
 from lobsurf.report import figures
 from lobsurf.report.figures import SeedCurves, learning_figure
-from lobsurf.report.seeds import ceilings
+from lobsurf.report.seeds import _captures, _per_seed, _verdict, ceilings
 from lobsurf.report.units import PRICE_UNITS, pnl_unit
+from lobsurf.training.evaluate_seeds import verdict
 from tests.conftest import TICK_FIXED, random_walk_books
 
 
@@ -144,3 +145,19 @@ def test_the_pnl_axes_name_the_unit(tmp_path, monkeypatch):
                         "iqm_ci": {"net_pnl": [5.0, 5.0]}, "ci_level": 0.95}}
     figures.seeds_figure(result, tmp_path / "s.png", PRICE_UNITS)
     assert axes[-1].get_xlabel() == f"held-out net PnL ({PRICE_UNITS})"
+
+
+def test_the_tables_show_the_capture_of_bayes_where_the_eval_has_it(tmp_path):
+    for bayes in (None, 0.62):
+        result = eval_json(tmp_path, bayes)
+        for name, m in result["policies"].items():
+            m.update(trades=10, win_rate=0.5, pnl_per_trade_ci=[1.0, 2.0],
+                     capture_bayes=None if bayes is None else m["capture"] / bayes)
+        result["chosen"] = [{"seed": 0, "policy": "checkpoint", "step": 1000, "reason": "r"},
+                            {"seed": 1, "policy": "hold", "reason": "r"}]
+        result["seeds"] = verdict(result, tmp_path)
+        per_seed, table = _per_seed(result), _verdict(result["seeds"], _captures(result))
+        assert ("<th>capture_bayes</th>" in per_seed) == (bayes is not None)
+        assert ("<td>capture_bayes</td>" in table) == (bayes is not None)
+        if bayes is not None:  # seed 0: 0.4 of the optimum, 0.4 / 0.62 of the ceiling
+            assert f"<td>{0.4 / 0.62:.3f}</td>" in per_seed

@@ -4,7 +4,8 @@ page, RUN/report/index.html (self-contained, as a single run's).
 It sweeps every seed's chosen policy and the baselines once
 (``lobsurf.training.evaluate_seeds``, the sweep of ``lobsurf eval RUN``), writes the result
 beside the page as verdict.json, and shows: the verdict (IQM and mean of net PnL and
-capture with their stratified-bootstrap intervals, the probability that the agent beats
+capture, of the exact optimum and, where the evaluation has baseline:bayes, of that
+ceiling, with their stratified-bootstrap intervals; the probability that the agent beats
 each baseline); each seed's learning over training from its validation records
 (validation capture against the exact optimum and, where the evaluation has
 ``baseline:bayes``, the causal ceiling; the training-slice win rate beside the validation
@@ -94,29 +95,37 @@ def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str,
             "</tbody></table>")
 
 
+def _captures(result: dict[str, Any]) -> tuple[str, ...]:
+    """The capture columns: of the exact optimum, and of baseline:bayes where the
+    evaluation has that ceiling (a synthetic store)."""
+    has_bayes = any(m.get("capture_bayes") is not None for m in result["policies"].values())
+    return ("capture", "capture_bayes") if has_bayes else ("capture",)
+
+
 def _per_seed(result: dict[str, Any]) -> str:
     v, pol = result["seeds"], result["policies"]
+    captures = _captures(result)
     rows = []
     for s, chosen in zip(v["per_seed"], result["chosen"]):
         what = f"step {s['step']:,}" if s["policy"] == "checkpoint" else "hold (no edge found)"
         rows.append((s["seed"], html.escape(what), fmt("net_pnl", s["net_pnl"]),
-                     fmt("capture", s["capture"]), fmt("trades", s["trades"]),
+                     *(fmt(c, s.get(c)) for c in captures), fmt("trades", s["trades"]),
                      fmt("win_rate", s["win_rate"]), fmt("ci", s["pnl_per_trade_ci"]),
                      html.escape(chosen.get("reason") or chosen.get("note") or "")))
     for name, m in pol.items():
         if not name.startswith("seed_"):
             rows.append(("", html.escape(name), fmt("net_pnl", m["net_pnl"]),
-                         fmt("capture", m.get("capture")), fmt("trades", m["trades"]),
+                         *(fmt(c, m.get(c)) for c in captures), fmt("trades", m["trades"]),
                          fmt("win_rate", m["win_rate"]), fmt("ci", m["pnl_per_trade_ci"]), ""))
-    head = ("seed", "policy", "net_pnl", "capture", "trades", "win_rate", "PnL per trade CI",
+    head = ("seed", "policy", "net_pnl", *captures, "trades", "win_rate", "PnL per trade CI",
             "why")
     return _table(head, rows, "per-seed", text_column=len(head) - 1)
 
 
-def _verdict(v: dict[str, Any]) -> str:
+def _verdict(v: dict[str, Any], captures: tuple[str, ...]) -> str:
     rows = [(metric, fmt(metric, v["iqm"][metric]), fmt(metric, v["iqm_ci"][metric]),
              fmt(metric, v["mean"][metric]), fmt(metric, v["mean_ci"][metric]))
-            for metric in ("net_pnl", "capture")]
+            for metric in ("net_pnl", *captures) if metric in v["iqm"]]
     stats = _table(("held-out", "IQM", "IQM CI", "mean", "mean CI"), rows, "verdict")
     rows = [(html.escape(name), fmt("capture", p["net_pnl"]), fmt("capture", p["net_pnl_ci"]))
             for name, p in v["prob_improvement"].items()]
@@ -160,7 +169,7 @@ def build_group_report(group: Path, cfg: ReportConfig | None = None,
         "stratified bootstrap over seeds (percentile); P(agent > baseline): the share of seeds "
         "whose net PnL beats it, ties counting one half (Agarwal et al. 2021). Each seed's "
         "own page: lobsurf report RUN/seed_S.")
-    parts = [intro, _verdict(v)]
+    parts = [intro, _verdict(v, _captures(result))]
     if v["note"]:
         parts.append(paragraph(v["note"], "note"))
     body = [section("Verdict over seeds", *parts),
