@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from lobsurf.eval.metrics import BacktestRecord, MetricsConfig, bootstrap_mean_ci, compute_metrics
-from lobsurf.eval.sweep import SweepConfig, sweep
+from lobsurf.backtest.metrics import BacktestRecord, MetricsConfig, bootstrap_mean_ci, compute_metrics
+from lobsurf.backtest.sweep import SweepConfig, sweep
 from lobsurf.sim import SimConfig
 from lobsurf.sim.books import book_from_arrays
 
@@ -127,7 +127,7 @@ def test_unfilled_lots_and_forced_close_by_hand() -> None:
 
 def test_random_cursor_backtest_summary_by_hand() -> None:
     # the older backtest runner (lobsurf eval --split random) on the same book and script
-    from lobsurf.eval.backtest import BacktestConfig, make_env, run_backtest
+    from lobsurf.backtest.random_cursors import BacktestConfig, make_env, run_backtest
 
     run = BacktestConfig(num_envs=1, steps=len(BEST_BID))
     env = make_env(hand_book(), SimConfig(window=1, latency_rows=0, fee_per_lot=FEE), run)

@@ -67,7 +67,7 @@ def test_eval_of_a_folder_that_is_no_run(tmp_path, capsys):
 
 
 def test_eval_skips_a_broken_newest_checkpoint(tiny_run, capsys):
-    from lobsurf.training.checkpoint import list_checkpoints
+    from lobsurf.training.recovery.checkpoint import list_checkpoints
 
     newest = list_checkpoints(tiny_run)[-1]
     newest.write_bytes(newest.read_bytes()[:100])  # torn

@@ -25,7 +25,7 @@ from lobsurf.pretrain.checkpoint import load_checkpoint
 from lobsurf.pretrain.config import PretrainConfig
 from lobsurf.pretrain.loop import build_optimizer, pretrain, train_step
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.pretrain.split import time_split
+from lobsurf.data.split import time_split
 
 K, HORIZONS = 8, (5, 20)
 #: Held-out sizes are multiplied by this (on top of mirroring the book), so any statistic

@@ -19,7 +19,7 @@ from lobsurf.pretrain.checkpoint import load_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_from_dict, config_to_dict
 from lobsurf.pretrain.loop import build_optimizer, pretrain, train_step, validation_loss
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.pretrain.split import evenly_spaced, time_split, validation_tail
+from lobsurf.data.split import evenly_spaced, time_split, validation_tail
 
 SHORT, LONG = 10, 50
 

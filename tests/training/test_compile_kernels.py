@@ -24,9 +24,9 @@ from torch._dynamo.utils import counters
 
 from lobsurf.agent.step import eager_kernels, train_step
 from lobsurf.bench.phases import timed_phases
-from lobsurf.training.compile import (COMPILED_KERNELS, CompileConfig, compile_networks_,
+from lobsurf.training.speed.compile import (COMPILED_KERNELS, CompileConfig, compile_networks_,
                                    compiled, compiled_kernels)
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.loop import build_state, step_config
 from lobsurf.training.data import load_training_data
 from tests.agent.conftest import tiny_config
 

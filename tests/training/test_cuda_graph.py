@@ -10,9 +10,9 @@ import torch
 from lobsurf.agent.replay import PrioritizedReplay
 from lobsurf.agent.step import train_step
 from lobsurf.cli import build_parser
-from lobsurf.training.job import train_keywords
+from lobsurf.training.run.job import train_keywords
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.training.cuda_graph import (
+from lobsurf.training.speed.cuda_graph import (
     GraphConfig,
     GraphedStep,
     fingerprint_changes,
@@ -20,8 +20,8 @@ from lobsurf.training.cuda_graph import (
     state_fingerprint,
     step_generators,
 )
-from lobsurf.training.job import flag_overrides
-from lobsurf.training.loop import _graph_enabled
+from lobsurf.training.run.job import flag_overrides
+from lobsurf.training.run.loop import _graph_enabled
 
 
 def _learning_steps(state, data, scfg, n):
@@ -97,7 +97,7 @@ def test_one_generator_takes_the_default_ones_place_during_capture(monkeypatch) 
     # a capture registers the default generator too; with one step generator, that one
     # stands in for it while capturing (one registered state: two fills a replay, not
     # four), and the default's own state comes back afterwards, also after an error
-    from lobsurf.training import cuda_graph
+    from lobsurf.training.speed import cuda_graph
 
     fake, g, h = _FakeDefault(), torch.Generator(), torch.Generator()
     monkeypatch.setattr(torch.cuda, "default_generators", (fake,))
@@ -170,9 +170,9 @@ def test_a_host_counter_is_caught(tiny_setup, monkeypatch) -> None:
 
 
 def test_train_compile_compiles_both_networks(tiny_store) -> None:
-    from lobsurf.training.compile import compiled
+    from lobsurf.training.speed.compile import compiled
     from lobsurf.training.data import load_training_data
-    from lobsurf.training.loop import _build
+    from lobsurf.training.run.loop import _build
     from tests.agent.conftest import tiny_config
 
     for on, want in ((False, False), (True, True), ("auto", False)):  # auto: CUDA only
@@ -184,7 +184,7 @@ def test_train_compile_compiles_both_networks(tiny_store) -> None:
 
 
 def test_compile_auto_means_cuda_in_one_process() -> None:
-    from lobsurf.training.compile import compile_config, compile_wanted
+    from lobsurf.training.speed.compile import compile_config, compile_wanted
     from lobsurf.training.config import TrainConfig
 
     auto = TrainConfig()
@@ -204,7 +204,7 @@ def test_a_failed_compilation_says_how_to_train_without_it(tiny_store, tiny_toml
                                                           monkeypatch, capsys) -> None:
     from torch._dynamo.exc import TorchDynamoException
 
-    from lobsurf.training.compile import CompileConfig
+    from lobsurf.training.speed.compile import CompileConfig
     from tests.training.test_train_command import train
 
     class Refused(TorchDynamoException):

@@ -18,11 +18,11 @@ import torch
 
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.step import train_step
-from lobsurf.training.cuda_graph import step_generators
+from lobsurf.training.speed.cuda_graph import step_generators
 from lobsurf.training.data import load_training_data
-from lobsurf.training.guard import DivergenceGuard
-from lobsurf.training.compile import compiled_kernels
-from lobsurf.training.loop import (
+from lobsurf.training.faults.guard import DivergenceGuard
+from lobsurf.training.speed.compile import compiled_kernels
+from lobsurf.training.run.loop import (
     _build, _graphed_step, _guarded_step, build_state, step_config)
 from tests.agent.conftest import tiny_config
 
@@ -169,9 +169,9 @@ def test_metric_sums_read_between_replays(tiny_store) -> None:
 
 
 def test_a_deferred_readout_takes_no_host_sync_and_reads_its_own_step(tiny_store) -> None:
-    """The loop's deferred readout (lobsurf.training.readout): taken between replays without a
+    """The loop's deferred readout (lobsurf.training.run.readout): taken between replays without a
     host sync, finished after the next replay, it holds the sums of its own step."""
-    from lobsurf.training.readout import Readout
+    from lobsurf.training.run.readout import Readout
 
     state, guard, runner = _after_six_replays(tiny_store)
     torch.cuda.synchronize()

@@ -14,10 +14,10 @@ import torch
 import lobsurf.agent.learn as agent_learn
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.step import train_step
-from lobsurf.training import loop
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.guard import DivergenceGuard
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.run import loop
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
+from lobsurf.training.faults.guard import DivergenceGuard
+from lobsurf.training.recovery.run_folder import read_metrics
 from tests.agent.conftest import tiny_setup  # noqa: F401 (fixture)
 from tests.agent.test_step import no_host_sync
 from tests.training.test_train_command import train
@@ -145,7 +145,7 @@ def test_deferred_log_readouts_write_the_records_and_rollbacks_of_immediate_ones
 
 def test_a_log_steps_readout_is_finished_after_the_next_step(tiny_store, tiny_toml, tmp_path,
                                                               monkeypatch):
-    from lobsurf.training.readout import Readout
+    from lobsurf.training.run.readout import Readout
 
     calls, finished = {"n": 0}, {}
     real_step, real_finish = loop.train_step, Readout.finish
@@ -210,7 +210,7 @@ def test_the_guard_names_the_earliest_quantity_compiled_or_not(tiny_setup, compi
     # lobsurf train compiles the guard's arithmetic (compile_guard_) with the step: either
     # way a spoiled controller, parameter, gradient or loss is named, and when several go
     # bad in one step the earliest in causal order (loss, gradient, parameter, controller)
-    from lobsurf.training.compile import CompileConfig, compile_guard_
+    from lobsurf.training.speed.compile import CompileConfig, compile_guard_
 
     cfg, data, state, scfg = tiny_setup
     for step in range(6):

@@ -13,8 +13,8 @@ import pytest
 import tomli_w
 
 from lobsurf.cli import main
-from lobsurf.training.run_folder import is_run_folder, read_metrics
-from lobsurf.training.seeds import (
+from lobsurf.training.recovery.run_folder import is_run_folder, read_metrics
+from lobsurf.training.run.seed_group import (
     SEEDS_NAME,
     _side_by_side,
     is_seed_group,

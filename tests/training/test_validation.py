@@ -13,14 +13,14 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.step import train_step
 from lobsurf.cli import main
 from lobsurf.errors import UserError
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.checkpoint_file import unpack_file
-from lobsurf.training.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, is_candidate, load_chosen
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
+from lobsurf.training.recovery.checkpoint_file import unpack_file
+from lobsurf.training.selection.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, is_candidate, load_chosen
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
-from lobsurf.training.run_folder import read_metrics
-from lobsurf.training.saved_config import load_run_config
-from lobsurf.training.validate import Validator
+from lobsurf.training.run.loop import build_state, step_config
+from lobsurf.training.recovery.run_folder import read_metrics
+from lobsurf.training.recovery.saved_config import load_run_config
+from lobsurf.training.selection.validate import Validator
 from tests.agent.conftest import tiny_config
 from tests.training.test_train_command import train
 
@@ -173,7 +173,7 @@ def test_resume_keeps_the_patience_count(tiny_store, tiny_toml, tmp_path):
 def every_one_a_candidate(monkeypatch):
     """The candidate rule replaced so that a tiny run chooses a checkpoint (the rule itself:
     test_the_candidate_rule)."""
-    monkeypatch.setattr("lobsurf.training.choice.is_candidate", lambda metrics, min_trades: True)
+    monkeypatch.setattr("lobsurf.training.selection.choice.is_candidate", lambda metrics, min_trades: True)
 
 
 def test_the_chosen_checkpoint_is_evaluated_and_survives_a_resume(
@@ -264,7 +264,7 @@ def test_a_failed_write_leaves_the_previous_chosen_policy_whole(tmp_path, monkey
             yield next(iter(self.packed.chunks(size)))
             raise OSError(28, "No space left on device")
 
-    from lobsurf.training import checkpoint
+    from lobsurf.training.recovery import checkpoint
 
     real_pack = checkpoint.pack
     monkeypatch.setattr(checkpoint, "pack", lambda payload: Torn(real_pack(payload)))

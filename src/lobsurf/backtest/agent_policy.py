@@ -1,4 +1,4 @@
-"""A trained agent as a ``lobsurf.eval.policy.Policy``: ``act(env)`` reads the K-window at
+"""A trained agent as a ``lobsurf.backtest.policy.Policy``: ``act(env)`` reads the K-window at
 each env's cursor (from the book's feature table when it has one) and the env's agent
 state, runs the network, and picks actions.
 

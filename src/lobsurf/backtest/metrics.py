@@ -1,6 +1,6 @@
 """Backtest metrics from per-trade records and a per-step PnL series (host-side numpy).
 
-The sweep (``lobsurf.eval.sweep``) records on the device and reads its buffers back once;
+The sweep (``lobsurf.backtest.sweep``) records on the device and reads its buffers back once;
 this module turns those records into the summary dict. Every metric, its unit and when it
 is undefined (``None``, JSON ``null``) is defined in docs/metrics.md.
 """

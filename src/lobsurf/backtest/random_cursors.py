@@ -1,6 +1,6 @@
 """Random-cursor backtest: a policy drives B envs for a fixed number of steps, then the totals.
 
-(``lobsurf.eval.sweep`` is the deterministic held-out evaluation; this runner is the quick
+(``lobsurf.backtest.sweep`` is the deterministic held-out evaluation; this runner is the quick
 check on random cursors behind ``lobsurf eval --split random``.)
 
 Cursors are drawn by the simulator's seeded generator over all the store's segments, so a
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.eval.policy import Policy
+from lobsurf.backtest.policy import Policy
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.stats import summarize

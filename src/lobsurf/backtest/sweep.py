@@ -1,6 +1,6 @@
 """Deterministic sweep: every held-out row traded through exactly once by every policy.
 
-The held-out end rows (e.g. ``lobsurf.pretrain.split.time_split(...).test_rows``, in time
+The held-out end rows (e.g. ``lobsurf.data.split.time_split(...).test_rows``, in time
 order) are cut into contiguous runs (a gap in the held-out set or a segment change starts a
 new run); with a decision stride k (``SimConfig.stride``) every k-th row of each run, from
 its first, is a decision row, and the k - 1 rows after it are traded through by holding,
@@ -18,7 +18,7 @@ memory (a recurrent agent) sees the start of a new run as ``env.state.episode_st
 
 Recording stays on the device: each step writes [B] slices of preallocated [T, B] buffers
 (no host sync per step); ``sweep`` reads them back once at the end and returns one
-``BacktestRecord`` per policy (``lobsurf.eval.metrics`` turns it into the summary).
+``BacktestRecord`` per policy (``lobsurf.backtest.metrics`` turns it into the summary).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.eval.metrics import NS_PER_DAY, BacktestRecord
-from lobsurf.eval.policy import Policy
+from lobsurf.backtest.metrics import NS_PER_DAY, BacktestRecord
+from lobsurf.backtest.policy import Policy
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 

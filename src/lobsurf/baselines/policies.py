@@ -2,7 +2,7 @@
 (``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle
 and the exact optimum of a sweep (``lobsurf.baselines.optimal``, planned over its rows).
 
-Each is a ``lobsurf.eval.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
+Each is a ``lobsurf.backtest.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
 and a learned agent alike. Actions use the env's convention: 0 Hold, 1..n Buy
 order_sizes_lots[i-1], n+1..2n Sell them.

@@ -8,7 +8,7 @@ period), on that store's held-out split (or every row with ``split="all"``). Fit
 baselines (``imbalance``) learn their threshold from the training rows only.
 
 The agent is the run's chosen policy by default (``checkpoint="chosen"``: RUN/chosen.json,
-``lobsurf.training.choice``): the checkpoint that validated best, or hold when none beat hold
+``lobsurf.training.selection.choice``): the checkpoint that validated best, or hold when none beat hold
 on validation ("no edge found on validation": the agent's row is then hold's, zero
 trades); a run without validation trades its last checkpoint. ``"last"`` or a step number
 picks a training checkpoint instead.
@@ -35,19 +35,19 @@ from lobsurf.data.dataset import BookTensors, load_book_tensors
 from lobsurf.data.store import Store
 from lobsurf.errors import UserError
 from lobsurf.eval.evaluate import EvalSplit, eval_split, evaluate_policies, summarise
-from lobsurf.eval.metrics import BacktestRecord
-from lobsurf.pretrain.split import time_split
-from lobsurf.eval.sweep import SweepConfig, Tiling, sweep, tile_rows
+from lobsurf.backtest.metrics import BacktestRecord
+from lobsurf.data.split import time_split
+from lobsurf.backtest.sweep import SweepConfig, Tiling, sweep, tile_rows
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.training.agent_policy import AgentPolicy, PolicyMode
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.choice import CHOSEN_PT, NO_EDGE, load_chosen, read_choice
+from lobsurf.backtest.agent_policy import AgentPolicy, PolicyMode
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
+from lobsurf.training.selection.choice import CHOSEN_PT, NO_EDGE, load_chosen, read_choice
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import default_store, head_rows, validation_slice
-from lobsurf.training.loop import step_tables
-from lobsurf.training.run_folder import require_run_folder
-from lobsurf.training.saved_config import load_run_config
+from lobsurf.training.run.loop import step_tables
+from lobsurf.training.recovery.run_folder import require_run_folder
+from lobsurf.training.recovery.saved_config import load_run_config
 
 #: seed of the sampling policies' generator in evaluation (fixed: evaluations must agree)
 EVAL_SEED = 0

@@ -2,7 +2,7 @@
 policy on the held-out rows, the baselines once, and the verdict over seeds.
 
 One deterministic sweep trades the held-out rows with every seed's chosen policy (hold
-where its validation found no edge; ``lobsurf.training.evaluate.choose_policy``) and every
+where its validation found no edge; ``lobsurf.eval.run.choose_policy``) and every
 baseline once: the baselines are deterministic and the same for every seed, as the seeds
 share the data, simulator and label settings (checked). The result is
 ``evaluate_policies``'s dict with seed S's agent under ``policies["seed_S"]`` and
@@ -25,17 +25,17 @@ import torch
 
 from lobsurf.errors import UserError
 from lobsurf.eval.aggregate import aggregate
-from lobsurf.eval.sweep import SweepConfig
+from lobsurf.backtest.sweep import SweepConfig
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.training.evaluate import (
+from lobsurf.eval.run import (
     RUN_BASELINES,
     RunEvaluation,
     choose_policy,
     prepare_run_evaluation,
 )
-from lobsurf.training.run_folder import is_run_folder
-from lobsurf.training.saved_config import load_run_config
-from lobsurf.training.seeds import read_group, seed_dir
+from lobsurf.training.recovery.run_folder import is_run_folder
+from lobsurf.training.recovery.saved_config import load_run_config
+from lobsurf.training.run.seed_group import read_group, seed_dir
 
 #: characters per column of the per-seed table
 COLUMN = 14

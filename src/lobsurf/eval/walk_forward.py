@@ -27,12 +27,12 @@ from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.data.dataset import BookTensors
 from lobsurf.errors import UserError
 from lobsurf.eval.evaluate import evaluate_policies
-from lobsurf.eval.sweep import SweepConfig, tile_rows
-from lobsurf.pretrain.split import TimeSplit
+from lobsurf.backtest.sweep import SweepConfig, tile_rows
+from lobsurf.data.split import TimeSplit
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import TrainingData, head_rows
-from lobsurf.training.run_folder import is_run_folder, prepare_run_folder
+from lobsurf.training.recovery.run_folder import is_run_folder, prepare_run_folder
 
 WALK_FORWARD_DIR = "walk_forward"
 SUMMARY_NAME = "summary.json"
@@ -64,7 +64,7 @@ def fold_data(cfg: RunConfig, book: BookTensors, store_path: Path, k: int) -> Tr
 
     The split's test_rows are the windows of segment k (each inside it, with its shortest
     label horizon inside it too); train_rows end before the purge gap (t + max horizon <
-    start of segment k), as in ``lobsurf.pretrain.split.time_split``.
+    start of segment k), as in ``lobsurf.data.split.time_split``.
     """
     start = int(book.segment_start[k])
     t = torch.arange(len(book), device=book.device)
@@ -105,8 +105,8 @@ def summarise_folds(folds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str
 
 def _train_fold(cfg: RunConfig, fold_dir: Path, data: TrainingData, device: str,
                 progress: bool) -> None:
-    from lobsurf.training.checkpoint import list_checkpoints, load_payload
-    from lobsurf.training.loop import train
+    from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
+    from lobsurf.training.run.loop import train
 
     resume = is_run_folder(fold_dir) and bool(list_checkpoints(fold_dir))
     if resume and int(load_payload(list_checkpoints(fold_dir)[-1])["step"]) >= cfg.train.steps:
@@ -120,7 +120,7 @@ def _train_fold(cfg: RunConfig, fold_dir: Path, data: TrainingData, device: str,
 def _evaluate_fold(fold_dir: Path, data: TrainingData, k: int, wf: WalkForwardConfig,
                    device: str, progress: bool) -> dict[str, Any]:
     from lobsurf.progress import step_progress
-    from lobsurf.training.evaluate import RUN_BASELINES, agent_policy, load_run
+    from lobsurf.eval.run import RUN_BASELINES, agent_policy, load_run
 
     cfg, payload, ckpt = load_run(fold_dir)
     rows = data.split.test_rows

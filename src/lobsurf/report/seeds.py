@@ -2,7 +2,7 @@
 page, RUN/report/index.html (self-contained, as a single run's).
 
 It sweeps every seed's chosen policy and the baselines once
-(``lobsurf.training.evaluate_seeds``, the sweep of ``lobsurf eval RUN``), writes the result
+(``lobsurf.eval.seed_verdict``, the sweep of ``lobsurf eval RUN``), writes the result
 beside the page as verdict.json, and shows: each seed's chosen policy and its held-out
 metrics, the baselines' rows, the verdict (IQM and mean of net PnL and capture with their
 stratified-bootstrap intervals, the probability that the agent beats each baseline), and a
@@ -67,7 +67,7 @@ def build_group_report(group: Path, cfg: ReportConfig | None = None,
     """Write RUN/report/index.html of a seed group (module doc)."""
     from contextlib import nullcontext
 
-    from lobsurf.training.evaluate_seeds import prepare_group_evaluation, verdict
+    from lobsurf.eval.seed_verdict import prepare_group_evaluation, verdict
 
     cfg = cfg or ReportConfig()
 

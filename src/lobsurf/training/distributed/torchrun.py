@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from lobsurf.errors import UserError
-from lobsurf.training.distributed import NVLS_OFF_ENV
+from lobsurf.training.distributed.collective import NVLS_OFF_ENV
 
 #: torchrun's flag for the process count (the rest of the command follows it)
 _NPROC_FLAG = "--nproc-per-node"

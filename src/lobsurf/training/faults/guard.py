@@ -45,7 +45,7 @@ def guard_values(losses: list[torch.Tensor], grad_max: list[torch.Tensor],
                  ) -> None:
     """Update the guard's state (first bad step, its code) with one check, in place:
     ``train.compile`` makes it one kernel that writes both tensors itself
-    (``lobsurf.training.compile.compile_guard_``), where its ops inside the graphed step were
+    (``lobsurf.training.speed.compile.compile_guard_``), where its ops inside the graphed step were
     some twenty small ones and a copy.
 
     Args:
@@ -86,7 +86,7 @@ class DivergenceGuard:
     def snapshot(self, state: TrainState | None = None) -> torch.Tensor:
         """[first bad step, its code, the target network all finite (1/0), the step count]
         as one float64 device tensor (device ops: a readout copies it with the metrics,
-        lobsurf.training.readout; ``interpret`` reads the host copy). Without ``state`` the
+        lobsurf.training.run.readout; ``interpret`` reads the host copy). Without ``state`` the
         target network counts as finite."""
         fine = torch.ones((), dtype=torch.float64, device=self.code.device)
         if state is None:

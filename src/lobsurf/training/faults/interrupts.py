@@ -14,7 +14,7 @@ import signal
 import threading
 from types import FrameType
 
-from lobsurf.training import faults
+from lobsurf.training.recovery import pause_points
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: exit status of a run stopped by a signal: 128 + the signal number (shell convention)
@@ -39,13 +39,13 @@ class StopOnSignal:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
-        faults.stop_requested = lambda: False
+        pause_points.stop_requested = lambda: False
 
     def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
-            faults.stop_requested = lambda: self.requested is not None
+            pause_points.stop_requested = lambda: self.requested is not None
         return self
 
     def __exit__(self, *exc: object) -> None:

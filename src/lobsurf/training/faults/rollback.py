@@ -1,6 +1,6 @@
 """Rollback after divergence: back to the last good checkpoint with a lower learning rate.
 
-When the divergence guard (lobsurf.training.guard) reports a NaN/Inf, ``roll_back`` restores
+When the divergence guard (lobsurf.training.faults.guard) reports a NaN/Inf, ``roll_back`` restores
 the newest complete checkpoint (or, before the first one, a freshly built state), sets the
 learning rate to the one in use when the fault was found times ``train.rollback_lr_factor``
 (in place: ``TensorAdam.lr`` is a 0-d tensor), cuts metrics.jsonl back to the checkpoint
@@ -18,9 +18,9 @@ from typing import Callable
 
 from lobsurf.agent.state import TrainState
 from lobsurf.errors import UserError
-from lobsurf.training.checkpoint import newest_valid_checkpoint, restore_state_
+from lobsurf.training.recovery.checkpoint import newest_valid_checkpoint, restore_state_
 from lobsurf.training.config import TrainConfig
-from lobsurf.training.run_folder import MetricsLog
+from lobsurf.training.recovery.run_folder import MetricsLog
 
 #: copies a checkpoint (path, payload) into a state, in place
 Restore = Callable[[TrainState, Path, dict], object]
@@ -68,7 +68,7 @@ def roll_back(state: TrainState, tc: TrainConfig, run_dir: Path, log: MetricsLog
         rollbacks: rollbacks so far, this one included.
         rebuild: builds a fresh state, for a fault before the first checkpoint.
         restore: copies (state, checkpoint path, payload) in; default the whole payload
-            (a rank of a multi-process run reads its shard: lobsurf.training.rank_shards).
+            (a rank of a multi-process run reads its shard: lobsurf.training.recovery.rank_shards).
 
     Returns:
         The good state with the lowered learning rate, and where it stands.

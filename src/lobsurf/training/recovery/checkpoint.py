@@ -1,7 +1,7 @@
 """Checkpoints of a training run: everything a step reads, so a resume continues exactly.
 
 One file per checkpoint under RUN/checkpoints/step_NNNNNNNN.pt (its layout:
-``lobsurf.training.checkpoint_file``: a ``weights_only``-loadable header and the tensors packed
+``lobsurf.training.recovery.checkpoint_file``: a ``weights_only``-loadable header and the tensors packed
 raw), holding plain types and tensors only:
 
     format, version    "lobsurf-train", 1
@@ -28,7 +28,7 @@ warning and takes the previous one). The newest ``keep`` are kept.
 
 A multi-process run (docs/distributed.md) adds ``world_size`` to rank 0's file and each
 other rank R writes ``step_NNNNNNNN.rankR.pt`` (+ marker) beside it with the part it owns
-(``local_payload``: replay, simulator, generators, metric sums; lobsurf.training.rank_shards);
+(``local_payload``: replay, simulator, generators, metric sums; lobsurf.training.recovery.rank_shards);
 pruning removes a step's shards with it.
 
 A failing write (disk full, read-only folder) raises a one-line ``UserError`` naming the
@@ -64,8 +64,8 @@ from lobsurf.agent.controllers import controller_table
 from lobsurf.agent.state import TrainState
 from lobsurf.errors import UserError
 from lobsurf.sim.state import SimState, SimStats
-from lobsurf.training import faults
-from lobsurf.training.checkpoint_file import Packed, pack, unpack_file
+from lobsurf.training.recovery import pause_points
+from lobsurf.training.recovery.checkpoint_file import Packed, pack, unpack_file
 
 CHECKPOINT_FORMAT = "lobsurf-train"
 CHECKPOINT_VERSION = 1
@@ -146,7 +146,7 @@ class _HashingWriter:
         if self._first and data:
             self._first = False
             self.fh.flush()
-            faults.pause_point("checkpoint_write")  # a test's kill lands mid-file here
+            pause_points.pause_point("checkpoint_write")  # a test's kill lands mid-file here
         return written
 
     def flush(self) -> None:
@@ -386,7 +386,7 @@ def restore_shared_(state: TrainState, payload: dict[str, Any]) -> None:
 
 def restore_local_(state: TrainState, payload: dict[str, Any]) -> None:
     """The part each rank owns: replay, simulator, generators, metric sums not yet logged
-    (a main checkpoint's, or a rank shard's: lobsurf.training.rank_shards)."""
+    (a main checkpoint's, or a rank shard's: lobsurf.training.recovery.rank_shards)."""
     state.replay.load_state_dict(payload["replay"])
     for name, value in payload["sim_state"].items():
         getattr(state.env.state, name).copy_(value)

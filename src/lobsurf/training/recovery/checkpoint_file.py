@@ -19,7 +19,7 @@ of large buffers release the GIL. The copies run in stream order, so the buffers
 state as of ``pack`` even while the loop goes on replaying steps. PyTorch's host allocator
 keeps freed pinned blocks for reuse, so a CUDA run holds one payload's worth of pinned host
 memory from its first checkpoint on (the peak the earlier pageable copies reached at each
-checkpoint; lobsurf.training.resources counts it).
+checkpoint; lobsurf.training.faults.resources counts it).
 
 Files written before this layout (one ``torch.save`` zip) still load (``unpack_file``).
 """

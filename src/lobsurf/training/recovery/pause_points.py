@@ -31,7 +31,7 @@ PAUSE_S = 60.0
 POLL_S = 0.02
 
 _arrivals: Counter[str] = Counter()
-#: set by lobsurf.training.interrupts while a stop is pending (ends a pause early)
+#: set by lobsurf.training.faults.interrupts while a stop is pending (ends a pause early)
 stop_requested: Callable[[], bool] = lambda: False  # noqa: E731
 
 

@@ -5,7 +5,7 @@
       config.toml     the resolved RunConfig (read back by --resume and lobsurf eval RUN)
       metrics.jsonl   one JSON object per line: run_start, then metrics records, resume
                       markers, run_end
-      checkpoints/    step_NNNNNNNN.pt (lobsurf.training.checkpoint)
+      checkpoints/    step_NNNNNNNN.pt (lobsurf.training.recovery.checkpoint)
 
 ``prepare_run_folder`` refuses to write into a folder that holds anything but a run of its
 own, and asks for ``--overwrite`` before replacing a run. ``MetricsLog`` appends whole lines
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lobsurf.errors import UserError
-from lobsurf.training import faults
+from lobsurf.training.recovery import pause_points
 
 RUN_MARKER = "run.json"
 RUN_FORMAT = "lobsurf-train-run"
@@ -134,9 +134,9 @@ class MetricsLog:
         half = len(data) // 2
         try:
             self._fh.write(data[:half])
-            if faults.ENV_PAUSE in os.environ:  # a test's kill lands mid-line here
+            if pause_points.ENV_PAUSE in os.environ:  # a test's kill lands mid-line here
                 self._fh.flush()
-                faults.pause_point("metrics_flush")
+                pause_points.pause_point("metrics_flush")
             self._fh.write(data[half:])
             self._fh.flush()
         except OSError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lobsurf.training.config import RunConfig, load_toml, resolve_run_config
-from lobsurf.training.run_folder import CONFIG_NAME
+from lobsurf.training.recovery.run_folder import CONFIG_NAME
 
 #: settings added since runs were first saved -> the value of a run saved without them
 #: (validation_fraction: such a run's simulator trained on every row before the held-out

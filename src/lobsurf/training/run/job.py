@@ -3,7 +3,7 @@
 The config is the defaults <- a TOML file <- ``section.key=value`` overrides (the flags'
 settings last: ``flag_overrides``), or a resumed run's own config with only its steps and
 device changed. Before loading data it states the run's memory ceiling
-(lobsurf.training.resources) and refuses a config that cannot fit; it names the fee the run
+(lobsurf.training.faults.resources) and refuses a config that cannot fit; it names the fee the run
 pays and where it comes from (given, the store's, or the default: lobsurf.sim.fees) and
 warns where its round trip is above the typical move of the training rows. Ctrl-C or
 SIGTERM stops after the current step with a checkpoint (exit status 128 + the signal).
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from lobsurf.errors import UserError
-from lobsurf.training.interrupts import SIGNAL_EXIT_BASE
+from lobsurf.training.faults.interrupts import SIGNAL_EXIT_BASE
 
 #: where a run goes when no folder is named: runs/train-<date>-<time>
 DEFAULT_RUNS_DIR = "runs"
@@ -103,14 +103,14 @@ def train_one(config_file: str | None, overrides: list[str], run_dir: Path, *,
         that stopped the run).
     """
     from lobsurf.devices import enable_tf32, resolve_device
-    from lobsurf.training.choice import choice_summary
+    from lobsurf.training.selection.choice import choice_summary
     from lobsurf.training.config import resolve_run_config
     from lobsurf.training.data import default_store, load_training_data
-    from lobsurf.training.distributed import init_collective
-    from lobsurf.training.loop import train
-    from lobsurf.training.resources import check_fits, memory_estimate, store_rows
-    from lobsurf.training.run_folder import prepare_run_folder, require_run_folder
-    from lobsurf.training.saved_config import saved_values
+    from lobsurf.training.distributed.collective import init_collective
+    from lobsurf.training.run.loop import train
+    from lobsurf.training.faults.resources import check_fits, memory_estimate, store_rows
+    from lobsurf.training.recovery.run_folder import prepare_run_folder, require_run_folder
+    from lobsurf.training.recovery.saved_config import saved_values
 
     pretrained = None
     if resume:

@@ -4,12 +4,12 @@ data (store, split, training book) -> network (seeded init, normaliser fitted on
 rows, or a pretrain checkpoint) -> target network -> optimiser -> simulator -> replay ->
 controllers -> run folder -> loop of ``lobsurf.agent.step.train_step`` with metrics every
 ``log_every`` steps (one device-to-host copy with the guard's state, read a step later in one
-process: lobsurf.training.readout), checkpoints every ``checkpoint_every`` and, with a
+process: lobsurf.training.run.readout), checkpoints every ``checkpoint_every`` and, with a
 validation slice (``data.validation_fraction``), a validation every ``validate_every`` that
-keeps the best checkpoint or hold (lobsurf.training.validate; ``train.patience`` ends the run
+keeps the best checkpoint or hold (lobsurf.training.selection.validate; ``train.patience`` ends the run
 early, with a final checkpoint).
 On CUDA (``train.cuda_graph``, one process) the learning step is one CUDA graph replayed
-(lobsurf.training.cuda_graph); the pre-learning steps, metrics and checkpoints stay eager,
+(lobsurf.training.speed.cuda_graph); the pre-learning steps, metrics and checkpoints stay eager,
 between replays on the same stream.
 
 ``--resume`` rebuilds the same state from the run's config, copies the newest complete
@@ -18,18 +18,18 @@ back to the size it had then, and continues: on CPU, N steps + resume + M steps 
 uninterrupted steps bit for bit, however the first part ended (SIGKILL included).
 
 Faults (docs/reliability.md): every step ends with the divergence guard's device-side check
-(lobsurf.training.guard); the loop reads the guard with each readout (a log interval, a
+(lobsurf.training.faults.guard); the loop reads the guard with each readout (a log interval, a
 checkpoint), and a NaN/Inf rolls the run back to the last good checkpoint with the learning
 rate times ``train.rollback_lr_factor``, at most ``train.max_rollbacks`` times
-(lobsurf.training.rollback). SIGINT and
+(lobsurf.training.faults.rollback). SIGINT and
 SIGTERM stop the run after the current step with a final checkpoint
-(lobsurf.training.interrupts); the metric sums not yet logged travel in it, so the resumed
+(lobsurf.training.faults.interrupts); the metric sums not yet logged travel in it, so the resumed
 metrics equal an uninterrupted run's.
 
 Several processes (torchrun, ``lobsurf train --gpus N``; docs/distributed.md): each rank
 builds its own state with rank-offset seeds, ``Collective`` averages gradients and
 controllers inside the step, rank 0 writes metrics.jsonl and the main checkpoint, every
-other rank its shard (lobsurf.training.rank_shards).
+other rank its shard (lobsurf.training.recovery.rank_shards).
 """
 
 from __future__ import annotations
@@ -62,16 +62,16 @@ from lobsurf.agent.step import eager_kernels, train_step
 from lobsurf.data.labels import compute_labels
 from lobsurf.errors import UserError
 from lobsurf.models.kernels.triton_support import use_kernels_
-from lobsurf.pretrain.loop import last_snapshot
-from lobsurf.pretrain.split import evenly_spaced
+from lobsurf.models.features import last_snapshot
+from lobsurf.data.split import evenly_spaced
 from lobsurf.progress import step_progress
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.fees import resolve_fees
 from lobsurf.sim.reward import money_scalar
 from lobsurf.streams import side_stream
-from lobsurf.training import faults
-from lobsurf.training.checkpoint import CheckpointWriter, newest_valid_checkpoint, save_checkpoint
-from lobsurf.training.compile import (
+from lobsurf.training.recovery import pause_points
+from lobsurf.training.recovery.checkpoint import CheckpointWriter, newest_valid_checkpoint, save_checkpoint
+from lobsurf.training.speed.compile import (
     compile_config,
     compile_errors,
     compile_failure,
@@ -81,16 +81,16 @@ from lobsurf.training.compile import (
     compiled_kernels,
 )
 from lobsurf.training.config import RunConfig, run_config_to_dict, run_config_to_toml
-from lobsurf.training.cuda_graph import GraphedStep, graph_unsupported, step_generators
+from lobsurf.training.speed.cuda_graph import GraphedStep, graph_unsupported, step_generators
 from lobsurf.training.data import TrainingData
-from lobsurf.training.distributed import RANK_SEED_STRIDE, Collective, check_identical, state_tensors
-from lobsurf.training.guard import DivergenceGuard
-from lobsurf.training.interrupts import StopOnSignal
-from lobsurf.training.rank_shards import restore_rank_, save_all_ranks
-from lobsurf.training.readout import Readout
-from lobsurf.training.rollback import roll_back
-from lobsurf.training.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog, NullLog
-from lobsurf.training.validate import ModelSelection
+from lobsurf.training.distributed.collective import RANK_SEED_STRIDE, Collective, check_identical, state_tensors
+from lobsurf.training.faults.guard import DivergenceGuard
+from lobsurf.training.faults.interrupts import StopOnSignal
+from lobsurf.training.recovery.rank_shards import restore_rank_, save_all_ranks
+from lobsurf.training.run.readout import Readout
+from lobsurf.training.faults.rollback import roll_back
+from lobsurf.training.recovery.run_folder import CONFIG_NAME, METRICS_NAME, MetricsLog, NullLog
+from lobsurf.training.selection.validate import ModelSelection
 
 #: offsets of the run seed for each generator, so no two draw the same stream
 SEED_OFFSETS = {"init": 0, "noise": 1, "acting": 2, "replay": 3}
@@ -155,7 +155,7 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     cuda = torch.device(device).type == "cuda"
     if cuda:
         # one generator for every draw of the step: fewer kernels before each graph replay
-        # (lobsurf.training.cuda_graph; benchmarks/RESULTS.md, Defaults decided by measurement)
+        # (lobsurf.training.speed.cuda_graph; benchmarks/RESULTS.md, Defaults decided by measurement)
         replay.generator = env.generator = acting_generator = noise_generator
     # train.kernels: the learner's C51 target side as one kernel on CUDA (else the PyTorch
     # one, which train.compile compiles)
@@ -318,7 +318,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
         last_record = None
         graph_on = _graph_enabled(cfg, device, sync)
         graphed = None
-        # one process: a log step's readout is finished a step later (lobsurf.training.readout)
+        # one process: a log step's readout is finished a step later (lobsurf.training.run.readout)
         defer = not coll.active
         pending: Readout | None = None
         t0 = time.perf_counter()
@@ -346,7 +346,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                 except compile_errors() as exc:
                     raise UserError(compile_failure(exc)) from exc
                 step += 1
-                faults.pause_point("step")
+                pause_points.pause_point("step")
                 # a signal during the last step changes nothing: the run ends normally
                 stopping = coll.any_(stop.requested is not None, device) and step < total
                 log_now = step % tc.log_every == 0 or step == total
@@ -357,7 +357,7 @@ def train(cfg: RunConfig, run_dir: Path, data: TrainingData, device: torch.devic
                                     step)
                 validate_now = selection is not None and selection.due(step, total)
                 # ---- readouts: the previous log step's (taken without a sync, finished
-                # now that this step is launched: lobsurf.training.readout), then this step's
+                # now that this step is launched: lobsurf.training.run.readout), then this step's
                 due = [] if pending is None else [pending]
                 pending = None
                 if log_now or save_now or validate_now:

@@ -1,5 +1,5 @@
 """What the training loop reads from the device at a log step or a checkpoint, in one
-transfer: the divergence guard's snapshot (lobsurf.training.guard), and at a log step the
+transfer: the divergence guard's snapshot (lobsurf.training.faults.guard), and at a log step the
 metric sums (then zeroed) and every controller.
 
 ``Readout(...)`` only queues device ops: the values are stacked into one tensor and, on
@@ -20,7 +20,7 @@ import torch
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.state import TrainState
 from lobsurf.devices import HostCopy
-from lobsurf.training.guard import DivergenceGuard
+from lobsurf.training.faults.guard import DivergenceGuard
 
 #: entries of the guard's snapshot at the start of the stacked values
 _GUARD_VALUES = 4

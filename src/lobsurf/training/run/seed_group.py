@@ -1,10 +1,10 @@
 """``lobsurf train --seeds N``: N runs of one config (seeds train.seed + k), for a verdict over
-seeds rather than one run's anecdote (``lobsurf eval RUN``: lobsurf.training.evaluate_seeds).
+seeds rather than one run's anecdote (``lobsurf eval RUN``: lobsurf.eval.seed_verdict).
 
     RUN/
       seeds.json       marker: {"format", "seeds": [S, ...], "argv": the command line each
                        seed starts from, "created"}
-      seed_S/          a complete run folder (lobsurf.training.run_folder) for each seed S
+      seed_S/          a complete run folder (lobsurf.training.recovery.run_folder) for each seed S
       logs/seed_S.log  side by side on CUDA: that process's output
 
 Each seed's run is ``lobsurf train`` with the same command line plus ``--out RUN/seed_S
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lobsurf.errors import UserError
-from lobsurf.training.run_folder import METRICS_NAME, fresh_folder, is_run_folder, read_metrics
+from lobsurf.training.recovery.run_folder import METRICS_NAME, fresh_folder, is_run_folder, read_metrics
 
 SEEDS_NAME = "seeds.json"
 SEEDS_FORMAT = "lobsurf-seeds"
@@ -84,7 +84,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _prepare_group(group: Path, overwrite: bool) -> None:
-    """A fresh, empty group folder (the refusals of lobsurf.training.run_folder: never a folder
+    """A fresh, empty group folder (the refusals of lobsurf.training.recovery.run_folder: never a folder
     that holds anything but lobsurf runs, and only with --overwrite an existing one)."""
     fresh_folder(group, overwrite, lambda path: is_seed_group(path) or is_run_folder(path))
 
@@ -100,8 +100,8 @@ def finished(folder: Path, steps: int) -> bool:
 def _seed_argvs(args: argparse.Namespace, group: Path, seeds: list[int], base: list[str]
                 ) -> dict[int, list[str]]:
     """Each unfinished seed's command line (a resume where it has a checkpoint)."""
-    from lobsurf.training.checkpoint import list_checkpoints
-    from lobsurf.training.saved_config import load_run_config
+    from lobsurf.training.recovery.checkpoint import list_checkpoints
+    from lobsurf.training.recovery.saved_config import load_run_config
 
     out = {}
     for seed in seeds:
@@ -164,7 +164,7 @@ def _device(argv: list[str]) -> str:
     """The device a seed's run (command line ``argv``) trains on, resolved as it will be."""
     from lobsurf.devices import resolve_device
     from lobsurf.training.config import resolve_run_config
-    from lobsurf.training.saved_config import load_run_config
+    from lobsurf.training.recovery.saved_config import load_run_config
 
     a = _parse(argv)
     flag = [f'train.device="{a.device}"'] if a.device else []
@@ -230,7 +230,7 @@ def _side_by_side(group: Path, argvs: dict[int, list[str]]) -> dict[int, int]:
     said = time.monotonic()
 
     def forward(signum: int, _frame: Any = None) -> None:
-        # each process stops after its step, with a checkpoint (lobsurf.training.interrupts)
+        # each process stops after its step, with a checkpoint (lobsurf.training.faults.interrupts)
         for proc in procs.values():
             if proc.poll() is None:
                 proc.send_signal(signum)
@@ -261,8 +261,8 @@ def _side_by_side(group: Path, argvs: dict[int, list[str]]) -> dict[int, int]:
 
 def _report(group: Path, seeds: list[int], codes: dict[int, int]) -> int:
     """Every seed's chosen policy, or which failed and how to go on; the exit status."""
-    from lobsurf.training.choice import choice_summary, read_choice
-    from lobsurf.training.interrupts import SIGNAL_EXIT_BASE
+    from lobsurf.training.selection.choice import choice_summary, read_choice
+    from lobsurf.training.faults.interrupts import SIGNAL_EXIT_BASE
 
     failed = {s: c for s, c in codes.items() if c != 0}
     if failed:

@@ -1,6 +1,6 @@
 """Model choice on validation, with "hold" as a candidate: which policy a run trades.
 
-After each validation (``lobsurf.training.validate``) the run keeps the checkpoint that
+After each validation (``lobsurf.training.selection.validate``) the run keeps the checkpoint that
 validates best. A checkpoint is a candidate only when it beats hold beyond its interval: at
 least ``train.min_validation_trades`` validation trades, and the lower end of the bootstrap
 interval of its validation PnL per trade above 0 (hold's PnL is exactly 0). Among
@@ -33,9 +33,9 @@ from typing import Any
 import torch
 
 from lobsurf.errors import UserError
-from lobsurf.eval.metrics import MetricsConfig
-from lobsurf.training.checkpoint import write_packed_atomic, write_text_atomic
-from lobsurf.training.checkpoint_file import unpack_file
+from lobsurf.backtest.metrics import MetricsConfig
+from lobsurf.training.recovery.checkpoint import write_packed_atomic, write_text_atomic
+from lobsurf.training.recovery.checkpoint_file import unpack_file
 
 CHOSEN_PT = "chosen.pt"
 CHOSEN_JSON = "chosen.json"

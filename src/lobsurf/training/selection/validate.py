@@ -5,12 +5,12 @@ Every ``train.validate_every`` steps and at the last step, ``ModelSelection.vali
 1. copies the online network's weights into an eager network of its own (the training
    network may be compiled or replayed as a CUDA graph, so it is never called with another
    batch shape) and acts greedily: argmax E[Q], mean weights, no gates, exactly what
-   ``lobsurf eval RUN`` trades (``lobsurf.training.agent_policy``);
-2. sweeps it deterministically over the purged validation slice (``lobsurf.eval.sweep``,
+   ``lobsurf eval RUN`` trades (``lobsurf.backtest.agent_policy``);
+2. sweeps it deterministically over the purged validation slice (``lobsurf.backtest.sweep``,
    as eval sweeps the held-out rows; ``lobsurf.training.data``), on the training device, and
    over as many of the simulator's last training rows: the training sweep's win rate beside
    the validation one is the memorisation gauge;
-3. updates the model choice (``lobsurf.training.choice``: the best checkpoint, or hold), writes
+3. updates the model choice (``lobsurf.training.selection.choice``: the best checkpoint, or hold), writes
    RUN/chosen.pt and RUN/chosen.json, and a ``validation`` record into metrics.jsonl
    (keys in docs/training.md). ``val_capture`` is the validation net PnL as a share of
    ``baseline:optimal`` over the same rows (the exact optimum, computed once per process).
@@ -30,12 +30,12 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.state import TrainState
 from lobsurf.baselines.policies import BaselineConfig, make_baseline
-from lobsurf.eval.metrics import compute_metrics
-from lobsurf.eval.sweep import SweepConfig, sweep, tile_rows
+from lobsurf.backtest.metrics import compute_metrics
+from lobsurf.backtest.sweep import SweepConfig, sweep, tile_rows
 from lobsurf.models.feature_table import with_feature_table
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.training.agent_policy import AgentPolicy, mean_weights_
-from lobsurf.training.choice import ModelChoice, is_candidate
+from lobsurf.backtest.agent_policy import AgentPolicy, mean_weights_
+from lobsurf.training.selection.choice import ModelChoice, is_candidate
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import TrainingData, head_rows
 
@@ -90,7 +90,7 @@ class Validator:
     @torch.no_grad()
     def __call__(self, state: TrainState) -> tuple[dict[str, Any], dict[str, Any]]:
         """(validation metrics, training-slice metrics) of the state's greedy agent
-        (``lobsurf.eval.metrics.compute_metrics`` dicts)."""
+        (``lobsurf.backtest.metrics.compute_metrics`` dicts)."""
         self.network.load_state_dict(state.online.state_dict())
         self.controllers.load_(state.controllers.as_dict())
         policy = AgentPolicy(mean_weights_(self.network), self.controllers, state.tables,

@@ -170,9 +170,9 @@ def frozen_globals(fn: Callable) -> Callable:
 
 
 def compile_guard_(guard: Any, cfg: CompileConfig = CompileConfig()) -> None:
-    """The divergence guard's arithmetic (``lobsurf.training.guard.guard_values``) compiled in
+    """The divergence guard's arithmetic (``lobsurf.training.faults.guard.guard_values``) compiled in
     place, as the step kernels are: the loop runs the guard inside the graphed step."""
-    from lobsurf.training.guard import guard_values
+    from lobsurf.training.faults.guard import guard_values
 
     if guard.values is guard_values:  # not compiled yet
         guard.values = cfg.compile(frozen_globals(guard_values))

@@ -14,7 +14,7 @@ Philox offsets and advances the generator by the graph's whole increment, exactl
 eager calls would: eager and graphed runs from one seed draw the same numbers, and a
 checkpoint's ``get_state()`` after replays is the state an eager run would have. A capture
 also registers the default CUDA generator, which the step never draws from; where the step
-draws from one generator alone (on CUDA it does: lobsurf.training.loop), that one takes the default's place
+draws from one generator alone (on CUDA it does: lobsurf.training.run.loop), that one takes the default's place
 for the capture, so each replay refreshes one generator's device scalars (2 kernels before
 the graph's first node) instead of two's.
 
