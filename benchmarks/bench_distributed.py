@@ -36,7 +36,7 @@ from lobsurf.training.config import run_config_from_dict
 from lobsurf.training.data import load_training_data
 from lobsurf.training.distributed.collective import (NVLS_OFF_ENV, init_collective, launched_by_torchrun,
                                        shutdown, state_tensors)
-from lobsurf.training.run.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 
 #: environment variable that carries the parent's settings into the torchrun workers
 _ENV_ARGS = "LOBSURF_BENCH_ARGS"

@@ -190,7 +190,7 @@ def test_the_step_with_the_kernel_learns_as_the_plain_step(tiny_store):
     # the kernel on CUDA only (train.kernels), so CPU keeps PyTorch
     from lobsurf.agent.step import train_step
     from lobsurf.training.data import load_training_data
-    from lobsurf.training.run.loop import build_state, step_config
+    from lobsurf.training.run.state import build_state, step_config
     from tests.agent.conftest import assert_same_learning, tiny_config
 
     cfgs = [tiny_config(tiny_store.path)] * 2

@@ -16,7 +16,7 @@ from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.replay import Sample, Transitions
 from lobsurf.agent.step import train_step
 from lobsurf.training.data import load_training_data
-from lobsurf.training.run.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 from tests.agent.conftest import tiny_config
 
 

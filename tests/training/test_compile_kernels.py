@@ -26,7 +26,7 @@ from lobsurf.agent.step import eager_kernels, train_step
 from lobsurf.bench.phases import timed_phases
 from lobsurf.training.speed.compile import (COMPILED_KERNELS, CompileConfig, compile_networks_,
                                    compiled, compiled_kernels)
-from lobsurf.training.run.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 from lobsurf.training.data import load_training_data
 from tests.agent.conftest import tiny_config
 

@@ -21,7 +21,7 @@ from lobsurf.training.speed.cuda_graph import (
     step_generators,
 )
 from lobsurf.training.run.job import flag_overrides
-from lobsurf.training.run.loop import _graph_enabled
+from lobsurf.training.speed.cuda_graph import graph_enabled
 
 
 def _learning_steps(state, data, scfg, n):
@@ -41,7 +41,7 @@ def test_graph_refused_on_cpu_with_the_reason(tiny_setup) -> None:
 def test_loop_ignores_cuda_graph_on_cpu(tiny_setup, capsys) -> None:
     cfg = tiny_setup[0]
     assert cfg.train.cuda_graph  # on by default
-    assert _graph_enabled(cfg, "cpu", None) is False
+    assert graph_enabled(cfg, "cpu", None) is False
     assert capsys.readouterr().err == ""  # no complaint on CPU
 
 
@@ -172,12 +172,12 @@ def test_a_host_counter_is_caught(tiny_setup, monkeypatch) -> None:
 def test_train_compile_compiles_both_networks(tiny_store) -> None:
     from lobsurf.training.speed.compile import compiled
     from lobsurf.training.data import load_training_data
-    from lobsurf.training.run.loop import _build
+    from lobsurf.training.run.state import build_run_state
     from tests.agent.conftest import tiny_config
 
     for on, want in ((False, False), (True, True), ("auto", False)):  # auto: CUDA only
         cfg = tiny_config(tiny_store.path, train={"compile": on})
-        state = _build(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu", None, 0)
+        state = build_run_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu", None, 0)
         for net in (state.online, state.target):
             assert compiled(net) is want
             assert all(not k.startswith("_orig_mod") for k in net.state_dict())

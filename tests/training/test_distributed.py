@@ -31,7 +31,7 @@ from lobsurf.training.recovery.checkpoint import checkpoint_path, load_payload, 
 from lobsurf.training.data import load_training_data
 from lobsurf.training.distributed.collective import Collective
 from lobsurf.training.distributed.torchrun import check_gpus, strip_gpus, torchrun_args
-from lobsurf.training.run.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 from lobsurf.training.recovery.rank_shards import load_shard, restore_rank_
 from lobsurf.training.recovery.run_folder import read_metrics
 from tests.agent.conftest import tiny_config

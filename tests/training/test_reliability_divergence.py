@@ -14,7 +14,7 @@ import torch
 import lobsurf.agent.learn as agent_learn
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.step import train_step
-from lobsurf.training.run import loop
+from lobsurf.training.run import step as run_step
 from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
 from lobsurf.training.faults.guard import DivergenceGuard
 from lobsurf.training.recovery.run_folder import read_metrics
@@ -45,14 +45,14 @@ def inject_after_step(monkeypatch, at_call: int, spoil, times: int = 1):
     """Spoil the state after the ``at_call``-th step of this process and the ``times - 1``
     steps after it (bounded, so a run without a rollback budget still ends)."""
     calls = {"n": 0}
-    real = loop.train_step
+    real = run_step.train_step
 
     def step(state, *args, **kwargs):
         real(state, *args, **kwargs)
         calls["n"] += 1
         if at_call <= calls["n"] < at_call + times:
             spoil(state)
-    monkeypatch.setattr(loop, "train_step", step)
+    monkeypatch.setattr(run_step, "train_step", step)
 
 
 def inject_nan_loss(monkeypatch, at_call: int):
@@ -148,7 +148,7 @@ def test_a_log_steps_readout_is_finished_after_the_next_step(tiny_store, tiny_to
     from lobsurf.training.run.readout import Readout
 
     calls, finished = {"n": 0}, {}
-    real_step, real_finish = loop.train_step, Readout.finish
+    real_step, real_finish = run_step.train_step, Readout.finish
 
     def step(*args, **kwargs):
         real_step(*args, **kwargs)
@@ -157,7 +157,7 @@ def test_a_log_steps_readout_is_finished_after_the_next_step(tiny_store, tiny_to
     def finish(self):
         finished.setdefault(self.step, calls["n"])
         return real_finish(self)
-    monkeypatch.setattr(loop, "train_step", step)
+    monkeypatch.setattr(run_step, "train_step", step)
     monkeypatch.setattr(Readout, "finish", finish)
     assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", tmp_path / "r") == 0
     # log every 5, checkpoint every 10 (finished at once: a checkpoint needs the guard)

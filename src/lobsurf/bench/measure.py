@@ -1,7 +1,7 @@
 """``lobsurf bench``'s measurements of the real training step, eager and graphed, side by side.
 
 For one (B, layers) it builds the state exactly as ``lobsurf train`` does
-(lobsurf.training.run.loop.build_state on a synthetic store made by ``lobsurf synth``'s machinery),
+(lobsurf.training.run.state.build_state on a synthetic store made by ``lobsurf synth``'s machinery),
 fills the replay with a few collect-only steps, and then, in one process, on that one state:
 
 1. eager: ``repeats`` blocks of ``steps`` calls of ``train_step(..., learning=True)``,
@@ -44,7 +44,7 @@ from lobsurf.training.speed.compile import CompileConfig, compile_config, compil
 from lobsurf.training.config import RunConfig, run_config_from_dict
 from lobsurf.training.speed.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
 from lobsurf.training.data import load_training_data
-from lobsurf.training.run.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
 from lobsurf.training.selection.choice import CHOSEN_PT, NO_EDGE, load_chosen, read_choice
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import default_store, head_rows, validation_slice
-from lobsurf.training.run.loop import step_tables
+from lobsurf.training.run.state import step_tables
 from lobsurf.training.recovery.run_folder import require_run_folder
 from lobsurf.training.recovery.saved_config import load_run_config
 

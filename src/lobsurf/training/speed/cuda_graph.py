@@ -14,8 +14,8 @@ Philox offsets and advances the generator by the graph's whole increment, exactl
 eager calls would: eager and graphed runs from one seed draw the same numbers, and a
 checkpoint's ``get_state()`` after replays is the state an eager run would have. A capture
 also registers the default CUDA generator, which the step never draws from; where the step
-draws from one generator alone (on CUDA it does: lobsurf.training.run.loop), that one takes the default's place
-for the capture, so each replay refreshes one generator's device scalars (2 kernels before
+draws from one generator alone (on CUDA it does: lobsurf.training.run.state), that one takes
+the default's place for the capture, so each replay refreshes one generator's device scalars (2 kernels before
 the graph's first node) instead of two's.
 
 Capture safety is checked, not assumed: the last warm-up call compares every tensor
@@ -25,7 +25,8 @@ a host counter would be frozen by a graph, so capture is refused, naming what mo
 
 The learning and pre-learning (collect-only) phases are different graphs; the loop runs
 the short pre-learning phase eagerly and graphs only the learning step. Graphs need CUDA
-and one process (no collectives inside the step); ``graph_unsupported`` says why not.
+and one process (no collectives inside the step); ``graph_unsupported`` says why not, and
+``graph_enabled`` whether a run graphs its step.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from lobsurf.training.config import RunConfig
 
 #: CUgraphNodeType of a kernel node (CUDA driver API, cuda.h: CU_GRAPH_NODE_TYPE_KERNEL)
 _KERNEL_NODE = 0
@@ -72,6 +76,22 @@ def graph_unsupported(device: torch.device | str) -> str | None:
         return (f"torch {torch.__version__} has no CUDAGraph.register_generator_state "
                 "(graph-safe custom generators need torch >= 2.4)")
     return None
+
+
+def graph_enabled(cfg: RunConfig, device: torch.device | str, sync: Any) -> bool:
+    """train.cuda_graph on a device that can graph, one process (``sync`` None; else eager,
+    said once where it was asked for on CUDA)."""
+    if not cfg.train.cuda_graph or torch.device(device).type != "cuda":
+        return False
+    if cfg.train.reference:
+        print("train: CUDA graph off: train.reference runs the readable step eagerly",
+              file=sys.stderr)
+        return False
+    why = graph_unsupported(device) or ("several processes (collectives inside the step)"
+                                        if sync is not None else None)
+    if why is not None:
+        print(f"train: CUDA graph off: {why}; the step runs eagerly", file=sys.stderr)
+    return why is None
 
 
 def step_generators(state: Any) -> list[torch.Generator]:
