@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lobsurf.baselines.policies import BaselineConfig, buy_sell_actions
+from lobsurf.baselines.actions import buy_sell_actions
+from lobsurf.baselines.config import BaselineConfig
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
