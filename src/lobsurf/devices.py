@@ -1,6 +1,6 @@
 """Torch device choice for the commands: the default, and one clear error for a bad one;
 TF32 for CUDA runs; device values copied to the host without a host sync (``HostCopy``);
-the device's name and the versions a run or a benchmark records.
+the device's name as a run or a benchmark records it.
 
 Kept apart from the commands so each one checks ``--device`` the same way before it loads
 data (a misspelt device or ``cuda`` on a CPU-only build must not end in a traceback).
@@ -59,20 +59,6 @@ def device_name(device: torch.device | str) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def versions() -> dict[str, str]:
-    """The versions a run records: lobsurf, torch, python, numpy, CUDA."""
-    import platform
-
-    import numpy as np
-    import torch
-
-    import lobsurf
-
-    return {"lobsurf": lobsurf.__version__, "torch": str(torch.__version__),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "cuda": str(torch.version.cuda or "none")}
 
 
 class HostCopy:

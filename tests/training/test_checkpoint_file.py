@@ -9,7 +9,8 @@ import io
 import pytest
 import torch
 
-from lobsurf.training.recovery.checkpoint_file import ALIGN, MAGIC, TENSOR_REF, pack, unpack, unpack_file
+from lobsurf.training.recovery.checkpoint_file import (ALIGN, MAGIC, TENSOR_REF, pack, unpack,
+                                                      unpack_file)
 
 WRITE = 1000  # a chunk size that splits buffers mid-way
 

@@ -15,7 +15,8 @@ from lobsurf.cli import main
 from lobsurf.errors import UserError
 from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
 from lobsurf.training.recovery.checkpoint_file import unpack_file
-from lobsurf.training.selection.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, is_candidate, load_chosen
+from lobsurf.training.selection.choice import (CHOSEN_JSON, CHOSEN_PT, ModelChoice, is_candidate,
+                                              load_chosen)
 from lobsurf.training.data import load_training_data
 from lobsurf.training.run.state import build_state, step_config
 from lobsurf.training.recovery.run_folder import read_metrics
@@ -173,7 +174,8 @@ def test_resume_keeps_the_patience_count(tiny_store, tiny_toml, tmp_path):
 def every_one_a_candidate(monkeypatch):
     """The candidate rule replaced so that a tiny run chooses a checkpoint (the rule itself:
     test_the_candidate_rule)."""
-    monkeypatch.setattr("lobsurf.training.selection.choice.is_candidate", lambda metrics, min_trades: True)
+    monkeypatch.setattr("lobsurf.training.selection.choice.is_candidate",
+                        lambda metrics, min_trades: True)
 
 
 def test_the_chosen_checkpoint_is_evaluated_and_survives_a_resume(

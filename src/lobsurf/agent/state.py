@@ -181,7 +181,8 @@ class LearnUpdates(NamedTuple):
 
 
 class GradientSync(Protocol):
-    """The collectives a step needs (lobsurf.training.distributed.collective.Collective; None: one process)."""
+    """The collectives a step needs (lobsurf.training.distributed.collective.Collective;
+    None: one process)."""
 
     def grads_(self, params: list[torch.Tensor], flat: torch.Tensor | None = None) -> None: ...
     def controllers_(self, ctl: ControllerState) -> None: ...

@@ -106,7 +106,8 @@ def _config(args: argparse.Namespace):
 def header(device: str) -> dict:
     import torch
 
-    from lobsurf.devices import device_name, versions
+    from lobsurf.devices import device_name
+    from lobsurf.training.run.prepare import versions
 
     return {"device": device_name(device), "versions": versions(),
             "date": time.strftime("%Y-%m-%d"), "tf32": device.startswith("cuda"),

@@ -13,9 +13,9 @@ lobsurf.sim.fees) and warns where its round trip is above the typical move of th
 rows.
 
 ``--gpus N`` starts N processes, one per GPU, through torchrun's API
-(lobsurf.training.distributed.torchrun); ``torchrun --nproc-per-node N -m lobsurf train ...`` does the same
-by hand (``--device cpu``: N CPU processes over gloo). Rank 0 prints and writes the run
-folder; docs/distributed.md.
+(lobsurf.training.distributed.torchrun); ``torchrun --nproc-per-node N -m lobsurf train
+...`` does the same by hand (``--device cpu``: N CPU processes over gloo). Rank 0 prints
+and writes the run folder; docs/distributed.md.
 
 Everything but ``--gpus`` is ``lobsurf.api.train`` (lobsurf.training.run.job: one run;
 lobsurf.training.run.seed_group: ``--seeds``); this module maps the flags onto its arguments.

@@ -11,8 +11,8 @@ With ``data.validation_fraction`` > 0 the rows [0, cut - max_horizon) are split 
 same rules (``time_split`` over them, at that share from their end, not snapped to a
 session): validation windows start at or after the validation cut v and end before
 cut - max_horizon; the simulator gets only rows [0, v - max_horizon). The policy is chosen
-on the validation slice (``lobsurf.training.selection.validate``), so the held-out rows stay untouched by
-every choice.
+on the validation slice (``lobsurf.training.selection.validate``), so the held-out rows
+stay untouched by every choice.
 
 The bundled default is a synthetic data set with a tradeable predictable component
 (``lobsurf.presets``), written as genuine DBN files, ingested once and cached under the

@@ -17,15 +17,18 @@ and controllers.
 from __future__ import annotations
 
 import dataclasses
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+import lobsurf
 from lobsurf.agent.controllers import controller_table
 from lobsurf.agent.state import StepConfig, TrainState
-from lobsurf.devices import device_name, versions
+from lobsurf.devices import device_name
 from lobsurf.errors import UserError
 from lobsurf.sim.fees import resolve_fees
 from lobsurf.training.config import RunConfig, run_config_to_dict, run_config_to_toml
@@ -141,8 +144,16 @@ def prepare_run(cfg: RunConfig, run_dir: Path, data: TrainingData,
         cfg=cfg, run_dir=run_dir, data=data, device=device, pretrained=pretrained, coll=coll,
         state=state, scfg=step_config(cfg), guard=guard,
         writer=CheckpointWriter(background=coll.world_size == 1), selection=selection,
-        log=_open_log(cfg, run_dir, config_dict, meta, coll, resume), meta=meta, config_dict=config_dict,
+        log=_open_log(cfg, run_dir, config_dict, meta, coll, resume), meta=meta,
+        config_dict=config_dict,
         graph_on=graph_enabled(cfg, device, sync))
+
+
+def versions() -> dict[str, str]:
+    """The versions a run records: lobsurf, torch, python, numpy, CUDA."""
+    return {"lobsurf": lobsurf.__version__, "torch": str(torch.__version__),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "cuda": str(torch.version.cuda or "none")}
 
 
 def _mirror(cfg: RunConfig, run_dir: Path):

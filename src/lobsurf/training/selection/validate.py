@@ -10,8 +10,8 @@ Every ``train.validate_every`` steps and at the last step, ``ModelSelection.vali
    as eval sweeps the held-out rows; ``lobsurf.training.data``), on the training device, and
    over as many of the simulator's last training rows: the training sweep's win rate beside
    the validation one is the memorisation gauge;
-3. updates the model choice (``lobsurf.training.selection.choice``: the best checkpoint, or hold), writes
-   RUN/chosen.pt and RUN/chosen.json, and a ``validation`` record into metrics.jsonl
+3. updates the model choice (``lobsurf.training.selection.choice``: the best checkpoint, or
+   hold), writes RUN/chosen.pt and RUN/chosen.json, and a ``validation`` record into metrics.jsonl
    (keys in docs/training.md). ``val_capture`` is the validation net PnL as a share of
    ``baseline:optimal`` over the same rows (the exact optimum, computed once per process).
 

@@ -15,8 +15,8 @@ eager calls would: eager and graphed runs from one seed draw the same numbers, a
 checkpoint's ``get_state()`` after replays is the state an eager run would have. A capture
 also registers the default CUDA generator, which the step never draws from; where the step
 draws from one generator alone (on CUDA it does: lobsurf.training.run.state), that one takes
-the default's place for the capture, so each replay refreshes one generator's device scalars (2 kernels before
-the graph's first node) instead of two's.
+the default's place for the capture, so each replay refreshes one generator's device scalars
+(2 kernels before the graph's first node) instead of two's.
 
 Capture safety is checked, not assumed: the last warm-up call compares every tensor
 address and every host value reachable from the state before and after the step
