@@ -83,7 +83,7 @@ def test_kernel_matches_the_float64_loop(dtype, gamma_kind, padded):
 @needs_kernel
 def test_per_sample_values_read_at_their_strides():
     # in the step, reward, done and a per-row gamma are columns of the replay's packed rows
-    # (lobsurf.agent.replay.unpack): views with a row stride, read as such
+    # (lobsurf.agent.transitions.unpack): views with a row stride, read as such
     q, reward, done, z = _inputs(b=6)
     gamma = torch.linspace(0.5, 0.99, 6)
     packed = torch.stack((torch.zeros(6), reward, done.float(), gamma, torch.ones(6)), 1)

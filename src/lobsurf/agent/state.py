@@ -20,7 +20,8 @@ from lobsurf.agent.flat import FlatParameters
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
-from lobsurf.agent.replay import PrioritizedReplay, Sample, Transitions, WritePlan
+from lobsurf.agent.replay import PrioritizedReplay, Sample, WritePlan
+from lobsurf.agent.transitions import Transitions
 from lobsurf.data.dataset import Window
 from lobsurf.data.labels import Labels
 from lobsurf.models.feature_table import FeatureRows
