@@ -14,7 +14,7 @@ import pytest
 import lobsurf
 import lobsurf.api
 from lobsurf.cli import build_parser, main
-from lobsurf.data.store.ingest import summarize
+from lobsurf.data.store.summary import summarize
 from lobsurf.data.synth import SynthConfig, write_synth
 from lobsurf.errors import UserError
 from lobsurf.training.recovery.run_folder import is_run_folder, read_metrics

@@ -98,8 +98,9 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
         The store, opened (``store.manifest``: what was kept and skipped).
     """
     from lobsurf.data.store import Store
-    from lobsurf.data.store.ingest import IngestConfig, money_warnings
+    from lobsurf.data.store.ingest import IngestConfig
     from lobsurf.data.store.ingest import ingest as build_store
+    from lobsurf.data.store.summary import money_warnings
     from lobsurf.progress import byte_progress
 
     if format not in ("auto", "dbn", "lobster"):

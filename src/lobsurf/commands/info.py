@@ -40,7 +40,7 @@ def print_summary(s: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lobsurf.data.store.ingest import summarize
+    from lobsurf.data.store.summary import summarize
     from lobsurf.data.store import Store
 
     summary = summarize(Store.open(args.store).manifest)

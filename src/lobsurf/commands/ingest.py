@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lobsurf.api import ingest
     from lobsurf.commands.info import print_summary
-    from lobsurf.data.store.ingest import summarize
+    from lobsurf.data.store.summary import summarize
 
     began = time.perf_counter()
     store = ingest(args.paths, args.out, format=args.format, multiplier=args.multiplier,
