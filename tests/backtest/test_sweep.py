@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from lobsurf.baselines.policies import BaselineConfig, HoldPolicy, make_baseline
-from lobsurf.eval.evaluate import evaluate_policies
 from lobsurf.backtest.sweep import SweepConfig, sweep, tile_rows
+from lobsurf.baselines.policies import BaselineConfig, HoldPolicy, make_baseline
 from lobsurf.data.split import time_split
+from lobsurf.eval.evaluate import evaluate_policies
 from lobsurf.sim import SimConfig
 from lobsurf.sim.books import random_walk_book
 from lobsurf.sim.env import BatchedLobEnv

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.backtest.sweep import SweepConfig, sweep, tile_rows
+from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.sim import SimConfig
 from lobsurf.sim.books import random_walk_book
 from lobsurf.sim.env import BatchedLobEnv

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lobsurf.data.dataset import load_book_tensors
-from lobsurf.errors import UserError
 from lobsurf.data.split import choose_cut, evenly_spaced, time_split, validation_tail
+from lobsurf.errors import UserError
 
 K, MIN_H, MAX_H = 8, 5, 20
 

@@ -11,10 +11,10 @@ import torch
 
 from lobsurf.cli import main
 from lobsurf.data.dataset import load_book_tensors
+from lobsurf.eval.walk_forward import fold_data, spread
 from lobsurf.report.build import build_report
 from lobsurf.training.config import run_config_to_toml
 from lobsurf.training.recovery.run_folder import CONFIG_NAME, prepare_run_folder
-from lobsurf.eval.walk_forward import fold_data, spread
 from tests.agent.conftest import tiny_config
 from tests.conftest import random_walk_books, write_store
 

@@ -10,8 +10,9 @@ import torch
 from lobsurf.agent.replay import PrioritizedReplay
 from lobsurf.agent.step import train_step
 from lobsurf.cli import build_parser
-from lobsurf.training.run.job import train_keywords
 from lobsurf.sim.env import BatchedLobEnv
+from lobsurf.training.run.job import train_keywords
+from lobsurf.training.run.job import flag_overrides
 from lobsurf.training.speed.cuda_graph import (
     GraphConfig,
     GraphedStep,
@@ -20,7 +21,6 @@ from lobsurf.training.speed.cuda_graph import (
     state_fingerprint,
     step_generators,
 )
-from lobsurf.training.run.job import flag_overrides
 from lobsurf.training.speed.cuda_graph import graph_enabled
 
 

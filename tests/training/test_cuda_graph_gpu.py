@@ -18,12 +18,12 @@ import torch
 
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.step import train_step
-from lobsurf.training.speed.cuda_graph import step_generators
 from lobsurf.training.data import load_training_data
 from lobsurf.training.faults.guard import DivergenceGuard
-from lobsurf.training.speed.compile import compiled_kernels
 from lobsurf.training.run.state import build_run_state, build_state, step_config
 from lobsurf.training.run.step import graphed_step, guarded_step
+from lobsurf.training.speed.compile import compiled_kernels
+from lobsurf.training.speed.cuda_graph import step_generators
 from tests.agent.conftest import tiny_config
 
 pytestmark = pytest.mark.gpu

@@ -14,10 +14,10 @@ import torch
 import lobsurf.agent.learn as agent_learn
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.step import train_step
-from lobsurf.training.run import step as run_step
-from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
 from lobsurf.training.faults.guard import DivergenceGuard
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
 from lobsurf.training.recovery.run_folder import read_metrics
+from lobsurf.training.run import step as run_step
 from tests.agent.conftest import tiny_setup  # noqa: F401 (fixture)
 from tests.agent.test_step import no_host_sync
 from tests.training.test_train_command import train

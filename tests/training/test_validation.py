@@ -13,14 +13,14 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.step import train_step
 from lobsurf.cli import main
 from lobsurf.errors import UserError
+from lobsurf.training.data import load_training_data
 from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
 from lobsurf.training.recovery.checkpoint_file import unpack_file
-from lobsurf.training.selection.choice import (CHOSEN_JSON, CHOSEN_PT, ModelChoice, is_candidate,
-                                              load_chosen)
-from lobsurf.training.data import load_training_data
-from lobsurf.training.run.state import build_state, step_config
 from lobsurf.training.recovery.run_folder import read_metrics
 from lobsurf.training.recovery.saved_config import load_run_config
+from lobsurf.training.run.state import build_state, step_config
+from lobsurf.training.selection.choice import (CHOSEN_JSON, CHOSEN_PT, ModelChoice, is_candidate,
+                                              load_chosen)
 from lobsurf.training.selection.validate import Validator
 from tests.agent.conftest import tiny_config
 from tests.training.test_train_command import train

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lobsurf.data.dataset import BookTensors
 from lobsurf.backtest.policy import Policy
+from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.stats import summarize

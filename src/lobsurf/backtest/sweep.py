@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from lobsurf.data.dataset import BookTensors
 from lobsurf.backtest.metrics import NS_PER_DAY, BacktestRecord
 from lobsurf.backtest.policy import Policy
+from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 

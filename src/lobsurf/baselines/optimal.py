@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lobsurf.data.dataset import BookTensors
 from lobsurf.backtest.sweep import Tiling, schedule, tile_rows
+from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.matching import walk_levels

@@ -40,12 +40,12 @@ from lobsurf.bench.phases import timed_phases
 from lobsurf.bench.roofline import DevicePeaks, roofline, step_traffic
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.models.kernels.triton_support import KERNEL_MODES, use_kernels_
-from lobsurf.training.speed.compile import CompileConfig, compile_config, compile_networks_
 from lobsurf.training.config import RunConfig, run_config_from_dict
-from lobsurf.training.speed.cuda_graph import (GraphConfig, GraphedStep, graph_unsupported,
-                                               step_generators)
 from lobsurf.training.data import load_training_data
 from lobsurf.training.run.state import build_state, step_config
+from lobsurf.training.speed.compile import CompileConfig, compile_config, compile_networks_
+from lobsurf.training.speed.cuda_graph import (GraphConfig, GraphedStep, graph_unsupported,
+                                               step_generators)
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ import json
 import sys
 from dataclasses import asdict
 
-from lobsurf.eval.evaluate import WARN_MIN_ROWS
-from lobsurf.sim.fees import announce_fees
 from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
 from lobsurf.errors import UserError
+from lobsurf.eval.evaluate import WARN_MIN_ROWS
 from lobsurf.progress import add_progress_flag, status
+from lobsurf.sim.fees import announce_fees
 
 POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "

@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from lobsurf.data.dataset import BookTensors
-from lobsurf.data.labels import LabelConfig
 from lobsurf.backtest.metrics import BacktestRecord, MetricsConfig, compute_metrics
 from lobsurf.backtest.policy import Policy
 from lobsurf.backtest.sweep import SweepConfig, Tiling, sweep
+from lobsurf.data.dataset import BookTensors
+from lobsurf.data.labels import LabelConfig
 from lobsurf.sim.config import SimConfig
 
 

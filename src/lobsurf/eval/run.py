@@ -30,24 +30,24 @@ import torch
 
 from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.network import AgentNetwork
+from lobsurf.backtest.agent_policy import AgentPolicy, PolicyMode
+from lobsurf.backtest.metrics import BacktestRecord
+from lobsurf.backtest.sweep import SweepConfig, Tiling, sweep, tile_rows
 from lobsurf.baselines.policies import BaselineConfig, HoldPolicy, make_baselines
 from lobsurf.data.dataset import BookTensors, load_book_tensors
+from lobsurf.data.split import time_split
 from lobsurf.data.store import Store
 from lobsurf.errors import UserError
 from lobsurf.eval.evaluate import EvalSplit, eval_split, evaluate_policies, summarise
-from lobsurf.backtest.metrics import BacktestRecord
-from lobsurf.data.split import time_split
-from lobsurf.backtest.sweep import SweepConfig, Tiling, sweep, tile_rows
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.backtest.agent_policy import AgentPolicy, PolicyMode
-from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.selection.choice import CHOSEN_PT, NO_EDGE, load_chosen, read_choice
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import default_store, head_rows, validation_slice
-from lobsurf.training.run.state import step_tables
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
 from lobsurf.training.recovery.run_folder import require_run_folder
 from lobsurf.training.recovery.saved_config import load_run_config
+from lobsurf.training.run.state import step_tables
+from lobsurf.training.selection.choice import CHOSEN_PT, NO_EDGE, load_chosen, read_choice
 
 #: seed of the sampling policies' generator in evaluation (fixed: evaluations must agree)
 EVAL_SEED = 0

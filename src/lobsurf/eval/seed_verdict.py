@@ -23,16 +23,16 @@ from typing import Any
 
 import torch
 
+from lobsurf.backtest.sweep import SweepConfig
 from lobsurf.errors import UserError
 from lobsurf.eval.aggregate import aggregate
-from lobsurf.backtest.sweep import SweepConfig
-from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.eval.run import (
     RUN_BASELINES,
     RunEvaluation,
     choose_policy,
     prepare_run_evaluation,
 )
+from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.training.recovery.run_folder import is_run_folder
 from lobsurf.training.recovery.saved_config import load_run_config
 from lobsurf.training.run.seed_group import read_group, seed_dir

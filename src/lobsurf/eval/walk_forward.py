@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from lobsurf.backtest.sweep import SweepConfig, tile_rows
 from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.data.dataset import BookTensors
+from lobsurf.data.split import TimeSplit
 from lobsurf.errors import UserError
 from lobsurf.eval.evaluate import evaluate_policies
-from lobsurf.backtest.sweep import SweepConfig, tile_rows
-from lobsurf.data.split import TimeSplit
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import TrainingData, head_rows

@@ -31,6 +31,7 @@ import torch
 
 from lobsurf.data.dataset import BookTensors, gather_window, load_book_tensors, window_rows
 from lobsurf.data.labels import Labels, compute_labels
+from lobsurf.data.split import evenly_spaced, time_split, validation_tail
 from lobsurf.data.store import Store
 from lobsurf.models.features import last_snapshot, last_snapshot_features
 from lobsurf.models.heads import direction_loss, frd_loss, frd_loss_per_horizon
@@ -38,7 +39,6 @@ from lobsurf.pretrain.baselines import binary_metrics, class_prior, fit_logistic
 from lobsurf.pretrain.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_to_dict
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.data.split import evenly_spaced, time_split, validation_tail
 from lobsurf.progress import status, step_progress
 
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from lobsurf.errors import UserError
 from lobsurf.backtest.sweep import SweepConfig
+from lobsurf.errors import UserError
 from lobsurf.report import figures
 from lobsurf.report.page import (
     image,

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lobsurf.training.recovery.checkpoint import list_checkpoints
-from lobsurf.training.selection.choice import read_choice
-from lobsurf.training.recovery.run_folder import CONFIG_NAME, METRICS_NAME, require_run_folder
 from lobsurf.eval.walk_forward import SUMMARY_NAME, WALK_FORWARD_DIR
+from lobsurf.training.recovery.checkpoint import list_checkpoints
+from lobsurf.training.recovery.run_folder import CONFIG_NAME, METRICS_NAME, require_run_folder
+from lobsurf.training.selection.choice import read_choice
 
 
 @dataclass

@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 from lobsurf.data.dataset import BookTensors, load_book_tensors
+from lobsurf.data.split import TimeSplit, time_split
 from lobsurf.data.store import Store
 from lobsurf.errors import UserError
 from lobsurf.models.feature_table import with_feature_table
-from lobsurf.data.split import TimeSplit, time_split
 from lobsurf.training.config import RunConfig
 
 #: Name of the bundled default data set (a preset of lobsurf.presets); bump the cache

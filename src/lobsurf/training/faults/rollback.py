@@ -18,8 +18,8 @@ from typing import Callable
 
 from lobsurf.agent.state import TrainState
 from lobsurf.errors import UserError
-from lobsurf.training.recovery.checkpoint import newest_valid_checkpoint, restore_state_
 from lobsurf.training.config import TrainConfig
+from lobsurf.training.recovery.checkpoint import newest_valid_checkpoint, restore_state_
 from lobsurf.training.recovery.run_folder import MetricsLog
 
 #: copies a checkpoint (path, payload) into a state, in place

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from lobsurf.agent.state import TrainState
+from lobsurf.training.distributed.collective import Collective
 from lobsurf.training.recovery.checkpoint import (CorruptCheckpoint, checkpoint_path, local_payload,
                                       rank_shard_path, restore_local_, restore_shared_,
                                       verify_checkpoint, write_marked)
 from lobsurf.training.recovery.checkpoint_file import unpack_file
-from lobsurf.training.distributed.collective import Collective
 
 SHARD_FORMAT = "lobsurf-train-rank"
 SHARD_VERSION = 1

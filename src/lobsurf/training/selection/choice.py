@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from lobsurf.errors import UserError
 from lobsurf.backtest.metrics import MetricsConfig
+from lobsurf.errors import UserError
 from lobsurf.training.recovery.checkpoint import write_packed_atomic, write_text_atomic
 from lobsurf.training.recovery.checkpoint_file import unpack_file
 

@@ -29,15 +29,15 @@ import torch
 from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.state import TrainState
-from lobsurf.baselines.policies import BaselineConfig, make_baseline
+from lobsurf.backtest.agent_policy import AgentPolicy, mean_weights_
 from lobsurf.backtest.metrics import compute_metrics
 from lobsurf.backtest.sweep import SweepConfig, sweep, tile_rows
+from lobsurf.baselines.policies import BaselineConfig, make_baseline
 from lobsurf.models.feature_table import with_feature_table
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.backtest.agent_policy import AgentPolicy, mean_weights_
-from lobsurf.training.selection.choice import ModelChoice, is_candidate
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import TrainingData, head_rows
+from lobsurf.training.selection.choice import ModelChoice, is_candidate
 
 #: seed of the agent policy's generator (the greedy policy draws nothing from it)
 GREEDY_SEED = 0
