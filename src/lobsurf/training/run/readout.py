@@ -99,6 +99,10 @@ class MetricsRecords:
     start: int
     """the step the loop started from."""
     t0: float = field(default_factory=time.perf_counter)
+    """when the loop started (the records' ``wall_s``)."""
+    t_log: float = field(init=False)
+    s_log: int = field(init=False)
+    """the time and the step the next record's interval starts from."""
     pending: Readout | None = None
     last: dict[str, Any] | None = None
     bar: dict[str, str] = field(default_factory=dict)
