@@ -16,9 +16,12 @@ fresh subprocess so peak RSS is its own:
 
 Each measurement is one pass over the file in a fresh process, timed by the host clock
 from the first read to the last write (no burn-in: a cold start is what ingest pays).
-Reports snapshots/s, the ratio ingest/raw (goal >= 0.5) and peak RSS for a small and the
-large file (goal: ingest peak memory flat in file size). Prints a table last and writes
-JSON; asserts that both passes read every snapshot, and the goals on large files.
+Reports records/s of the raw decode, snapshots/s of ingest, the ratio of their speeds over
+the same file (raw seconds / ingest seconds; goal >= 0.5) and peak RSS for a small and the
+large file (goal: ingest peak memory flat in file size). The files hold trade records (action
+T) besides the snapshots: the decode counts every record, ingest stores the snapshots and
+the trades. Prints a table last and writes JSON; asserts that ingest stored every snapshot
+and the decode read at least as many records, and the goals on large files.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def measure(code: str, *args: str) -> dict:
     out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True,
                          text=True).stdout.split()
     n, seconds, rss_kb = int(out[0]), float(out[1]), int(out[2])
-    return {"snapshots": n, "seconds": seconds, "per_s": n / seconds, "peak_rss_mb": rss_kb / 1024}
+    # n: records decoded (raw) or snapshots stored (ingest)
+    return {"count": n, "seconds": seconds, "per_s": n / seconds, "peak_rss_mb": rss_kb / 1024}
 
 
 def make_file(folder: Path, snapshots: int) -> Path:
@@ -92,18 +96,18 @@ def main() -> None:
         raw = measure(RAW, str(path))
         ing = measure(INGEST, str(path), str(out / f"store_{size}"))
         rows.append({"file_snapshots": size, "file_mb": path.stat().st_size / 2**20,
-                     "raw": raw, "ingest": ing, "ratio": ing["per_s"] / raw["per_s"]})
+                     "raw": raw, "ingest": ing, "ratio": raw["seconds"] / ing["seconds"]})
     result = {"machine": platform.platform(), "processor": platform.processor(),
               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
     (out / "bench_ingest.json").write_text(json.dumps(result, indent=1))
-    print(f"{'snapshots':>10} {'file MB':>8} {'raw snap/s':>12} {'ingest snap/s':>14} "
+    print(f"{'snapshots':>10} {'file MB':>8} {'raw rec/s':>12} {'ingest snap/s':>14} "
           f"{'ratio':>6} {'raw RSS MB':>10} {'ingest RSS MB':>13}")
     for r in rows:
         print(f"{r['file_snapshots']:>10,} {r['file_mb']:>8.1f} {r['raw']['per_s']:>12,.0f} "
               f"{r['ingest']['per_s']:>14,.0f} {r['ratio']:>6.2f} {r['raw']['peak_rss_mb']:>10.0f} "
               f"{r['ingest']['peak_rss_mb']:>13.0f}")
     for r in rows:
-        assert r["raw"]["snapshots"] == r["ingest"]["snapshots"] == r["file_snapshots"], r
+        assert r["ingest"]["count"] == r["file_snapshots"] <= r["raw"]["count"], r
     small, large = rows
     if large["file_snapshots"] < GOAL_MIN_SNAPSHOTS:
         print(f"goals not checked: under {GOAL_MIN_SNAPSHOTS:,} snapshots")

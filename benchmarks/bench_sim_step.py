@@ -3,12 +3,21 @@
     python benchmarks/bench_sim_step.py --device cpu --quick --sizes 1,256 --out /tmp/bench
     python benchmarks/bench_sim_step.py --device cuda --compile-graph --out $OUT
     python benchmarks/bench_sim_step.py --device cuda --profile 65536 --out $OUT
+    python benchmarks/bench_sim_step.py --device cuda --compile-graph --passive --sizes 65536 --out $OUT
+
+``--passive`` times every batch size twice, with passive orders off (market orders only)
+and on (resting orders, ``--queue-model``), at ``--stride`` rows a decision (10, as
+training) and latency 1, on a random-walk book with random prints, and reports the ratio of
+their env steps/s (goal: >= 0.5 at B = 65,536 on one GPU). Each env repeats one random
+action of the passive action table (posts, cancels, market orders, holds).
 
 Builds its own random-walk book with numpy (no DBN decoder, no gymnasium). Per batch
 size: 5 burn-in steps, then the best of 3 timed loops, each bracketed by synchronize;
-env-steps/s = B x steps / s. Modes: ``eager``; ``compile`` (``--compile``,
-``torch.compile(env.step)``); on CUDA ``graph`` (the eager step captured in one CUDA graph)
-and ``compile_graph`` (``--compile-graph``, the compiled step captured). Each compiled or
+env-steps/s = B x steps / s. Modes: ``eager``; ``compile`` (``--compile``, ``env.step``
+with ``torch.compile(step_values)`` as its kernel, as the training step runs it; the reset
+draw stays outside the compiled function, as there); on CUDA ``graph`` (the eager step
+captured in one CUDA graph) and ``compile_graph`` (``--compile-graph``, the compiled step
+captured). Each compiled or
 graphed mode is checked bit for bit against eager steps from the same state before it is
 timed. Also reports the ops (CPU) or kernels (CUDA) per step from torch.profiler, and the
 bytes of book and state one env-step reads and writes at minimum (every state and stats
@@ -30,6 +39,7 @@ import torch
 
 from lobsurf.sim import BatchedLobEnv, SimConfig
 from lobsurf.sim.books import random_walk_book
+from lobsurf.sim.env import step_values
 
 BOOK_ROWS = 1_000_000
 QUICK_ROWS = 200_000
@@ -37,11 +47,18 @@ QUICK_ROWS = 200_000
 PROFILE_STEPS = 20
 
 
+def _parts(env: BatchedLobEnv) -> list:
+    """The state objects a step reads and writes (the passive ones where there)."""
+    return [p for p in (env.state, env.stats, env.passive_state, env.passive_stats)
+            if p is not None]
+
+
 def min_bytes_per_env_step(env: BatchedLobEnv) -> int:
-    per_env = sum(getattr(env.state, f.name).element_size() for f in fields(env.state))
-    per_env += sum(getattr(env.stats, f.name).element_size() for f in fields(env.stats))
-    book = 10 * (env.side_px.element_size() + env.side_sz.element_size())
-    book += env.mid2_ticks.element_size()
+    per_env = sum(getattr(p, f.name)[:1].nbytes for p in _parts(env) for f in fields(p))
+    side = 10 * (env.side_px.element_size() + env.side_sz.element_size())
+    book = side + env.mid2_ticks.element_size()
+    if env.passive_state is not None:  # both sides of stride + 1 rows, and their prints
+        book += (env.cfg.stride + 1) * 2 * (side + 2 * env.side_px.element_size())
     return 2 * per_env + book + 8 + 8  # + action read + reset draw
 
 
@@ -104,26 +121,29 @@ def capture(env: BatchedLobEnv, action: torch.Tensor, step=None):
 def check_matches_eager(env: BatchedLobEnv, action: torch.Tensor, fast_step) -> None:
     """Four eager steps, then rewind state, stats and generator and run ``fast_step()``
     (returns the reward tensor) four times: rewards and final state must be identical."""
-    state0, stats0 = env.state.clone(), {f.name: getattr(env.stats, f.name).clone()
-                                         for f in fields(env.stats)}
-    gen0 = env.generator.get_state()
+    def snapshot() -> list[torch.Tensor]:
+        return [getattr(p, f.name).clone() for p in _parts(env) for f in fields(p)]
+
+    def live() -> list[torch.Tensor]:
+        return [getattr(p, f.name) for p in _parts(env) for f in fields(p)]
+
+    start, gen0 = snapshot(), env.generator.get_state()
     eager = []
     for _ in range(4):
         eager.append(env.step(action).reward.clone())
-    eager_state = env.state.clone()
-    for f in fields(env.state):
-        getattr(env.state, f.name).copy_(getattr(state0, f.name))
-    for name, value in stats0.items():
-        getattr(env.stats, name).copy_(value)
+    eager_end = snapshot()
+    for t, value in zip(live(), start):
+        t.copy_(value)
     env.generator.set_state(gen0)
     for want in eager:
         assert torch.equal(fast_step(), want), "fast step differs from the eager step"
-    for f in fields(env.state):
-        assert torch.equal(getattr(env.state, f.name), getattr(eager_state, f.name)), f.name
+    for i, (t, value) in enumerate(zip(live(), eager_end)):
+        assert torch.equal(t, value), f"state field {i} differs from the eager step's"
 
 
-def bench_one(book, num_envs: int, device: torch.device, steps: int, modes: list[str]):
-    env = BatchedLobEnv(book, num_envs, SimConfig(fee_per_lot=0.5, fee_bps=0.2))
+def bench_one(book, num_envs: int, device: torch.device, steps: int, modes: list[str],
+              cfg: SimConfig | None = None):
+    env = BatchedLobEnv(book, num_envs, cfg or SimConfig(fee_per_lot=0.5, fee_bps=0.2))
     env.reset()
     action = torch.randint(0, env.cfg.num_actions, (num_envs,), device=device,
                            generator=torch.Generator(device=device).manual_seed(0))
@@ -132,12 +152,13 @@ def bench_one(book, num_envs: int, device: torch.device, steps: int, modes: list
         if mode == "eager":
             step = lambda: env.step(action)  # noqa: E731
         elif mode == "compile":
-            compiled = torch.compile(env.step, dynamic=False)
-            check_matches_eager(env, action, lambda: compiled(action).reward)
-            step = lambda: compiled(action)  # noqa: E731
+            kernel = torch.compile(step_values, dynamic=False)
+            check_matches_eager(env, action, lambda: env.step(action, kernel=kernel).reward)
+            step = lambda: env.step(action, kernel=kernel)  # noqa: E731
         else:
             # "graph": eager ops captured; "compile_graph": the compiled step captured
-            fn = torch.compile(env.step, dynamic=False) if mode == "compile_graph" else None
+            kernel = torch.compile(step_values, dynamic=False)
+            fn = ((lambda a: env.step(a, kernel=kernel)) if mode == "compile_graph" else None)
             graph, result = capture(env, action, fn)
             check_matches_eager(env, action, lambda: (graph.replay(), result.reward)[1])
             step = graph.replay
@@ -185,22 +206,27 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,256,4096,65536", help="comma-separated B values")
     parser.add_argument("--profile", type=int, default=0, metavar="B",
                         help="also print and write the top ops of B envs' eager step")
+    parser.add_argument("--passive", action="store_true",
+                        help="time each B with passive orders off and on (module docstring)")
+    parser.add_argument("--stride", type=int, default=10, help="--passive: rows a decision")
+    parser.add_argument("--queue-model", default="risk_averse",
+                        choices=["risk_averse", "probabilistic"], help="--passive: queue model")
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     book = random_walk_book(QUICK_ROWS if args.quick else BOOK_ROWS, num_segments=4, seed=0,
-                            device=device)
+                            device=device, trades=args.passive)
     modes = ["eager"] + (["compile"] if args.compile else [])
     if device.type == "cuda" and not args.no_graph:
         modes.append("graph")
         if args.compile_graph:
             modes.append("compile_graph")
+    if args.passive:
+        return passive_main(args, book, device, modes)
     rows = []
     for b in (int(x) for x in args.sizes.split(",")):
-        steps = (30 if args.quick else 200) if (b >= 65536 and device.type == "cpu") else (
-            100 if args.quick else 1000)
-        rows.append(bench_one(book, b, device, steps, modes))
+        rows.append(bench_one(book, b, device, _steps(args, b, device), modes))
     # ops counted after all timing: a profiler session slows every later eager step on CPU
     for i, (row, env, action) in enumerate(rows):
         row["ops_per_step"] = count_ops(env, action, device.type == "cuda")
@@ -220,6 +246,45 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "bench_sim_step.json").write_text(json.dumps(info, indent=2))
     assert all(r["eager_env_steps_per_s"] > 0 for r in rows)
+
+
+def _steps(args, num_envs: int, device: torch.device) -> int:
+    if num_envs >= 65536 and device.type == "cpu":
+        return 30 if args.quick else 200
+    return 100 if args.quick else 1000
+
+
+def passive_main(args, book, device: torch.device, modes: list[str]) -> None:
+    """``--passive``: each B with passive orders off and on; their env steps/s and ratio."""
+    base = SimConfig(stride=args.stride, latency_rows=1, fee_per_lot=0.5, fee_bps=0.2)
+    on = SimConfig(**{**base.__dict__, "passive_orders": True, "queue_model": args.queue_model,
+                      "maker_fee_per_lot": -0.1})
+    rows = []
+    for b in (int(x) for x in args.sizes.split(",")):
+        steps = _steps(args, b, device)
+        market, _, _ = bench_one(book, b, device, steps, modes, base)
+        passive, _, _ = bench_one(book, b, device, steps, modes, on)
+        row = {"num_envs": b, "market": market, "passive": passive}
+        row |= {f"{m}_ratio": passive[f"{m}_env_steps_per_s"] / market[f"{m}_env_steps_per_s"]
+                for m in modes}
+        rows.append(row)
+    print(f"stride {args.stride}, latency 1, queue model {args.queue_model}; env steps/s "
+          "with passive orders off (market) and on (passive)")
+    print(f"{'B':>7} {'mode':>14} {'market':>16} {'passive':>16} {'ratio':>7} "
+          f"{'passive B/env-step':>18}")
+    for r in rows:
+        for m in modes:
+            print(f"{r['num_envs']:>7} {m:>14} {r['market'][m + '_env_steps_per_s']:>16,.0f} "
+                  f"{r['passive'][m + '_env_steps_per_s']:>16,.0f} {r[m + '_ratio']:>7.2f} "
+                  f"{r['passive']['bytes_per_env_step']:>18}")
+    info = {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+            "book_rows": len(book), "stride": args.stride, "queue_model": args.queue_model,
+            "rows": rows}
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_sim_step_passive.json").write_text(json.dumps(info, indent=2))
+    assert all(r["passive"]["eager_env_steps_per_s"] > 0 for r in rows)
 
 
 if __name__ == "__main__":

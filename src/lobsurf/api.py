@@ -70,6 +70,7 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
            format: Literal["auto", "dbn", "lobster"] = "auto",
            multiplier: float | None = None, currency: str | None = None,
            fee_per_lot: float | None = None, fee_bps: float | None = None,
+           maker_fee_per_lot: float | None = None, maker_fee_bps: float | None = None,
            tick_size: float | None = None, definitions: PathLike | None = None,
            instrument_id: int | None = None, gap_seconds: float | None = None,
            chunk_records: int | None = None, overwrite: bool = False,
@@ -85,7 +86,12 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
         currency: price currency (None: from ``definitions``, else unknown).
         fee_per_lot: fee per lot filled, currency, recorded for training and evaluation.
         fee_bps: fee in basis points of filled notional, recorded likewise (with one of the
-            two given, the other is 0; neither: lobsurf's default applies).
+            two given, the other is 0; neither: lobsurf's default applies). These two are
+            the taker fee, paid by market orders.
+        maker_fee_per_lot: maker fee per lot a resting (passive) order fills, currency;
+            negative: a rebate; recorded likewise.
+        maker_fee_bps: maker fee in basis points of filled notional, recorded likewise
+            (neither maker fee given: resting orders pay the taker fee).
         tick_size: the tick in currency units (None: inferred from the prices).
         definitions: a Databento instrument-definition DBN file.
         instrument_id: keep only this instrument (None: the first seen in each file).
@@ -109,9 +115,11 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
     given = {"gap_threshold_s": gap_seconds, "chunk_records": chunk_records,
              "tick_size": tick_size, "multiplier": multiplier, "currency": currency,
              "definitions": definitions, "instrument_id": instrument_id,
-             "fee_per_lot": fee_per_lot, "fee_bps": fee_bps}
+             "fee_per_lot": fee_per_lot, "fee_bps": fee_bps,
+             "maker_fee_per_lot": maker_fee_per_lot, "maker_fee_bps": maker_fee_bps}
     numbers = {"gap_threshold_s": "gap_seconds", "tick_size": "tick_size",
-               "multiplier": "multiplier", "fee_per_lot": "fee_per_lot", "fee_bps": "fee_bps"}
+               "multiplier": "multiplier", "fee_per_lot": "fee_per_lot", "fee_bps": "fee_bps",
+               "maker_fee_per_lot": "maker_fee_per_lot", "maker_fee_bps": "maker_fee_bps"}
     for field, argument in numbers.items():
         if given[field] is not None:  # 50 and 50.0 alike, in the manifest too
             given[field] = _number(given[field], argument)

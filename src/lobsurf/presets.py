@@ -17,9 +17,13 @@ from lobsurf.data.synth import SynthConfig
 #: frequent (move_prob 0.15), so the drift over a held position outweighs the one-tick
 #: spread and the fee (1.0 per lot, recorded in its store at ingest) paid per round trip;
 #: 4 days of 100k snapshots keep synth + ingest to seconds and leave one whole session
-#: held out by the 0.8 time split.
+#: held out by the 0.8 time split. Partial trades (one event in five, 3 lots on average,
+#: sellers more often when the imbalance points down: lean 0.5) fill resting orders without
+#: a price move and select them adversely (docs/synth.md, "Trades"); they never change the
+#: books, which are bit for bit those measured before trades were recorded.
 TRADEABLE = SynthConfig(snapshots_per_day=100_000, days=4, seed=0, edge=1.0, move_prob=0.15,
-                        fee_per_lot=1.0, fee_bps=0.0)
+                        fee_per_lot=1.0, fee_bps=0.0, partial_trade_prob=0.2,
+                        partial_trade_mean_lots=3.0, partial_trade_lean=0.5)
 
 #: the CI learning proofs' market (tests/training/test_learning.py): tradeable with twice the
 #: mid moves, so the edge pays about twice as much per trade and a small network learns it

@@ -72,3 +72,16 @@ def definition(instrument: int = ES_ID, *, multiplier: float | None = 50.0,
         security_type="FUT", instrument_class=dbn.InstrumentClass.FUTURE,
         security_update_action=dbn.SecurityUpdateAction.ADD, unit_of_measure_qty=qty,
         currency=currency)
+
+
+def mbp10(action: str, side: str = "N", price: float = 0.0, size: int = 0, *, bid: float = 4000.0,
+          ask: float = 4000.25, flags: int = F_LAST, ts: int = 1_700_000_000_000_000_000,
+          instrument: int = ES_ID, publisher: int = 1, tick: float = 0.25,
+          level_size: int = 10) -> dbn.MBP10Msg:
+    """One MBP-10 record whose book has 10 levels a tick apart from ``bid`` / ``ask``."""
+    levels = [dbn.BidAskPair(bid_px=round((bid - k * tick) * PX), ask_px=round((ask + k * tick) * PX),
+                             bid_sz=level_size, ask_sz=level_size, bid_ct=1, ask_ct=1)
+              for k in range(10)]
+    return dbn.MBP10Msg(publisher_id=publisher, instrument_id=instrument, ts_event=ts - 5,
+                        price=round(price * PX), size=size, action=dbn.Action(action),
+                        side=dbn.Side(side), ts_recv=ts, flags=flags, depth=0, levels=levels)

@@ -109,3 +109,32 @@ def test_observation_contents_are_ticks_lots_and_the_open_trade() -> None:
         else:
             assert unrealized == 0 and time_in_trade == 0
     assert saw_odd_spread  # so a half-tick scale of the prices would have shown
+
+
+def test_passive_orders_add_their_actions_and_the_resting_orders_to_the_observation() -> None:
+    from tests.sim.passive_books import queue_market
+
+    book = queue_market(400, seed=2)
+    cfg = dict(window=4, stride=2, max_episode_steps=9, passive_orders=True, seed=1)
+    env = make_vec_env(book, 3, **cfg)
+    sim = BatchedLobEnv(book, 3, SimConfig(**cfg))
+    assert env.single_action_space.n == 23 and env.single_observation_space["agent"].shape == (11,)
+    obs, _ = env.reset()
+    sim.reset()
+    rng = np.random.default_rng(1)
+    rested = False
+    for _ in range(20):
+        a = rng.choice([0, 11, 16, 21, 22], 3)  # hold, post bid 1, post ask 1, cancels
+        obs, reward, _, truncated, info = env.step(a)
+        r = sim.step(torch.as_tensor(a))
+        np.testing.assert_array_equal(reward, r.reward.numpy())
+        ps = sim.passive_state
+        want = np.concatenate([torch.stack([ps.resting[:, i].double(),
+                                            ps.remaining[:, i].double(), ps.queue_fraction[:, i],
+                                            ps.age[:, i].double()], 1).numpy()
+                               for i in (0, 1)], 1)
+        np.testing.assert_allclose(obs["agent"][:, 3:], want, rtol=1e-6)
+        rested |= bool(ps.resting.any())
+        if truncated.any():
+            assert info["final_obs"]["agent"].shape == (3, 11)
+    assert rested

@@ -74,3 +74,22 @@ def test_eval_skips_a_broken_newest_checkpoint(tiny_run, capsys):
     result = evaluate(capsys, tiny_run)
     assert result["settings"]["checkpoint"] == list_checkpoints(tiny_run)[-2].name
     assert newest.exists()  # evaluation only reads the run
+
+
+def test_eval_run_on_a_synthetic_store_shows_the_causal_ceiling(tiny_run, tmp_path, capsys,
+                                                                monkeypatch):
+    import lobsurf.baselines.bayes as bayes
+    from lobsurf.baselines.bayes_model import law_model
+    from lobsurf.data.synth import SynthConfig, write_synth_store
+
+    # a smaller sample of the law than the default's, for the test's time
+    monkeypatch.setattr(bayes, "law_model", lambda law, stride, latency, bins, rows, lots, pad:
+                        law_model(law, stride, latency, bins, 20_000, lots, pad))
+    store = write_synth_store(tmp_path / "syn", SynthConfig(snapshots_per_day=2000, days=2,
+                                                            edge=1.0, move_prob=0.3))
+    pol = evaluate(capsys, tiny_run, "--store", store.path, "--split", "all")["policies"]
+    assert pol["bayes"]["capture_bayes"] == 1.0
+    assert 0 < pol["bayes"]["net_pnl"] <= pol["optimal"]["net_pnl"]
+    for name in ("agent", "hold", "optimal"):
+        assert pol[name]["capture_bayes"] == pytest.approx(pol[name]["net_pnl"]
+                                                           / pol["bayes"]["net_pnl"])

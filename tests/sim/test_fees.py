@@ -22,6 +22,7 @@ from lobsurf.sim.fees import (
     typical_move,
 )
 from lobsurf.sim.reference import ReferenceEnv
+from lobsurf.sim.reference_passive import PassiveReferenceEnv
 
 NOT_GIVEN = SimConfig(fee_per_lot=None, fee_bps=None)
 HOLD, BUY1, SELL1 = 0, 1, 6
@@ -113,3 +114,47 @@ def test_the_warning_fires_when_the_round_trip_is_above_the_typical_move():
     assert fee_warning(Fees(0.0, 1.0, "default"), book, 2, "x") is not None
     assert fee_warning(Fees(0.0, 1.0, "default"), book, 3, "x") is None
     assert fee_warning(Fees(1e9, 0.0, "store"), book, 40, "x") is None  # nothing to measure
+
+
+def test_the_maker_fee_resolves_on_its_own_and_defaults_to_the_taker_fee():
+    plain = random_walk_book(200, 1)
+    recorded = dataclasses.replace(plain, fee_per_lot=2.0, fee_bps=0.5, maker_fee_per_lot=-0.2,
+                                   maker_fee_bps=0.0)
+    # none recorded or given: resting orders pay the taker fee, whatever it resolved to
+    default = resolve_fees(NOT_GIVEN, plain)
+    assert default.maker == (0.0, DEFAULT_FEE_BPS) and default.maker_source == "default"
+    assert default.record() == {"per_lot": 0.0, "bps": DEFAULT_FEE_BPS, "source": "default"}
+    assert resolve_fees(SimConfig(fee_per_lot=3.0), plain).maker == (3.0, 0.0)
+    # recorded in the store: the store's, even when the run gives a taker fee
+    fees = resolve_fees(SimConfig(fee_per_lot=3.0), recorded)
+    assert (fees.per_lot, fees.maker, fees.maker_source) == (3.0, (-0.2, 0.0), "store")
+    assert fees.record()["maker_per_lot"] == -0.2
+    # given for the run: the run's (one field given: the other is 0)
+    given = resolve_fees(SimConfig(maker_fee_bps=-0.1), recorded)
+    assert (given.maker, given.maker_source) == ((0.0, -0.1), "config")
+    # written into a config, a default maker fee stays unset (it follows the taker fee)
+    assert default.applied_to(NOT_GIVEN).maker_fee_per_lot is None
+    assert fees.applied_to(NOT_GIVEN).maker_fee_per_lot == -0.2
+    # the simulator and the reference charge what resolves
+    cfg = SimConfig(passive_orders=True, fee_per_lot=None, fee_bps=None)
+    book = dataclasses.replace(random_walk_book(200, 1, trades=True), maker_fee_per_lot=-0.2,
+                               maker_fee_bps=0.5)
+    env = BatchedLobEnv(book, 1, cfg)
+    assert env.maker_fee_model.per_lot == -0.2
+    assert env.maker_fee_model.per_value_tick == pytest.approx(0.5e-4 * 0.25 * 50)
+    reference = PassiveReferenceEnv.from_book(book, cfg)
+    assert (reference.maker_fee_per_lot, reference.maker_fee_per_value_tick) == (
+        env.maker_fee_model.per_lot, env.maker_fee_model.per_value_tick)
+    said = resolve_fees(cfg, book).describe_maker(book, "given")
+    assert said.startswith("maker fee -0.20 per lot + 0.5 bps of notional") and "store" in said
+    assert "the taker fee" in default.describe_maker(plain, "given")
+
+
+def test_the_warning_counts_the_cheaper_passive_round_trip_with_passive_orders():
+    book = _ramp_book([40, 40])  # the mid moves 10 ticks = 125 over 10 rows
+    fees = Fees(100.0, 0.0, "store", maker_per_lot=-0.5, maker_source="store")
+    assert fee_warning(fees, book, 10, "x") is not None  # market orders: 200 > 125
+    assert fee_warning(fees, book, 10, "x", passive=True) is None  # a rebate each way
+    dear = dataclasses.replace(fees, maker_per_lot=70.0)
+    said = fee_warning(dear, book, 10, "x", passive=True)
+    assert said is not None and "cheapest round-trip fee" in said and "140.00" in said

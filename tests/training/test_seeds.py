@@ -74,7 +74,8 @@ def test_eval_of_a_seed_group_gives_the_verdict(group, capsys):
     nets = [s["net_pnl"] for s in per_seed]
     assert nets == [result["policies"][f"seed_{s}"]["net_pnl"] for s in (3, 4)]
     for key in ("iqm", "mean"):
-        assert set(v[key]) == {"net_pnl", "capture"}
+        assert set(v[key]) == {"net_pnl", "capture", "capture_bayes"}
+        assert v[key]["capture_bayes"] is None  # a random-walk store: no ceiling
         # two seeds: the IQM is their mean, and every interval lies between them
         assert v[key]["net_pnl"] == pytest.approx(sum(nets) / 2)
         lo, hi = v[f"{key}_ci"]["net_pnl"]

@@ -30,6 +30,10 @@ class BaselineConfig:
     """contiguous blocks, evenly spread over the training rows, that make up the fit rows."""
     imbalance_fit_envs: int = 64
     """environments of the fit's sweep."""
+    bayes_imbalance_bins: int = 41
+    """bayes: equal bins of the imbalance in [-1, 1] in the DP's state (odd: one centred on 0)."""
+    bayes_mc_rows: int = 500_000
+    """bayes: snapshots generated from the store's law to estimate its model (whole sessions)."""
 
     def __post_init__(self) -> None:
         # 0 lookback never trades; a horizon <= 0 reads the present or past: no oracle.
@@ -47,3 +51,5 @@ class BaselineConfig:
             raise ValueError("imbalance quantiles must be in [0, 1)")
         if min(self.imbalance_fit_rows, self.imbalance_fit_blocks, self.imbalance_fit_envs) < 1:
             raise ValueError("imbalance fit rows, blocks and envs must be >= 1")
+        if min(self.bayes_imbalance_bins, self.bayes_mc_rows) < 1:
+            raise ValueError("bayes imbalance bins and Monte Carlo rows must be >= 1")

@@ -1,6 +1,8 @@
 """Baseline policies: hold, random, momentum (order-flow imbalance), top-of-book imbalance
-(``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle
-and the exact optimum of a sweep (``lobsurf.baselines.optimal``, planned over its rows).
+(``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle,
+the causal ceiling of a synthetic store (``lobsurf.baselines.bayes``, the best policy for its
+known law) and the exact optimum of a sweep (``lobsurf.baselines.optimal``), both planned
+over the sweep's steps.
 
 Each is a ``lobsurf.backtest.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
@@ -98,11 +100,11 @@ class OraclePolicy:
         return direction_to_action(direction, self.buy, self.sell)
 
 
-BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "optimal")
+BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
 #: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
 FITTED_BASELINES = ("imbalance",)
 #: baselines planned over one sweep (``make_baseline`` needs ``sweep_rows``, ``sweep_envs``).
-PLANNED_BASELINES = ("optimal",)
+PLANNED_BASELINES = ("bayes", "optimal")
 
 
 def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
@@ -125,6 +127,11 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
         return make_imbalance(env, cfg, train_rows)
     if name == "optimal":
         return make_optimal(env, sweep_rows, sweep_envs)
+    if name == "bayes":
+        from lobsurf.baselines.bayes import make_bayes
+
+        return make_bayes(env, sweep_rows, sweep_envs, cfg.bayes_imbalance_bins,
+                          cfg.bayes_mc_rows)
     if name == "hold":
         return HoldPolicy()
     if name == "random":
@@ -140,6 +147,10 @@ def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: 
                    train_rows: torch.Tensor | None = None, sweep_rows: torch.Tensor | None = None,
                    sweep_envs: int | None = None) -> dict:
     """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
-    to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``."""
+    to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``.
+    ``bayes`` is left out, with one line on stderr, where it has no ceiling to plan (real
+    data has no known law; resting orders)."""
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
+
     return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
-            for name in names}
+            for name in without_bayes_where_no_ceiling(names, env.book, env.cfg)}

@@ -33,7 +33,8 @@ from lobsurf.sim.fees import announce_fees
 
 POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
-               "baseline:oracle | baseline:optimal (the exact optimum of the sweep), or baseline:all")
+               "baseline:oracle | baseline:bayes (the causal ceiling of a synthetic store) | "
+               "baseline:optimal (the exact optimum of the sweep), or baseline:all")
 SPLITS = ("heldout", "all", "random", "train")
 #: fee_bps above this is refused: a fee of more than the whole notional of every fill.
 MAX_FEE_BPS = 10_000.0
@@ -241,8 +242,8 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
              "trades; use a larger store")
     policies = build_policies(names, env, base, train_rows, args.progress, rows,
                               sweep_cfg.num_envs)
-    fitted = {f"{name}_threshold": p.threshold for name, p in policies.items()
-              if hasattr(p, "threshold")}
+    fitted = {f"{name}_{key}": getattr(p, key) for name, p in policies.items()
+              for key in ("threshold", "expected_net_pnl") if hasattr(p, key)}
     settings = {"store": str(args.store), "device": str(book.device),
                 "instrument_id": args.instrument_id, "baselines": {**asdict(base), **fitted}}
     with step_progress(tiling.steps, "eval", args.progress) as advance:
@@ -259,7 +260,8 @@ def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
     planned = [n for n in names if n in PLANNED_BASELINES]
     if planned:
         warn(f"{', '.join(planned)} plans over a sweep's rows: left out of --split random")
-        names = [n for n in names if n not in PLANNED_BASELINES]
+        if not (names := [n for n in names if n not in PLANNED_BASELINES]):
+            raise UserError("nothing left to evaluate: use --split heldout or all")
     _, train_rows, _ = split_rows(book, args, sim, horizons)
     # envs and (fitted) policies first: a fit's spinner cannot run inside the progress bar
     runs = {}
@@ -292,7 +294,7 @@ def _cell(key: str, value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if key in ("win_rate", "hold_fraction", "turnover", "sharpe_per_trade", "sharpe_per_day",
-               "capture"):
+               "capture", "capture_bayes"):
         return f"{value:.3f}"
     return f"{value:,.2f}"
 
@@ -403,6 +405,7 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
@@ -429,6 +432,8 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     with status(f"eval: loading {args.store}", args.progress):
         book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
+    if "baseline:bayes" not in args.policy:  # baseline:all: the ceiling where there is one
+        names = without_bayes_where_no_ceiling(names, book, sim)
     from lobsurf.sim.fees import holding_rows
 
     sim = announce_fees(sim, book, holding_rows(max(horizons), sim.stride),

@@ -1,4 +1,5 @@
-"""``lobsurf info``: what a snapshot store holds (counts, instruments, times, prices, skips)."""
+"""``lobsurf info``: what a snapshot store holds (counts, instruments, times, prices, skips,
+trades)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,30 @@ def fee_text(instrument: dict) -> str:
     return f"{per_lot or 0:g} per lot + {bps or 0:g} bps of notional (recorded at ingest)"
 
 
+def trade_text(trades: dict | None) -> str:
+    """The trade table of ``summarize`` in a line, or why passive orders cannot use the store."""
+    if trades is None:
+        return ("none recorded (a store written before trades were recorded, or from a source "
+                "without them: passive orders need them; re-ingest the source files)")
+    records = trades.get("left_out_records", {})
+    left_out = ", ".join(f"{k} {v:,} lots ({records.get(k, 0):,} records)"
+                         for k, v in trades["left_out"].items())
+    return (f"{trades['volume']:,} lots at {trades['rows']:,} rows ({trades['entries']:,} "
+            f"entries; buyer {trades['buy_volume']:,}, seller {trades['sell_volume']:,}, "
+            f"side unknown {trades['unknown_volume']:,}); left out {left_out or 'none'}")
+
+
+def maker_fee_text(instrument: dict) -> str:
+    """The maker fee (resting orders' fills) recorded for an instrument of ``summarize``, or
+    what applies without one."""
+    per_lot, bps = instrument.get("maker_fee_per_lot"), instrument.get("maker_fee_bps")
+    if per_lot is None and bps is None:
+        return "none recorded (resting orders pay the taker fee above)"
+    rebate = " (a rebate)" if (per_lot or 0) < 0 or (bps or 0) < 0 else ""
+    return (f"{per_lot or 0:g} per lot + {bps or 0:g} bps of notional{rebate} (recorded at "
+            "ingest)")
+
+
 def print_summary(s: dict) -> None:
     print(f"snapshots    {s['snapshots']:,}")
     print(f"segments     {s['segments']}")
@@ -28,10 +53,16 @@ def print_summary(s: dict) -> None:
         print(f"instrument   {i['symbol']} (id {i['instrument_id']}), tick {i['tick_size']:g} "
               f"{i['currency']}, multiplier {i['multiplier']:g}{given}")
         print(f"fees         {fee_text(i)}")
+        print(f"maker fees   {maker_fee_text(i)}")
+    if s.get("synth"):
+        law = s["synth"]
+        print(f"generator    lobsurf synth, seed {law.get('seed')}, edge {law.get('edge')}, "
+              f"move_prob {law.get('move_prob')} (the law baseline:bayes plans on)")
     print(f"time range   {s['start']} .. {s['end']}")
     print(f"price range  {s['price_min']} .. {s['price_max']}")
     skipped = ", ".join(f"{k} {v:,}" for k, v in s["skipped"].items() if v) or "none"
     print(f"skipped      {s['skipped_total']:,} ({skipped})")
+    print(f"trades       {trade_text(s.get('trades'))}")
     for seg in s["segment_details"][:20]:
         print(f"  segment {seg['index']:>3}: {seg['snapshots']:>10,} snapshots  "
               f"{seg['start']} .. {seg['end']}  [{seg['source']}]")

@@ -37,7 +37,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bps of notional unless given one: docs/sim_assumptions.md)")
     p.add_argument("--fee-bps", type=float, default=None,
                    help="fee in basis points of filled notional, recorded likewise (with one "
-                        "of the two fee flags given, the other is 0)")
+                        "of the two fee flags given, the other is 0); these two are the taker "
+                        "fee, paid by market orders")
+    p.add_argument("--maker-fee-per-lot", type=float, default=None,
+                   help="maker fee per lot a resting (passive) order fills, currency; "
+                        "negative: a rebate (default: none recorded; resting orders then pay "
+                        "the taker fee)")
+    p.add_argument("--maker-fee-bps", type=float, default=None,
+                   help="maker fee in basis points of filled notional, negative for a rebate, "
+                        "recorded likewise (with one maker flag given, the other is 0)")
     p.add_argument("--chunk-records", type=int, default=cfg.chunk_records,
                    help=f"records processed at a time; bounds memory (default {cfg.chunk_records})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
@@ -55,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     store = ingest(args.paths, args.out, format=args.format, multiplier=args.multiplier,
                    currency=args.currency, fee_per_lot=args.fee_per_lot, fee_bps=args.fee_bps,
+                   maker_fee_per_lot=args.maker_fee_per_lot, maker_fee_bps=args.maker_fee_bps,
                    tick_size=args.tick_size, definitions=args.definitions,
                    instrument_id=args.instrument_id, gap_seconds=args.gap_seconds,
                    chunk_records=args.chunk_records, overwrite=args.overwrite,

@@ -21,7 +21,8 @@ DEFAULT_SNAPSHOTS = 200_000
 DEFAULT_DAYS = 2
 #: flag → SynthConfig field it sets (a flag left out keeps the preset's or default value).
 FIELDS = {"snapshots": "snapshots_per_day", "days": "days", "seed": "seed", "edge": "edge",
-          "move_prob": "move_prob"}
+          "move_prob": "move_prob", "partial_trade_prob": "partial_trade_prob",
+          "partial_trade_lean": "partial_trade_lean"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0.5 + 0.5*edge*imbalance (default 0: none)")
     parser.add_argument("--move-prob", type=float, default=None,
                         help="chance per event of a one-tick mid move (default 0.04)")
+    parser.add_argument("--partial-trade-prob", type=float, default=None,
+                        help="chance per event of a trade that takes the front of a best queue "
+                             "and leaves the level standing (default 0.1)")
+    parser.add_argument("--partial-trade-lean", type=float, default=None,
+                        help="in [0, 1]: partial trades' buyers lean with the imbalance, "
+                             "P(buyer) = 0.5 + 0.5*lean*imbalance (default 0)")
     add_progress_flag(parser)
 
 
@@ -57,8 +64,9 @@ def synth_config(args: argparse.Namespace):
         raise UserError("--snapshots and --days must be at least 1")
     if not 0.0 <= given.get("edge", 0.0) <= 1.0:
         raise UserError(f"--edge must be in [0, 1], got {args.edge}")
-    if not 0.0 <= given.get("move_prob", 0.0) <= 1.0:
-        raise UserError(f"--move-prob must be in [0, 1], got {args.move_prob}")
+    for flag in ("move_prob", "partial_trade_prob", "partial_trade_lean"):
+        if not 0.0 <= given.get(flag, 0.0) <= 1.0:
+            raise UserError(f"--{flag.replace('_', '-')} must be in [0, 1], got {given[flag]}")
     if given.get("seed", 0) < 0:
         raise UserError(f"--seed must be >= 0, got {args.seed}")
     return replace(base, **given)
@@ -76,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         print(f"wrote {path} ({cfg.snapshots_per_day:_} snapshots, {path.stat().st_size:_} bytes)")
     print(f"synth: {total:_} snapshots of {cfg.symbol} in {len(paths)} file(s), seed {cfg.seed}, "
-          f"edge {cfg.edge}, move_prob {cfg.move_prob}, tick {cfg.tick_size_fixed / 1e9:g}"
+          f"edge {cfg.edge}, move_prob {cfg.move_prob}, partial_trade_prob "
+          f"{cfg.partial_trade_prob}, tick {cfg.tick_size_fixed / 1e9:g}"
           + (f" (preset {args.preset})" if args.preset else ""))
     # DBN files carry no multiplier and no fee: the ingest that records the market's own
     bps = f" --fee-bps {cfg.fee_bps:g}" if cfg.fee_bps else ""

@@ -9,6 +9,15 @@ the top than the previous level on that side, and size 0: fills never touch them
 size) and features stay finite. The store only holds two-sided books, so level 0 is
 always real.
 
+Trades (what printed in the interval (row - 1, row] of each row, by aggressor side) come as
+four [N] int32 columns: the lowest price a seller-initiated trade printed at and the volume
+sold there, the highest price a buyer-initiated trade printed at and the volume bought
+there; a row where nothing printed holds ``TRADE_NONE_SELL`` / ``TRADE_NONE_BUY`` and size 0.
+``lobsurf.data.trade_columns`` derives them from the store's trade table and says how. A
+book without trades (``has_trades`` False: a store written before they were recorded, or
+from a source without them) has None there, and ``require_trades`` refuses it. These four
+suffice for resting orders at one price (lobsurf.sim.queue).
+
 ``gather_window`` returns the last K snapshots before each of B cursors, by index, in one
 vectorised gather (no Python loop over B): [B, K, 10] per field.
 """
@@ -20,8 +29,14 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from lobsurf.data.schema import LEVELS, UNDEF_PRICE
+from lobsurf.data.schema import LEVELS, TRADE_NONE_BUY, TRADE_NONE_SELL, UNDEF_PRICE
 from lobsurf.data.store import Store, StoreError
+from lobsurf.data.trade_columns import TRADE_FIELDS, require_trades, row_trade_columns
+
+__all__ = ["ROW_FIELDS", "TRADE_FIELDS", "TRADE_NONE_BUY", "TRADE_NONE_SELL", "BookTensors",
+           "Window",
+           "clamped_window_rows", "gather_window", "load_book_tensors", "require_trades",
+           "window_rows"]
 
 #: ticks of room below the lowest best bid for the origin: deeper bid levels and their
 #: empty-level placeholders (one tick apart) stay non-negative.
@@ -49,6 +64,21 @@ class BookTensors:
         feature_config: the ``FeatureConfig`` the table holds (None without one).
         fee_per_lot, fee_bps: the instrument's fees recorded in the store at ingest
             (currency per lot, bps of notional; lobsurf.sim.fees); None: not recorded.
+            The taker fee, paid by market orders.
+        sell_trade_px_ticks: [N] int32 lowest price (ticks, the origin of ``bid_px_ticks``)
+            at which a seller-initiated trade printed in (row - 1, row]; ``TRADE_NONE_SELL``
+            where none did. None without trades.
+        sell_trade_sz: [N] int32 lots sold by sellers at that lowest price; 0 where none.
+        buy_trade_px_ticks: [N] int32 highest price at which a buyer-initiated trade printed
+            in (row - 1, row]; ``TRADE_NONE_BUY`` where none did. None without trades.
+        buy_trade_sz: [N] int32 lots bought by buyers at that highest price; 0 where none.
+        has_trades: whether the four trade columns are there (False: a store written before
+            trades were recorded or from a source without them; passive orders are refused
+            on it).
+        maker_fee_per_lot, maker_fee_bps: the maker fee recorded in the store at ingest,
+            paid by resting orders' fills (negative: a rebate); None: not recorded.
+        synth: the synthetic generator's config recorded in the store (``Manifest.synth``);
+            None for real data.
     """
 
     ts_ns: torch.Tensor
@@ -69,6 +99,21 @@ class BookTensors:
     feature_config: object | None = None
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    sell_trade_px_ticks: torch.Tensor | None = None
+    sell_trade_sz: torch.Tensor | None = None
+    buy_trade_px_ticks: torch.Tensor | None = None
+    buy_trade_sz: torch.Tensor | None = None
+    has_trades: bool = False
+    maker_fee_per_lot: float | None = None
+    maker_fee_bps: float | None = None
+    synth: dict | None = None
+
+    def __post_init__(self) -> None:
+        present = [getattr(self, name) is not None for name in TRADE_FIELDS]
+        if self.has_trades and not all(present):
+            raise ValueError("has_trades needs all four trade columns")
+        if not self.has_trades and any(present):
+            raise ValueError("trade columns given but has_trades is False")
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -96,6 +141,11 @@ class BookTensors:
     def price(self, ticks: torch.Tensor) -> torch.Tensor:
         """Ticks above the origin → currency price (float64)."""
         return ticks.double() * self.tick_size + self.price_origin_fixed / 1e9
+
+
+#: BookTensors fields indexed by row: a slice of the book slices each of them
+ROW_FIELDS = ("ts_ns", "bid_px_ticks", "ask_px_ticks", "bid_sz", "ask_sz", "bid_ct", "ask_ct",
+              "segment_of_row") + TRADE_FIELDS
 
 
 @dataclass
@@ -186,7 +236,8 @@ def load_book_tensors(
         return rel.astype(np.int32)
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in
-                                          ("ts", "bpx", "apx", "bsz", "asz", "bct", "act")}
+                                          ("ts", "bpx", "apx", "bsz", "asz", "bct", "act",
+                                           *TRADE_FIELDS)}
     starts, stops, seg_of_row = [], [], []
     offset = 0
     for seg_index, i in enumerate(chosen):
@@ -206,6 +257,10 @@ def load_book_tensors(
                                           "bid order count", store, lo))
             parts["act"].append(_as_int32(np.where(c.ask_px == UNDEF_PRICE, 0, c.ask_ct),
                                           "ask order count", store, lo))
+            if store.has_trades:
+                for name, column in zip(TRADE_FIELDS,
+                                        _trade_columns(store, c, lo, origin, tick)):
+                    parts[name].append(column)
         offset += len(seg)
         stops.append(offset)
         seg_of_row.append(np.full(len(seg), seg_index, np.int64))
@@ -230,7 +285,30 @@ def load_book_tensors(
         tick_size_fixed=int(tick),
         fee_per_lot=inst.fee_per_lot,
         fee_bps=inst.fee_bps,
+        maker_fee_per_lot=inst.maker_fee_per_lot,
+        maker_fee_bps=inst.maker_fee_bps,
+        **({name: dev(name) for name in TRADE_FIELDS} if store.has_trades else {}),
+        has_trades=store.has_trades,
+        synth=manifest.synth,
     )
+
+
+def _trade_columns(store: Store, chunk, lo: int, origin: int, tick: int) -> tuple:
+    # The four trade columns of store rows [lo, lo + len(chunk)), from the trade table; the
+    # quotes before each row classify trades of unknown side (trade_columns).
+    n = len(chunk)
+    trades = store.trades_of_rows(lo, lo + n)
+    local = trades.with_rows(trades.row - lo)
+    bid0, ask0 = chunk.bid_px[:, 0].astype(np.int64), chunk.ask_px[:, 0].astype(np.int64)
+    if lo > 0:  # row lo - 1's quotes (a segment's first row holds no trades: any will do)
+        bid0 = np.concatenate([[int(store.columns["bid_px"][lo - 1, 0])], bid0])
+        ask0 = np.concatenate([[int(store.columns["ask_px"][lo - 1, 0])], ask0])
+    else:
+        bid0, ask0 = np.concatenate([bid0[:1], bid0]), np.concatenate([ask0[:1], ask0])
+    try:
+        return row_trade_columns(local, n, bid0[local.row], ask0[local.row], origin, tick)
+    except ValueError as exc:
+        raise StoreError(f"{store.path}: rows {lo}..{lo + n - 1}: {exc}") from None
 
 
 def window_rows(end_row: torch.Tensor, window: int) -> torch.Tensor:

@@ -8,6 +8,8 @@ Everything that crosses a module boundary in the data layer is one of these:
 * ``SnapshotChunk``: a batch of 10-level book snapshots in store units (below). Every
   input format (DBN MBP-10, DBN MBO replayed into a book, LOBSTER) produces these, and
   the store writer consumes them.
+* ``TRADE_COLUMNS``: the store's trade table, what traded in the interval ending at each
+  snapshot row (``lobsurf.data.trades`` holds the in-memory ``TradeChunk``).
 
 Units (store units):
     prices   int64 fixed point, 1 unit = 1e-9 of the instrument's currency
@@ -145,14 +147,17 @@ class SnapshotChunk:
         return SnapshotChunk(flat, flat, flat, book, book, book, book, book, book)
 
     @staticmethod
-    def from_mbp10(records: np.ndarray) -> SnapshotChunk:
+    def from_mbp10(records: np.ndarray, rows: np.ndarray | None = None) -> SnapshotChunk:
         """Columns of MBP-10 records (structured array of ``MBP10_DTYPE``), in store units.
 
         Sizes and counts keep DBN's uint32; timestamps (uint64 in DBN, always < 2**63) are
-        reinterpreted as int64 without a conversion pass.
+        reinterpreted as int64 without a conversion pass. ``rows``: a mask or index array of
+        the records to take (each column is gathered once, without copying the records).
         """
         levels = records["levels"]
-        column = np.ascontiguousarray
+
+        def column(values: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(values if rows is None else values[rows])
         return SnapshotChunk(
             ts_event_ns=column(records["ts_event"]).view(np.int64),
             ts_recv_ns=column(records["ts_recv"]).view(np.int64),
@@ -179,3 +184,20 @@ STORE_COLUMNS: dict[str, tuple[str, tuple[int, ...]]] = {
     "bid_ct": ("<u4", (LEVELS,)),
     "ask_ct": ("<u4", (LEVELS,)),
 }
+
+
+#: Column name → dtype on disk of the store's trade table: one entry per (row, price,
+#: aggressor side) with the volume traded there in the interval (previous row, row], sorted
+#: by row, then side, then price. ``trade_side``: +1 a buyer was the aggressor (lifted the
+#: ask), -1 a seller (hit the bid), 0 the source does not say.
+TRADE_COLUMNS: dict[str, str] = {
+    "trade_row": "<i8",
+    "trade_px": "<i8",
+    "trade_sz": "<u4",
+    "trade_side": "i1",
+}
+#: Device sentinels of ``BookTensors``' trade columns for a row where nothing traded: the
+#: lowest seller price is "above everything" and the highest buyer price "below everything",
+#: so comparisons against a resting order's price need no special case.
+TRADE_NONE_SELL = 2**31 - 1
+TRADE_NONE_BUY = -(2**31)

@@ -11,7 +11,10 @@ realized net PnL in the instrument's currency on that step and 0 otherwise.
 Observation per env (a Dict): ``book`` [K, 40] float32 = bid prices, ask prices (ticks
 relative to the newest mid), bid sizes, ask sizes (lots) of the last K snapshots, oldest
 first; ``agent`` [3] float32 = position (lots), unrealized PnL (currency), time in trade
-(steps).
+(steps). With ``passive_orders`` the action space grows by the posts and cancels
+(lobsurf.sim.config) and ``agent`` by 8: per side (bid, then ask) whether an order rests
+(0/1), its remaining lots, its queue ahead as a fraction of the size shown at its price
+(0 front, 1 back or out of view) and its age in steps (lobsurf.sim.passive.PassiveState).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from lobsurf.sim.env import BatchedLobEnv
 #: features per snapshot: 10 bid prices, 10 ask prices, 10 bid sizes, 10 ask sizes
 BOOK_FEATURES = 40
 AGENT_FEATURES = 3
+#: agent features per side of a resting order: resting, remaining lots, queue fraction, age
+RESTING_FEATURES = 4
 
 
 class LobVectorEnv(VectorEnv):
@@ -42,9 +47,11 @@ class LobVectorEnv(VectorEnv):
         self.sim = BatchedLobEnv(book, num_envs, cfg)
         self.num_envs = num_envs
         k = cfg.window
+        self.agent_features = AGENT_FEATURES + (2 * RESTING_FEATURES if cfg.passive_orders
+                                                else 0)
         self.single_observation_space = gym.spaces.Dict({
             "book": gym.spaces.Box(-np.inf, np.inf, (k, BOOK_FEATURES), np.float32),
-            "agent": gym.spaces.Box(-np.inf, np.inf, (AGENT_FEATURES,), np.float32),
+            "agent": gym.spaces.Box(-np.inf, np.inf, (self.agent_features,), np.float32),
         })
         self.single_action_space = gym.spaces.Discrete(cfg.num_actions)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
@@ -60,7 +67,13 @@ class LobVectorEnv(VectorEnv):
 
     def _agent(self) -> torch.Tensor:
         s = self.sim.state
-        return torch.stack((s.position.double(), s.unrealized_pnl, s.time_in_trade.double()), 1)
+        own = torch.stack((s.position.double(), s.unrealized_pnl, s.time_in_trade.double()), 1)
+        ps = self.sim.passive_state
+        if ps is None:
+            return own
+        resting = torch.stack((ps.resting.double(), ps.remaining.double(), ps.queue_fraction,
+                               ps.age.double()), 2)  # [B, 2 sides, 4]
+        return torch.cat((own, resting.flatten(1)), 1)
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict]:
@@ -91,7 +104,7 @@ class LobVectorEnv(VectorEnv):
         ended = result.episode_end.cpu().numpy()
         info: dict[str, Any] = {"trade_closed": result.trade_closed.cpu().numpy()}
         if ended.any():
-            zeros = torch.zeros(self.num_envs, AGENT_FEATURES, device=self.sim.device)
+            zeros = torch.zeros(self.num_envs, self.agent_features, device=self.sim.device)
             info["final_obs"] = self._observe(final_rows, zeros)
             info["_final_obs"] = ended
         return (obs, result.reward.cpu().numpy(), np.zeros(self.num_envs, bool), ended, info)

@@ -51,8 +51,9 @@ from lobsurf.training.selection.choice import CHOSEN_PT, NO_EDGE, load_chosen, r
 
 #: seed of the sampling policies' generator in evaluation (fixed: evaluations must agree)
 EVAL_SEED = 0
-#: the baselines swept beside the agent (optimal: the exact optimum its capture is measured by)
-RUN_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "optimal")
+#: the baselines swept beside the agent (optimal: the exact optimum its capture is measured
+#: by; bayes: the causal ceiling, on synthetic stores only)
+RUN_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
 
 
 def load_run(run_dir: Path, checkpoint: str = "last") -> tuple[RunConfig, dict[str, Any], Path]:

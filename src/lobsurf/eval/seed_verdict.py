@@ -8,8 +8,9 @@ share the data, simulator and label settings (checked). The result is
 ``evaluate_policies``'s dict with seed S's agent under ``policies["seed_S"]`` and
 
     "seeds":  {"per_seed": [{"seed", "run", "chosen", "policy", "step", "net_pnl", "capture",
-                             "trades", "win_rate", "pnl_per_trade_ci"}, ...],
-               "iqm", "iqm_ci", "mean", "mean_ci": over "net_pnl" and "capture",
+                             "capture_bayes", "trades", "win_rate", "pnl_per_trade_ci"}, ...],
+               "iqm", "iqm_ci", "mean", "mean_ci": over "net_pnl", "capture" and
+                   "capture_bayes" (None without the ceiling),
                "prob_improvement": baseline -> {"net_pnl", "net_pnl_ci"},
                "seeds", "ci_level", "note"}          (lobsurf.eval.aggregate)
     "chosen": [{"seed", "policy", ...}, ...]        each seed's evaluated policy
@@ -81,10 +82,11 @@ def verdict(result: dict[str, Any], group: Path) -> dict[str, Any]:
         per_seed.append({"seed": chosen["seed"], "run": str(seed_dir(group, chosen["seed"])),
                          "chosen": chosen, "policy": chosen["policy"],
                          "step": chosen.get("step"),
-                         **{k: m.get(k) for k in ("net_pnl", "capture", "trades", "win_rate",
-                                                  "pnl_per_trade_ci")}})
-    scores = {k: [s[k] for s in per_seed] for k in ("net_pnl", "capture")}
-    baselines = {name: result["policies"][name]["net_pnl"] for name in RUN_BASELINES}
+                         **{k: m.get(k) for k in ("net_pnl", "capture", "capture_bayes",
+                                                  "trades", "win_rate", "pnl_per_trade_ci")}})
+    scores = {k: [s[k] for s in per_seed] for k in ("net_pnl", "capture", "capture_bayes")}
+    baselines = {name: result["policies"][name]["net_pnl"] for name in RUN_BASELINES
+                 if name in result["policies"]}
     return {"per_seed": per_seed, **aggregate(scores, baselines)}
 
 
@@ -117,22 +119,27 @@ def print_verdict(result: dict[str, Any]) -> None:
     split = result["split"]
     print(f"{result['settings']['run']}: {v['seeds']} seeds, each seed's chosen policy on "
           f"{split['rows']:,} held-out rows beside every baseline")
-    head = ("seed", "policy", "net_pnl", "capture", "trades", "win_rate", "PnL/trade CI")
+    head = ("seed", "policy", "net_pnl", "capture", "capture_bayes", "trades", "win_rate",
+            "PnL/trade CI")
     print("".join(f"{h:>{COLUMN}}" for h in head))
     for s in v["per_seed"]:
         what = f"step {s['step']:,}" if s["policy"] == "checkpoint" else "hold"
         cells = (str(s["seed"]), what, _money(s["net_pnl"]), _share(s["capture"]),
-                 f"{s['trades']:,}", _share(s["win_rate"]), _ci(s["pnl_per_trade_ci"], _money))
+                 _share(s["capture_bayes"]), f"{s['trades']:,}", _share(s["win_rate"]),
+                 _ci(s["pnl_per_trade_ci"], _money))
         print("".join(f"{c:>{COLUMN}}" for c in cells))
-    for name in RUN_BASELINES:
+    for name in (n for n in RUN_BASELINES if n in pol):
         m = pol[name]
-        cells = ("", name, _money(m["net_pnl"]), _share(m.get("capture")), f"{m['trades']:,}",
-                 _share(m["win_rate"]), _ci(m["pnl_per_trade_ci"], _money))
+        cells = ("", name, _money(m["net_pnl"]), _share(m.get("capture")),
+                 _share(m.get("capture_bayes")), f"{m['trades']:,}", _share(m["win_rate"]),
+                 _ci(m["pnl_per_trade_ci"], _money))
         print("".join(f"{c:>{COLUMN}}" for c in cells))
     level = f"{v['ci_level'] * 100:g} %"
     print(f"verdict over {v['seeds']} seeds ({level} stratified-bootstrap intervals):")
-    for metric, cell in (("net_pnl", _money), ("capture", _share)):
-        print(f"  {metric:<8} IQM {cell(v['iqm'][metric])} {_ci(v['iqm_ci'][metric], cell)}"
+    for metric, cell in (("net_pnl", _money), ("capture", _share), ("capture_bayes", _share)):
+        if metric == "capture_bayes" and v["iqm"][metric] is None:
+            continue  # no ceiling: real data, or a ceiling that does not make money
+        print(f"  {metric:<13} IQM {cell(v['iqm'][metric])} {_ci(v['iqm_ci'][metric], cell)}"
               f"   mean {cell(v['mean'][metric])} {_ci(v['mean_ci'][metric], cell)}")
     for name, p in v["prob_improvement"].items():
         print(f"  P(agent > {name}) = {p['net_pnl']:.2f} {_ci(p['net_pnl_ci'], _share)}")

@@ -1,4 +1,4 @@
-"""BatchedLobEnv: B market-order environments stepped in lock-step as tensors.
+"""BatchedLobEnv: B environments stepped in lock-step as tensors.
 
 The env owns the static config, the book tables it fills against and the state tensors;
 ``step`` calls the pure functions of ``matching`` and ``reward`` and handles episode ends
@@ -6,106 +6,63 @@ and auto-reset with masks (no Python loop over environments, no host sync, stati
 ready for ``torch.cuda.graph`` capture). ``lobsurf.sim.reference`` is the slow reference it
 is tested against. The rules are listed in docs/sim_assumptions.md.
 
-One step, for every env at once:
+One step with market orders, for every env at once:
 1. action -> signed order lots, clipped so |position + order| <= limit; on the episode's
    last step the order is replaced by one that flattens the position;
 2. the order walks the opposite side of the book at row cursor + latency_rows;
 3. position, the open trade's cash and fees update; a trade that closes pays its realized
    net PnL as reward;
 4. the cursor advances ``stride`` rows; envs whose episode ended jump to a random cursor.
+With ``cfg.passive_orders`` the step is ``lobsurf.sim.passive.passive_step_values``: resting
+orders meet every row the step passes, and the state gains ``passive_state`` /
+``passive_stats``.
 The observation is ``state.cursor`` (callers gather the K-window there with
-``lobsurf.data.dataset.gather_window``) plus position, unrealized PnL and time in trade.
+``lobsurf.data.dataset.gather_window``) plus position, unrealized PnL and time in trade
+(and the resting orders' state).
 
 The step is a pure function, ``step_values`` (the state, the stats, the actions, the reset
 draws and the env's constant tables in; the new state, the new stats and the result out),
 and ``BatchedLobEnv.step`` draws the reset uniforms from the env's generator, calls it and
 copies the new values into the state tensors in place (lobsurf.writeback): two multi-tensor
-copies for all seventeen fields. The training step passes a compiled ``step_values``
-(``lobsurf.agent.step.StepKernels.sim_step``), which fuses the eighty-odd small kernels of
-the eager step into a few.
+copies for all seventeen fields (more with passive orders). The training step passes a
+compiled ``step_values`` (``lobsurf.agent.step.StepKernels.sim_step``), which fuses the
+eighty-odd small kernels of the eager step into a few.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
-from typing import NamedTuple
 
 import torch
 
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
+from lobsurf.sim.episode import (StepValues, episode_ends, next_state, next_stats,
+                                 reset_tables)
+from lobsurf.sim.episode import reset_cursors as draw_cursors
 from lobsurf.sim.fees import resolve_fees
 from lobsurf.sim.matching import closing_lots, strictly_upper_ones, walk_levels
+from lobsurf.sim.passive import passive_step_values, passive_tables
 from lobsurf.sim.reward import FeeModel, fees, money_scalar, ticks_to_money
-from lobsurf.sim.state import SimState, SimStats, StepResult
+from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats, StepResult
+from lobsurf.sim.tables import EnvTables
 from lobsurf.writeback import copy_values_
 
-
-def reset_tables(book: BookTensors, cfg: SimConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Tables for drawing a uniformly random valid cursor over all segments.
-
-    A valid cursor c has K-1 rows of its segment before it and its first fill row inside
-    the segment: start + K - 1 <= c <= stop - 1 - latency_rows.
-
-    Returns:
-        valid_end: [S] int64 cumulative count of valid cursors up to and including each segment.
-        valid_offset: [S] int64 first valid cursor of each segment minus the count before it.
-        total: number of valid cursors (host int, computed once at construction).
-    """
-    lo = book.segment_start + (cfg.window - 1)
-    hi = book.segment_stop - 1 - cfg.latency_rows
-    count = (hi - lo + 1).clamp(min=0)
-    valid_end = count.cumsum(0)
-    total = int(valid_end[-1])  # construction-time host read, not in step
-    if total == 0:
-        raise ValueError(f"no segment has {cfg.window + cfg.latency_rows} rows: nothing to "
-                         "simulate with this window and latency")
-    return valid_end, lo - (valid_end - count), total
-
-
-class EnvTables(NamedTuple):
-    """The env's device constants a step reads, made once (see ``BatchedLobEnv.__init__``).
-
-    order_table [A] int64 signed lots per action; fill_px / fill_sz [2N - 2 latency, 10] the
-    interleaved sides from the fill row on (2 row + buy); strictly_upper [10, 10] float64;
-    mid2_ticks [N] int64 bid + ask; valid_end, valid_offset, segment_stop [S] int64 reset
-    tables; fee_per_lot, fee_per_value_tick (None without a bps fee), tick_value,
-    half_tick_value 0-d float64.
-    """
-
-    order_table: torch.Tensor
-    fill_px: torch.Tensor
-    fill_sz: torch.Tensor
-    strictly_upper: torch.Tensor
-    mid2_ticks: torch.Tensor
-    valid_end: torch.Tensor
-    valid_offset: torch.Tensor
-    segment_stop: torch.Tensor
-    fee_per_lot: torch.Tensor
-    fee_per_value_tick: torch.Tensor | None
-    tick_value: torch.Tensor
-    half_tick_value: torch.Tensor
-
-
-class StepValues(NamedTuple):
-    """What ``step_values`` returns: the new state and stats, and the step's result."""
-
-    state: SimState
-    stats: SimStats
-    result: StepResult
+__all__ = ["BatchedLobEnv", "EnvTables", "StepFunction", "StepValues", "reset_cursors",
+           "reset_tables", "step_values"]
 
 
 def reset_cursors(draw: torch.Tensor, tables: EnvTables) -> tuple[torch.Tensor, torch.Tensor]:
     """[B] int64 draws k uniform in [0, total) -> the k-th valid cursor over all segments and
     its segment's stop row."""
-    seg = torch.searchsorted(tables.valid_end, draw, right=True)
-    return draw + tables.valid_offset[seg], tables.segment_stop[seg]
+    return draw_cursors(draw, tables.valid_end, tables.valid_offset, tables.segment_stop)
 
 
 def step_values(s: SimState, st: SimStats, action: torch.Tensor, reset_draw: torch.Tensor,
-                tables: EnvTables, cfg: SimConfig, force_end: torch.Tensor | None = None
-                ) -> StepValues:
+                tables: EnvTables, cfg: SimConfig, force_end: torch.Tensor | None = None,
+                passive_state: PassiveState | None = None,
+                passive_stats: PassiveStats | None = None) -> StepValues:
     """One step of every env (module docstring), pure.
 
     Args:
@@ -114,13 +71,15 @@ def step_values(s: SimState, st: SimStats, action: torch.Tensor, reset_draw: tor
         reset_draw: [B] int64 uniform draws in [0, total cursors): the new cursor of an env
             whose episode ends now (``reset_cursors``).
         force_end: optional [B] bool: make this step the episode's last (close at market).
+        passive_state, passive_stats: the resting orders and their stats, with
+            ``cfg.passive_orders`` (the step is then ``lobsurf.sim.passive``'s).
     """
+    if cfg.passive_orders:
+        return passive_step_values(s, st, passive_state, passive_stats, action,
+                                   reset_cursors(reset_draw, tables), tables, cfg, force_end)
     limit = cfg.position_limit_lots
     # 1. order: clip to the limit; the last step of an episode flattens instead
-    last = s.cursor + (cfg.stride + cfg.latency_rows) >= s.stop
-    last |= s.episode_steps >= cfg.max_episode_steps - 1
-    if force_end is not None:
-        last |= force_end
+    last = episode_ends(s, cfg, force_end)
     target = (s.position + tables.order_table[action]).clamp_(-limit, limit)
     target.masked_fill_(last, 0)
     order = target - s.position
@@ -151,22 +110,11 @@ def step_values(s: SimState, st: SimStats, action: torch.Tensor, reset_draw: tor
     open_fees = torch.where(closed, fee_n - fee_c, s.trade_fees + fee_n)
     position = torch.addcmul(s.position, sign, filled_n)
     time_in_trade = torch.where(position == 0, 0, torch.where(closed, 0, s.time_in_trade) + 1)
-    stats = SimStats(
-        trades=st.trades + closed, wins=st.wins + (reward > 0),
-        gross_pnl_ticks=st.gross_pnl_ticks + torch.where(closed, gross_ticks, 0),
-        fees=st.fees + torch.where(closed, trade_fees, 0.0), net_pnl=st.net_pnl + reward,
-        hold_steps=st.hold_steps + (action == 0), steps=st.steps + 1,
-        turnover_lots=st.turnover_lots + filled_n, unfilled_lots=st.unfilled_lots + (n - filled_n))
+    stats = next_stats(st, action, closed, reward > 0, torch.where(closed, gross_ticks, 0),
+                       torch.where(closed, trade_fees, 0.0), reward, filled_n, n - filled_n)
     # 4. advance; ended episodes restart at a random cursor (auto-reset)
-    new_cursor, new_stop = reset_cursors(reset_draw, tables)
-    cursor = torch.where(last, new_cursor, s.cursor + cfg.stride)
-    # open trade at the new cursor's mid, in half ticks: 2 cash + position x (bid + ask)
-    mark_ticks2 = torch.addcmul(cash * 2, tables.mid2_ticks[cursor], position)
-    state = SimState(
-        cursor=cursor, stop=torch.where(last, new_stop, s.stop),
-        episode_steps=torch.where(last, 0, s.episode_steps + 1), position=position,
-        trade_cash_ticks=cash, trade_fees=open_fees, time_in_trade=time_in_trade,
-        unrealized_pnl=ticks_to_money(mark_ticks2, tables.half_tick_value) - open_fees)
+    state = next_state(s, last, reset_cursors(reset_draw, tables), cfg, tables.mid2_ticks,
+                       tables.half_tick_value, position, cash, open_fees, time_in_trade)
     return StepValues(state=state, stats=stats, result=StepResult(
         reward=reward, trade_closed=closed, episode_end=last, filled_lots=sign * filled_n,
         cash_flow_ticks=flow_n, fees=fee_n))
@@ -186,6 +134,9 @@ class BatchedLobEnv:
         generator: torch.Generator of the reset draws (one int64 per env per step).
         fees: the fees charged (``lobsurf.sim.fees.Fees``: cfg's, else the store's, else
             the default) and where they came from.
+        passive_state, passive_stats: the resting orders ([B, 2]) and their counts ([B]),
+            updated in place like ``state`` and ``stats``; None without passive orders
+            (lobsurf.sim.passive).
     """
 
     def __init__(self, book: BookTensors, num_envs: int, cfg: SimConfig) -> None:
@@ -210,6 +161,14 @@ class BatchedLobEnv:
         self.fee_model = FeeModel.build(self.fees.per_lot, self.fees.bps,
                                         book.price_origin_fixed / 1e9, book.tick_size,
                                         book.multiplier)
+        self.maker_fee_model = FeeModel.build(*self.fees.maker, book.price_origin_fixed / 1e9,
+                                              book.tick_size, book.multiplier)
+        passive = passive_tables(
+            book, cfg, self.side_px, self.side_sz,
+            money_scalar(self.maker_fee_model.per_lot, device),
+            (money_scalar(self.maker_fee_model.per_value_tick, device)
+             if self.maker_fee_model.per_value_tick != 0.0 else None)
+        ) if cfg.passive_orders else None
         # 0-d float64 device constants, made once (no host->device copy inside step)
         self.tables = EnvTables(
             order_table=self.order_table, fill_px=self.fill_px, fill_sz=self.fill_sz,
@@ -220,11 +179,13 @@ class BatchedLobEnv:
             fee_per_value_tick=(money_scalar(self.fee_model.per_value_tick, device)
                                 if self.fee_model.per_value_tick != 0.0 else None),
             tick_value=money_scalar(self.tick_value, device),
-            half_tick_value=money_scalar(self.tick_value / 2, device))
+            half_tick_value=money_scalar(self.tick_value / 2, device), passive=passive)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(cfg.seed)
         self.state = SimState.zeros(num_envs, device)
         self.stats = SimStats.zeros(num_envs, device)
+        self.passive_state = PassiveState.zeros(num_envs, device) if passive else None
+        self.passive_stats = PassiveStats.zeros(num_envs, device) if passive else None
 
     # ---- resets -------------------------------------------------------------------------
     def _reset_draw(self) -> torch.Tensor:
@@ -241,10 +202,16 @@ class BatchedLobEnv:
         for t in (s.episode_steps, s.position, s.trade_cash_ticks, s.trade_fees, s.time_in_trade,
                   s.unrealized_pnl):
             t.zero_()
+        if self.passive_state is not None:  # no order rests at an episode's start
+            for f in fields(self.passive_state):
+                getattr(self.passive_state, f.name).zero_()
         return s
 
     def reset_stats(self) -> None:
         self.stats.zero_()
+        if self.passive_stats is not None:
+            for f in fields(self.passive_stats):
+                getattr(self.passive_stats, f.name).zero_()
 
     # ---- step ---------------------------------------------------------------------------
     def step(self, action: torch.Tensor, force_end: torch.Tensor | None = None,
@@ -257,11 +224,17 @@ class BatchedLobEnv:
             kernel: ``step_values`` or a compiled copy of it.
 
         Returns:
-            StepResult of [B] tensors; ``state`` and ``stats`` are updated in place.
+            StepResult of [B] tensors; ``state`` and ``stats`` (and the passive ones) are
+            updated in place.
         """
+        passive = {} if self.passive_state is None else {
+            "passive_state": self.passive_state, "passive_stats": self.passive_stats}
         new = kernel(self.state, self.stats, action, self._reset_draw(), self.tables, self.cfg,
-                     force_end)
+                     force_end, **passive)
+        parts = [(self.state, new.state), (self.stats, new.stats)]
+        if passive:
+            parts += [(self.passive_state, new.passive_state),
+                      (self.passive_stats, new.passive_stats)]
         copy_values_([(getattr(old, f.name), getattr(fresh, f.name))
-                      for old, fresh in ((self.state, new.state), (self.stats, new.stats))
-                      for f in fields(fresh)])
+                      for old, fresh in parts for f in fields(fresh)])
         return new.result

@@ -1,15 +1,22 @@
 """Where the simulator's fees come from, and whether they leave a policy room to win.
 
-Precedence (``resolve_fees``): the fees given for this run (``sim.fee_per_lot`` /
-``sim.fee_bps``, ``lobsurf eval --fee-per-lot / --fee-bps``), else the fees recorded in the
-store at ingest (``lobsurf ingest --fee-per-lot / --fee-bps``, carried by ``BookTensors``),
-else ``DEFAULT_FEE_BPS`` of notional, a fee that scales with the instrument. Giving one of
-the two fields gives the fee: the other is then 0. docs/sim_assumptions.md, "Fees", has the
-reasoning behind the default.
+Two fees: the taker fee, paid by market orders, and the maker fee, paid by a resting
+order's fills (negative: a rebate). Each is per lot plus bps of notional.
+
+Precedence (``resolve_fees``), for each of the two on its own: the fee given for this run
+(``sim.fee_per_lot`` / ``sim.fee_bps``, ``lobsurf eval --fee-per-lot / --fee-bps``; the
+maker fee: ``sim.maker_fee_per_lot`` / ``sim.maker_fee_bps``), else the fee recorded in the
+store at ingest (``lobsurf ingest --fee-per-lot / --fee-bps / --maker-fee-per-lot /
+--maker-fee-bps``, carried by ``BookTensors``), else the default: ``DEFAULT_FEE_BPS`` of
+notional for the taker fee, a fee that scales with the instrument, and for the maker fee the
+taker fee as resolved (the conservative choice: no rebate, no discount is assumed). Giving
+one of a fee's two fields gives that fee: the other is then 0. docs/sim_assumptions.md,
+"Fees", has the reasoning behind the defaults.
 
 ``fee_warning`` compares one lot's round-trip fee with the mean |mid change| over a
 holding horizon: the gross a perfectly timed trade at the mid makes on average. Above it,
-even such trades lose on average, and a learner finds nothing to learn.
+even such trades lose on average, and a learner finds nothing to learn. With passive orders
+the cheapest round trip counts: two fills at the lower of the two fees.
 """
 
 from __future__ import annotations
@@ -50,18 +57,62 @@ class Fees:
     """basis points of filled notional (price x multiplier x lots)."""
     source: FeeSource
     """config: given for this run; store: recorded at ingest; default: ``DEFAULT_FEE_BPS``."""
+    maker_per_lot: float | None = None
+    """maker fee per lot a resting order fills (negative: a rebate); None with maker_bps
+    None: the default, the taker fee above."""
+    maker_bps: float | None = None
+    """maker fee in basis points of filled notional; None: see maker_per_lot."""
+    maker_source: FeeSource = "default"
+    """where the maker fee comes from (default: it is the taker fee)."""
+
+    @property
+    def maker(self) -> tuple[float, float]:
+        """The maker fee charged: (per lot, bps); the taker fee where none was given."""
+        if self.maker_per_lot is None and self.maker_bps is None:
+            return self.per_lot, self.bps
+        return self.maker_per_lot or 0.0, self.maker_bps or 0.0
 
     def applied_to(self, sim: SimConfig) -> SimConfig:
-        """``sim`` with these fees written into it (given, so nothing resolves them again)."""
-        return replace(sim, fee_per_lot=self.per_lot, fee_bps=self.bps)
+        """``sim`` with these fees written into it (given, so nothing resolves them again);
+        a default maker fee stays unset, so it follows the taker fee wherever it is read."""
+        maker = {} if self.maker_source == "default" else {
+            "maker_fee_per_lot": self.maker[0], "maker_fee_bps": self.maker[1]}
+        return replace(sim, fee_per_lot=self.per_lot, fee_bps=self.bps, **maker)
 
     def per_lot_at(self, price: float, multiplier: float) -> float:
         """One lot's fee (currency) at ``price``: the per-lot fee plus the bps fee."""
         return self.per_lot + self.bps * BPS * price * multiplier
 
+    def maker_per_lot_at(self, price: float, multiplier: float) -> float:
+        """One lot's maker fee (currency; negative: a rebate) at ``price``."""
+        per_lot, bps = self.maker
+        return per_lot + bps * BPS * price * multiplier
+
     def record(self) -> dict[str, float | str]:
-        """The ``fees`` entry of a run_start record."""
-        return {"per_lot": self.per_lot, "bps": self.bps, "source": self.source}
+        """The ``fees`` entry of a run_start record (the maker fee only where one was given
+        or recorded: the default is the taker fee)."""
+        out: dict[str, float | str] = {"per_lot": self.per_lot, "bps": self.bps,
+                                       "source": self.source}
+        if self.maker_source != "default":
+            out |= {"maker_per_lot": self.maker[0], "maker_bps": self.maker[1],
+                    "maker_source": self.maker_source}
+        return out
+
+    def describe_maker(self, book: BookTensors, given_as: str) -> str:
+        """``maker fee -0.20 per lot + 0 bps, a rebate (recorded in the store at ingest)``,
+        or that resting orders pay the taker fee (the default)."""
+        if self.maker_source == "default":
+            return ("maker fee = the taker fee (the default: none given for this run, none "
+                    "recorded in the store; docs/sim_assumptions.md)")
+        per_lot, bps = self.maker
+        text = f"maker fee {money(per_lot)} per lot + {bps:g} bps"
+        if bps:
+            price = mean_mid_price(book)
+            text += (f" of notional (= {money(self.maker_per_lot_at(price, book.multiplier))}"
+                     f" per lot at price {price:,.2f})")
+        if self.maker_per_lot_at(mean_mid_price(book), book.multiplier) < 0:
+            text += ", a rebate"
+        return f"{text} ({SOURCE_WORDS.get(self.maker_source, given_as)})"
 
     def describe(self, book: BookTensors, given_as: str) -> str:
         """``fee 1.00 per lot + 0 bps (recorded in the store at ingest)``; a bps fee also as
@@ -78,10 +129,18 @@ class Fees:
 def resolve_fees(sim: SimConfig, book: BookTensors) -> Fees:
     """The fees a simulator over ``book`` charges under ``sim`` (module doc: precedence)."""
     if sim.fee_per_lot is not None or sim.fee_bps is not None:
-        return Fees(sim.fee_per_lot or 0.0, sim.fee_bps or 0.0, "config")
-    if book.fee_per_lot is not None or book.fee_bps is not None:
-        return Fees(book.fee_per_lot or 0.0, book.fee_bps or 0.0, "store")
-    return Fees(0.0, DEFAULT_FEE_BPS, "default")
+        taker = Fees(sim.fee_per_lot or 0.0, sim.fee_bps or 0.0, "config")
+    elif book.fee_per_lot is not None or book.fee_bps is not None:
+        taker = Fees(book.fee_per_lot or 0.0, book.fee_bps or 0.0, "store")
+    else:
+        taker = Fees(0.0, DEFAULT_FEE_BPS, "default")
+    if sim.maker_fee_per_lot is not None or sim.maker_fee_bps is not None:
+        return replace(taker, maker_per_lot=sim.maker_fee_per_lot or 0.0,
+                       maker_bps=sim.maker_fee_bps or 0.0, maker_source="config")
+    if book.maker_fee_per_lot is not None or book.maker_fee_bps is not None:
+        return replace(taker, maker_per_lot=book.maker_fee_per_lot or 0.0,
+                       maker_bps=book.maker_fee_bps or 0.0, maker_source="store")
+    return taker
 
 
 def holding_rows(max_label_horizon: int, stride: int) -> int:
@@ -111,15 +170,23 @@ def mean_mid_price(book: BookTensors) -> float:
     return float(book.price(book.mid_ticks()[_sample_rows(book)]).mean())
 
 
-def fee_warning(fees: Fees, book: BookTensors, horizon_rows: int, check: str) -> str | None:
+def fee_warning(fees: Fees, book: BookTensors, horizon_rows: int, check: str,
+                passive: bool = False) -> str | None:
     """The warning when one lot's round-trip fee is above the typical move over
     ``horizon_rows`` snapshots of ``book`` (``check``: what to check, e.g. the fee flags);
-    None otherwise, and where the move cannot be measured."""
+    None otherwise, and where the move cannot be measured. ``passive``: resting orders are
+    allowed, so the cheapest round trip is two fills at the lower of the taker and the
+    maker fee (a maker rebate makes it negative: never a warning)."""
     move = typical_move(book, horizon_rows)
-    round_trip = 2 * fees.per_lot_at(mean_mid_price(book), book.multiplier)
+    price = mean_mid_price(book)
+    taker = fees.per_lot_at(price, book.multiplier)
+    maker = fees.maker_per_lot_at(price, book.multiplier)
+    round_trip = 2 * (min(taker, maker) if passive else taker)
     if not round_trip > move:  # NaN: no row to measure on, nothing to say
         return None
-    return (f"the round-trip fee {money(round_trip)} is above the typical move {money(move)} "
+    what = ("the cheapest round-trip fee (two fills at the lower of the taker and maker fees)"
+            if passive else "the round-trip fee")
+    return (f"{what} {money(round_trip)} is above the typical move {money(move)} "
             f"over {horizon_rows:,} snapshots: no policy may be able to win; check {check}")
 
 
@@ -142,7 +209,9 @@ def announce_fees(sim, book, horizon_rows: int, given_as: str, check: str,
 
     fees = resolve_fees(sim, book)
     print(f"{command}: {fees.describe(book, given_as)}", file=sys.stderr)
-    warning = fee_warning(fees, book, horizon_rows, check)
+    if sim.passive_orders:
+        print(f"{command}: {fees.describe_maker(book, given_as)}", file=sys.stderr)
+    warning = fee_warning(fees, book, horizon_rows, check, passive=sim.passive_orders)
     if warning:
         print(f"lobsurf {command}: warning: {warning}", file=sys.stderr)
     return fees.applied_to(sim)

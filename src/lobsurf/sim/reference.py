@@ -6,6 +6,7 @@ book level by level in a Python loop and keeps the trade's books in Python ints
 as ``lobsurf.sim.reward`` so results agree bit for bit. Random resets take the draw
 ``k`` (uniform in [0, total valid cursors)) from the caller, who replays the batched env's
 generator stream; k maps to the k-th valid cursor over all segments, as in the env.
+With passive orders the reference is ``lobsurf.sim.reference_passive.PassiveReferenceEnv``.
 """
 
 from __future__ import annotations
@@ -68,10 +69,17 @@ class ReferenceEnv:
 
     @staticmethod
     def from_book(book: BookTensors, cfg: SimConfig) -> ReferenceEnv:
+        if cfg.passive_orders:
+            raise ValueError("passive orders: use lobsurf.sim.reference_passive.PassiveReferenceEnv")
+        return ReferenceEnv(**ReferenceEnv.fields_from(book, cfg))
+
+    @staticmethod
+    def fields_from(book: BookTensors, cfg: SimConfig) -> dict:
+        """The constructor's arguments for ``book`` under ``cfg`` (numpy copies, fees)."""
         resolved = resolve_fees(cfg, book)
         rate = resolved.bps * BPS
         origin = book.price_origin_fixed / 1e9
-        return ReferenceEnv(
+        return dict(
             bid_px=book.bid_px_ticks.cpu().numpy(), ask_px=book.ask_px_ticks.cpu().numpy(),
             bid_sz=book.bid_sz.cpu().numpy(), ask_sz=book.ask_sz.cpu().numpy(),
             segments=list(zip(book.segment_start.tolist(), book.segment_stop.tolist())),
@@ -151,13 +159,18 @@ class ReferenceEnv:
         self.stats.steps += 1
         self.stats.turnover_lots += filled_n
         self.stats.unfilled_lots += n - filled_n
+        self.advance(last, k)
+        return RefStep(reward=reward, trade_closed=closed, episode_end=last,
+                       filled_lots=sign * filled_n, cash_flow_ticks=flow_n, fees=fee_n)
+
+    def advance(self, last: bool, k: int) -> None:
+        """Move ``stride`` rows on, or reset with draw ``k`` after an episode's last step
+        (its position is flat then), and mark the open trade at the new cursor's mid."""
         if last:
             self.reset(k)
         else:
-            self.cursor += cfg.stride
+            self.cursor += self.cfg.stride
             self.episode_steps += 1
         mid2 = int(self.bid_px[self.cursor][0]) + int(self.ask_px[self.cursor][0])
         mark = mid2 * self.position + 2 * self.trade_cash_ticks
         self.unrealized_pnl = float(mark) * (self.tick_value / 2) - self.trade_fees
-        return RefStep(reward=reward, trade_closed=closed, episode_end=last,
-                       filled_lots=sign * filled_n, cash_flow_ticks=flow_n, fees=fee_n)

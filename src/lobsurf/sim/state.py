@@ -2,7 +2,9 @@
 so a captured CUDA graph always reads and writes the live values).
 
 ``SimState`` is what the agent's observation is built from (together with the book rows
-at ``cursor``); ``SimStats`` accumulates per-environment results across episodes.
+at ``cursor``); ``SimStats`` accumulates per-environment results across episodes. With
+passive orders, ``PassiveState`` ([B, 2]: the resting bid and ask) and ``PassiveStats`` do
+the same for resting orders (lobsurf.sim.passive).
 """
 
 from __future__ import annotations
@@ -97,13 +99,15 @@ class StepResult:
     """What one step returns, every field [B] (fresh tensors each eager step).
 
     Attributes:
-        reward: float64 realized net PnL of the trade closed this step (currency), else 0.
+        reward: float64 realized net PnL of the trade closed this step (currency), else 0
+            (with passive orders a step may close several: their sum).
         trade_closed: bool a trade closed (position returned to flat or passed through zero).
         episode_end: bool this was the episode's last step (position closed at market); the
             state already holds the next episode's first cursor (auto-reset).
-        filled_lots: int64 signed lots filled this step (+ bought, - sold).
-        cash_flow_ticks: int64 cash flow of this step's fill in ticks x lots (buys negative).
-        fees: float64 fees of this step's fill (currency).
+        filled_lots: int64 signed lots filled this step (+ bought, - sold), resting orders'
+            fills included.
+        cash_flow_ticks: int64 cash flow of this step's fills in ticks x lots (buys negative).
+        fees: float64 fees of this step's fills (currency; maker rebates negative).
     """
 
     reward: torch.Tensor
@@ -112,3 +116,66 @@ class StepResult:
     filled_lots: torch.Tensor
     cash_flow_ticks: torch.Tensor
     fees: torch.Tensor
+
+
+@dataclass
+class PassiveState:
+    """The resting orders, every field [B, 2] (side 0 the bid, 1 the ask), updated in place
+    by the env's step like ``SimState``. What the agent may observe of its quotes.
+
+    Attributes:
+        remaining: int64 lots still resting; 0: no order on that side.
+        price_ticks: int64 the order's price (ticks, as ``bid_px_ticks``); 0 where none.
+        queue_ahead: float64 lots expected ahead of it at its price (fractional under the
+            probabilistic queue model; inf while its price has been outside the visible
+            levels since it arrived); 0 where none.
+        queue_fraction: float64 queue ahead / the size shown at its price in the row the
+            agent sees (the cursor): 0 at the front, 1 at the back or out of view; 0 where
+            none.
+        age: int64 steps it has rested (1 after the step it arrived in); 0 where none.
+        filled: int64 lots it filled in the last step.
+    """
+
+    remaining: torch.Tensor
+    price_ticks: torch.Tensor
+    queue_ahead: torch.Tensor
+    queue_fraction: torch.Tensor
+    age: torch.Tensor
+    filled: torch.Tensor
+
+    @staticmethod
+    def zeros(num_envs: int, device: torch.device | str) -> PassiveState:
+        kinds = {"queue_ahead": torch.float64, "queue_fraction": torch.float64}
+        return PassiveState(**{f.name: torch.zeros(num_envs, 2, device=device,
+                                                   dtype=kinds.get(f.name, torch.int64))
+                               for f in fields(PassiveState)})
+
+    @property
+    def resting(self) -> torch.Tensor:
+        """[B, 2] bool: an order rests on that side."""
+        return self.remaining > 0
+
+
+@dataclass
+class PassiveStats:
+    """Per-env resting-order counts since the last ``reset_stats``, every field [B].
+
+    Attributes:
+        posted_lots: int64 lots of the orders that joined a queue.
+        maker_lots: int64 lots filled while resting.
+        maker_fees: float64 maker fees of those fills (currency; negative: rebates).
+        rejected_posts: int64 posts refused because their price would have crossed the
+            book when they arrived.
+    """
+
+    posted_lots: torch.Tensor
+    maker_lots: torch.Tensor
+    maker_fees: torch.Tensor
+    rejected_posts: torch.Tensor
+
+    @staticmethod
+    def zeros(num_envs: int, device: torch.device | str) -> PassiveStats:
+        return PassiveStats(**{f.name: torch.zeros(
+            num_envs, device=device,
+            dtype=torch.float64 if f.name == "maker_fees" else torch.int64)
+            for f in fields(PassiveStats)})

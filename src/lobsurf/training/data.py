@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from lobsurf.data.dataset import BookTensors, load_book_tensors
+from lobsurf.data.dataset import ROW_FIELDS, BookTensors, load_book_tensors
 from lobsurf.data.split import TimeSplit, time_split
 from lobsurf.data.store import Store
 from lobsurf.errors import UserError
@@ -36,9 +36,10 @@ from lobsurf.models.feature_table import with_feature_table
 from lobsurf.training.config import RunConfig
 
 #: Name of the bundled default data set (a preset of lobsurf.presets); bump the cache
-#: folder's suffix when the generator or the preset changes (v2: the store records its fee).
+#: folder's suffix when the generator or the preset changes (v2: the store records its fee;
+#: v3: it records trades and its generator's law, for baseline:bayes).
 DEFAULT_PRESET = "tradeable"
-DEFAULT_CACHE_NAME = f"default-{DEFAULT_PRESET}-v2"
+DEFAULT_CACHE_NAME = f"default-{DEFAULT_PRESET}-v3"
 
 
 def cache_root() -> Path:
@@ -125,9 +126,8 @@ def head_rows(book: BookTensors, stop: int) -> BookTensors:
     keep = book.segment_start < stop
     seg_start = book.segment_start[keep]
     seg_stop = book.segment_stop[keep].clamp(max=stop)
-    sliced = {name: getattr(book, name)[:stop] for name in
-              ("ts_ns", "bid_px_ticks", "ask_px_ticks", "bid_sz", "ask_sz", "bid_ct", "ask_ct",
-               "segment_of_row")}
+    sliced = {name: getattr(book, name)[:stop] for name in ROW_FIELDS
+              if getattr(book, name) is not None}
     if book.features is not None:
         sliced["features"] = book.features[:stop]
     return replace(book, segment_start=seg_start, segment_stop=seg_stop, **sliced)

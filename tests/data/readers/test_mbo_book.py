@@ -13,6 +13,7 @@ import zstandard
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK, F_TOB, MboBookBuilder
 from lobsurf.data.readers.mbo_reference import ReferenceMboBuilder
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT, LEVELS, MBO_DTYPE, UNDEF_PRICE, SnapshotChunk
+from lobsurf.data.trades import TradeChunk
 
 PX = 1_000_000_000  # one currency unit in fixed point
 ES_FILE = Path("nautilus_trader") / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
@@ -207,8 +208,19 @@ def test_fast_equals_reference_on_random_streams_in_chunks(seed):
     assert_chunks_equal(got, want)
     assert np.array_equal(got_rows, want_rows)
     assert builder.stats == reference.stats
-    want_breaks = ReferenceMboBuilder().feed_detailed(recs).breaks
+    want_fed = ReferenceMboBuilder().feed_detailed(recs)
+    want_breaks = want_fed.breaks
     assert np.array_equal(np.concatenate([f.breaks for f in fed]), want_breaks)
+    # Trades: each live T record on the next snapshot emitted; a chunk's "after its last
+    # snapshot" is the next chunk's first one.
+    offsets = np.cumsum([0] + [len(f.chunk) for f in fed])
+    got_trades = TradeChunk.concat([f.trades.with_rows(f.trades.row + o)
+                                    for f, o in zip(fed, offsets)])
+    for name in ("row", "price", "size", "side", "instrument_id", "publisher"):
+        np.testing.assert_array_equal(getattr(got_trades, name), getattr(want_fed.trades, name),
+                                      err_msg=name)
+    live_trades = (recs["action"] == b"T") & (recs["flags"] & F_SNAPSHOT == 0)
+    assert len(got_trades) == int(live_trades.sum()) > 10
     assert want_breaks.any() and builder.stats.modify_to_zero > 0 and builder.stats.add_zero_size > 0
     assert builder.stats.cancel_unknown > 0 and builder.stats.clears > 0
     assert builder.stats.modify_unknown > 0 and builder.stats.cancel_oversize > 0

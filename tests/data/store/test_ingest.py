@@ -24,9 +24,13 @@ def test_real_mbp10_samples_ingest_with_counted_skips(shared_data, tmp_path, cap
     out = run_json(capsys, ["ingest", *files, "--out", str(tmp_path / "s"), "--json", "--no-progress"])
     info = run_json(capsys, ["info", str(tmp_path / "s"), "--json"])
     assert out == info and INFO_KEYS <= set(info)
-    # 8 files: 4 ES copies of 2, ES 4, Brent 4 (empty book), TTF 4 (partial book), NVDA 4.
-    assert info["skipped"] == {"empty_book": 4, "one_sided_book": 2}
+    # 8 files: 4 ES copies of 2, ES 4, Brent 4 (trades: the first ends its packet, an empty
+    # book; three inside packets, no book state), TTF 4 (partial book), NVDA 4.
+    assert info["skipped"] == {"empty_book": 1, "one_sided_book": 2}
     assert info["snapshots"] == 2 * 4 + 4 + 4 + 2
+    # Brent's 4 trades (1 + 2 + 4 + 3 lots) have no valid book record after them in their file.
+    assert info["trades"]["source_records"] == 4 and info["trades"]["volume"] == 0
+    assert info["trades"]["left_out"] == {"after_last_row": 10}
     assert {i["symbol"]: i["tick_size"] for i in info["instruments"]} == {
         "ESH1": 0.25, "NVDA": 0.01, "TFM FMH0024!": 0.005}
     assert info["price_max"] == 3720.5
@@ -68,10 +72,12 @@ def test_user_errors_are_one_line(tmp_path, capsys):
 
 
 def test_only_invalid_books_is_an_error(shared_data, tmp_path, capsys):
+    # Brent's four records are trades (action T); the first ends its packet (a book state,
+    # empty), the other three are trade reports inside packets.
     brent = shared_data / "databento-python" / "IFEU.IMPACT" / "test_data.mbp-10.dbn.zst"
     assert main(["ingest", str(brent), "--out", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
-    assert f"no valid snapshots in the input: {brent}: all 4 snapshots skipped (empty_book 4)" in err
+    assert f"no valid snapshots in the input: {brent}: all 1 snapshots skipped (empty_book 1)" in err
     assert not (tmp_path / "s").exists()
 
 
@@ -84,6 +90,13 @@ def test_real_cme_mbo_session_becomes_a_store(shared_data, tmp_path, capsys):
     assert info["snapshots"] == 46_131 and info["segments"] == 1
     assert info["instruments"][0]["symbol"] == "ESH4" and info["tick_size"] == 0.25
     assert 4790 < info["price_min"] < info["price_max"] < 4820
+    # Trades: every one of the file's 2,973 T records (9,892 lots) is in the table; the
+    # 6,371 F records (10,201 lots) are not summed: they count 309 lots twice.
+    trades = info["trades"]
+    assert (trades["source_records"], trades["source_volume"]) == (2_973, 9_892)
+    assert trades["volume"] == 9_892 and trades["left_out"] == {}
+    assert (trades["rows"], trades["entries"]) == (2_834, 2_883)
+    assert (trades["buy_volume"], trades["sell_volume"], trades["unknown_volume"]) == (5_322, 4_526, 44)
     store = Store.open(tmp_path / "s")
     bid, ask = store.columns["bid_px"][:, 0], store.columns["ask_px"][:, 0]
     assert (bid < ask).all()

@@ -155,3 +155,53 @@ def test_a_store_written_before_fees_were_recorded_still_loads(tiny_store):
     path.write_text(json.dumps(raw))
     with pytest.raises(StoreError, match="malformed manifest entry: fee_per_lot -3"):
         Store.open(tiny_store.path)
+
+
+def test_maker_fees_given_at_ingest_are_recorded_shown_and_loaded(tmp_path, capsys):
+    """--maker-fee-per-lot / --maker-fee-bps (negative: a rebate) go into the manifest, lobsurf
+    info shows them and the device book carries them; without them nothing is recorded."""
+    from lobsurf.data.dataset import load_book_tensors
+
+    store = tmp_path / "s"
+    assert main(["ingest", str(mbo_file(tmp_path)), "--out", str(store), "--no-progress",
+                 "--multiplier", "50", "--fee-per-lot", "1", "--maker-fee-per-lot", "-0.2"]) == 0
+    capsys.readouterr()
+    instrument = Store.open(store).manifest.instruments[0]
+    assert (instrument.maker_fee_per_lot, instrument.maker_fee_bps) == (-0.2, 0.0)
+    book = load_book_tensors(Store.open(store))
+    assert (book.maker_fee_per_lot, book.maker_fee_bps) == (-0.2, 0.0)
+    assert main(["info", str(store)]) == 0
+    assert ("maker fees   -0.2 per lot + 0 bps of notional (a rebate) (recorded at ingest)"
+            in capsys.readouterr().out)
+    assert main(["info", str(store), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["instruments"][0]
+    assert (shown["maker_fee_per_lot"], shown["maker_fee_bps"]) == (-0.2, 0.0)
+    bare = tmp_path / "bare"
+    assert main(["ingest", str(mbo_file(tmp_path)), "--out", str(bare), "--no-progress"]) == 0
+    assert Store.open(bare).manifest.instruments[0].maker_fee_per_lot is None
+    capsys.readouterr()
+    assert main(["info", str(bare)]) == 0
+    assert "maker fees   none recorded (resting orders pay the taker fee" in (
+        capsys.readouterr().out)
+    for value in ("nan", "-20000", "inf"):
+        assert main(["ingest", str(mbo_file(tmp_path)), "--out", str(tmp_path / "x"),
+                     "--no-progress", "--maker-fee-bps", value]) == 2
+        err = capsys.readouterr().err
+        assert "--maker-fee-bps" in err and err.count("\n") == 1, err
+
+
+def test_a_store_written_before_maker_fees_loads_without_one(tiny_store):
+    from lobsurf.data.dataset import load_book_tensors
+    from lobsurf.data.store import StoreError
+
+    path = tiny_store.path / "manifest.json"
+    raw = json.loads(path.read_text())
+    for instrument in raw["instruments"]:
+        instrument.pop("maker_fee_per_lot", None), instrument.pop("maker_fee_bps", None)
+    path.write_text(json.dumps(raw))
+    book = load_book_tensors(Store.open(tiny_store.path))
+    assert (book.maker_fee_per_lot, book.maker_fee_bps, book.has_trades) == (None, None, False)
+    raw["instruments"][0]["maker_fee_bps"] = "cheap"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(StoreError, match="malformed manifest entry: maker_fee_bps 'cheap'"):
+        Store.open(tiny_store.path)

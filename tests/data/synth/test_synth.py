@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from lobsurf.commands import synth as synth_command
-from lobsurf.data.schema import FIXED_PRICE_SCALE, LEVELS, SnapshotChunk
+from lobsurf.data.schema import F_LAST, FIXED_PRICE_SCALE, LEVELS, SnapshotChunk
 from lobsurf.data.synth import (
     SynthConfig,
     generate_day,
+    generate_day_with_trades,
     mid_ticks,
     session_date,
     session_open_ns,
@@ -21,6 +22,7 @@ from lobsurf.data.synth import (
     write_synth,
     write_synth_store,
 )
+from lobsurf.data.trades import TradeChunk
 from lobsurf.errors import UserError
 from tests.data.readers.test_dbn_encode import assert_records_equal_books, decode_file
 
@@ -31,6 +33,23 @@ def day_books(cfg: SynthConfig, day: int = 0) -> SnapshotChunk:
     return SnapshotChunk.concat(list(generate_day(cfg, day)))
 
 
+def book_and_trade_records(records: list) -> tuple[list, list, np.ndarray]:
+    """(book records, trade records, [M] row of each trade record: the book records before it)."""
+    is_trade = np.array([r.action == "T" for r in records], bool)
+    rows = np.cumsum(~is_trade)[is_trade]
+    return ([r for r, t in zip(records, is_trade) if not t],
+            [r for r, t in zip(records, is_trade) if t], rows)
+
+
+def day_trades(cfg: SynthConfig, day: int = 0) -> TradeChunk:
+    """The day's trades with ``row`` = the day's row."""
+    parts, offset = [], 0
+    for chunk, trades in generate_day_with_trades(cfg, day):
+        parts.append(trades.with_rows(trades.row + offset))
+        offset += len(chunk)
+    return TradeChunk.concat(parts)
+
+
 def test_dbn_files_decode_to_the_generated_books(tmp_path: Path) -> None:
     cfg = SynthConfig(snapshots_per_day=2500, days=2, seed=5, edge=0.3, chunk_rows=1000)
     paths = write_synth(tmp_path, cfg)
@@ -38,25 +57,35 @@ def test_dbn_files_decode_to_the_generated_books(tmp_path: Path) -> None:
     for day, path in enumerate(paths):
         books = day_books(cfg, day)
         metadata, records = decode_file(path)
-        assert_records_equal_books(records, books)
+        book_records, trade_records, trade_rows = book_and_trade_records(records)
+        assert_records_equal_books(book_records, books)
         assert metadata.dataset == cfg.dataset and metadata.symbols == [cfg.symbol]
         assert metadata.start == session_open_ns(cfg, day) < records[0].ts_recv
         assert metadata.end == records[-1].ts_recv + 1
-        # Events agree with the books: a buy trade hits the previous best ask, a sell trade
-        # the previous best bid; quote events sit on one of the book's prices.
-        actions = np.array([r.action for r in records])
-        sides = np.array([r.side for r in records])
-        prices = np.array([r.price for r in records])
-        assert set(actions) <= {"A", "C", "M", "T"} and set(sides) <= {"A", "B"}
-        buys = np.flatnonzero((actions == "T") & (sides == "B"))
-        sells = np.flatnonzero((actions == "T") & (sides == "A"))
-        assert len(buys) > 10 and len(sells) > 10
-        buys, sells = buys[buys > 0], sells[sells > 0]
-        np.testing.assert_array_equal(prices[buys], books.ask_px[buys - 1, 0])
-        np.testing.assert_array_equal(prices[sells], books.bid_px[sells - 1, 0])
+        assert [r.sequence for r in records] == list(range(1, len(records) + 1))
+        # Trade records: the generated trades, each just before its row's book record, in
+        # the same packet (no F_LAST), carrying the book before it.
+        expected = day_trades(cfg, day)
+        np.testing.assert_array_equal(trade_rows, expected.row)
+        np.testing.assert_array_equal([r.price for r in trade_records], expected.price)
+        np.testing.assert_array_equal([r.size for r in trade_records], expected.size)
+        sides = np.array([{"B": 1, "A": -1}[r.side] for r in trade_records])
+        np.testing.assert_array_equal(sides, expected.side)
+        assert all(r.flags == 0 for r in trade_records)
+        assert all(r.flags == F_LAST for r in book_records)
+        later = trade_rows > 0
+        assert_records_equal_books([r for r, k in zip(trade_records, later) if k],
+                                   books.take(trade_rows[later] - 1), timestamps=False)
+        # Book events agree with the books: a removed level ('C') is a best price of the
+        # previous snapshot, every other event sits on one of the snapshot's prices.
+        actions = np.array([r.action for r in book_records])
+        prices = np.array([r.price for r in book_records])
+        assert set(actions) <= {"A", "C", "M"}
+        previous = np.concatenate([books.bid_px[:1], books.bid_px[:-1]]), \
+            np.concatenate([books.ask_px[:1], books.ask_px[:-1]])
         on_book = (prices[:, None] == books.bid_px) | (prices[:, None] == books.ask_px)
-        quotes = actions != "T"
-        assert on_book[quotes].any(axis=1).all()
+        was_best = (prices == previous[0][:, 0]) | (prices == previous[1][:, 0])
+        assert (on_book.any(axis=1) | ((actions == "C") & was_best)).all()
 
 
 def test_deterministic_by_seed_and_day() -> None:
@@ -235,11 +264,13 @@ def test_command_writes_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                          "--seed", "9", "--edge", "0.2")
     assert synth_command.run(args) == 0
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["SYN-20240102.mbp-10.dbn.zst", "SYN-20240103.mbp-10.dbn.zst"]
+    # the day files and the generator's record beside them (lobsurf.data.store.generator)
+    assert names == ["SYN-20240102.mbp-10.dbn.zst", "SYN-20240103.mbp-10.dbn.zst",
+                     "lobsurf-synth.json"]
     assert "800 snapshots" in capsys.readouterr().out
     _, records = decode_file(tmp_path / "out" / names[1])
     expected = day_books(SynthConfig(snapshots_per_day=400, days=2, seed=9, edge=0.2), 1)
-    assert_records_equal_books(records, expected)
+    assert_records_equal_books(book_and_trade_records(records)[0], expected)
 
 
 @pytest.mark.parametrize("argv", [["--edge", "1.5"], ["--snapshots", "0"], ["--seed", "-1"]])

@@ -6,10 +6,18 @@ official library owns that format) followed by fixed-size records. MBP-10 record
 structured array per chunk and write its raw bytes, so memory is bounded by one chunk
 (plus the zstd window) whatever the file size.
 
-Each record carries the 10-level book *after* its event, plus the event itself
-(``action``/``side``/``price``/``size``/``depth``). ``EventFields`` describes the events of
-a chunk; when a caller has none (e.g. re-encoding snapshots), the writer marks every record
-as a level update ('A') at the best bid, which keeps the file valid.
+Each snapshot is one record carrying the 10-level book *after* its event, plus the event
+itself (``action``/``side``/``price``/``size``/``depth``), flagged ``F_LAST``.
+``EventFields`` describes the events of a chunk; when a caller has none (e.g. re-encoding
+snapshots), the writer marks every record as a level update ('A') at the best bid, which
+keeps the file valid.
+
+Trades (a ``TradeChunk`` beside the snapshots) are written as Databento writes them in its
+MBP schemas: a record of action ``T`` per trade, side = the aggressor ('B' buyer, 'A'
+seller, 'N' not given), the levels of the book *before* the trade (the previous snapshot;
+the snapshot itself for a file's first row), no ``F_LAST``, just before the record of the
+snapshot whose interval holds it (same timestamps: one event packet). ``lobsurf ingest``
+reads them back as trades, not as snapshots.
 
 Reference: Databento DBN encoding spec, https://databento.com/docs/standards-and-conventions/
 databento-binary-encoding (record header, MBP-10 layout, metadata v3).
@@ -27,6 +35,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from lobsurf.data.schema import F_LAST, MBP10_DTYPE, RTYPE_MBP10, SnapshotChunk
+from lobsurf.data.trades import SIDE_BUY, SIDE_SELL, TradeChunk
 
 #: Record length field of the DBN header: record size in 4-byte words.
 MBP10_LENGTH_WORDS = MBP10_DTYPE.itemsize // 4
@@ -153,7 +162,45 @@ def mbp10_records(chunk: SnapshotChunk, events: EventFields | None, *, publisher
     return rec
 
 
-ChunkOrPair = SnapshotChunk | tuple[SnapshotChunk, EventFields]
+def with_trade_records(book: np.ndarray, trades: TradeChunk, before_first: np.ndarray
+                       ) -> np.ndarray:
+    """Insert a ``T`` record per trade before the book record of its row (module docstring).
+
+    Args:
+        book: [N] MBP-10 book records of a chunk (``mbp10_records``).
+        trades: trades with ``row`` indexing the N book records.
+        before_first: one MBP-10 record whose levels are the book before the chunk's first row.
+
+    Returns:
+        [N + M] records; ``sequence`` is left to the caller.
+    """
+    if len(trades) == 0:
+        return book
+    order = np.argsort(trades.row, kind="stable")
+    rows = trades.row[order]
+    per_row = np.bincount(rows, minlength=len(book))
+    # Whole records move as raw bytes (a fancy index of the nested structured dtype is
+    # several times slower).
+    raw = book.view(np.dtype((np.void, book.dtype.itemsize)))
+    out = np.empty(len(book) + len(trades), raw.dtype)
+    out[np.arange(len(book)) + np.cumsum(per_row)] = raw  # after its row's trades
+    records = raw[np.maximum(rows - 1, 0)].view(book.dtype)  # the book before: previous row
+    records[rows == 0] = before_first
+    for name in ("ts_event", "ts_recv", "ts_in_delta"):  # the event's own times
+        records[name] = book[name][rows]
+    records["action"] = b"T"
+    side = trades.side[order]
+    records["side"] = np.where(side == SIDE_BUY, b"B", np.where(side == SIDE_SELL, b"A", b"N"))
+    records["price"] = trades.price[order]
+    records["size"] = trades.size[order]
+    records["depth"] = 0
+    records["flags"] = 0  # the packet ends with the snapshot's record
+    out[rows + np.arange(len(trades))] = records.view(raw.dtype)
+    return out.view(book.dtype)
+
+
+ChunkOrPair = (SnapshotChunk | tuple[SnapshotChunk, EventFields]
+               | tuple[SnapshotChunk, EventFields, TradeChunk])
 
 
 def write_mbp10_dbn(path: str | os.PathLike, chunks: Iterable[ChunkOrPair], *, dataset: str,
@@ -164,10 +211,12 @@ def write_mbp10_dbn(path: str | os.PathLike, chunks: Iterable[ChunkOrPair], *, d
     Args:
         path: output file; written under a temporary name and renamed at the end, so an
             interrupted write never leaves a truncated file under the final name.
-        chunks: SnapshotChunk, or (SnapshotChunk, EventFields) pairs, in time order.
+        chunks: SnapshotChunk, or (SnapshotChunk, EventFields) pairs, or (SnapshotChunk,
+            EventFields, TradeChunk) triples (``row`` indexes the chunk's snapshots), in
+            time order.
         dataset, symbol, instrument_id, start_ns, end_ns, publisher_id: see ``DbnHeader``.
     Returns:
-        Number of records written.
+        Number of records written (snapshots plus trades).
     """
     import zstandard
 
@@ -185,13 +234,20 @@ def write_mbp10_dbn(path: str | os.PathLike, chunks: Iterable[ChunkOrPair], *, d
             else:
                 sink = raw
             sink.write(encode_metadata(header))
+            last = None  # the previous chunk's last book record
             for item in chunks:
-                chunk, events = item if isinstance(item, tuple) else (item, None)
+                chunk, events, trades = (tuple(item) + (None,))[:3] if isinstance(item, tuple) \
+                    else (item, None, None)
                 _check_chunk(chunk, path, written)
                 rec = mbp10_records(chunk, events, publisher_id=publisher_id,
                                     first_sequence=written + 1)
+                if trades is not None and len(chunk):
+                    first = rec[0] if last is None else last
+                    last = rec[-1].copy()
+                    rec = with_trade_records(rec, trades, first)
+                    rec["sequence"] = (written + 1 + np.arange(len(rec), dtype=np.int64)) & 0xFFFF_FFFF
                 sink.write(rec.view(np.uint8))  # the raw bytes, without a copy
-                written += len(chunk)
+                written += len(rec)
             if sink is not raw:
                 sink.close()  # writes the zstd frame epilogue
         os.replace(tmp, path)

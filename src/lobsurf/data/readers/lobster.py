@@ -19,6 +19,16 @@ levels padded with empty levels and deeper ones cut to 10. Times are parsed exac
 the decimal text (no float) and converted from New York wall time to UTC with
 ``zoneinfo``, so daylight-saving dates come out right. ``ts_event_ns == ts_recv_ns``.
 
+Trades (``iter_lobster_with_trades``): executions of visible (event type 4) and hidden (5)
+limit orders, at the row of their message (row i's interval holds event i). LOBSTER's
+direction is the side of the *resting* order executed (-1 sell, 1 buy), so the aggressor is
+the other side: aggressor = -direction. Hidden executions carry no side after Nasdaq masked
+it (LOBSTER: from 2014-07-14 on their direction is always 1), so files of that date or later
+record them with the side unknown. Cross trades (type 6: auctions) are not trades of their
+own: LOBSTER documents them as an aggregate of executions it reports anyway, so they are
+left out. Hidden executions may print between the ticks (midpoint orders); the trade table
+keeps their exact price.
+
 Memory is bounded: both files are read in lockstep, ``chunk_rows`` lines at a time, and
 parsed with numpy's C reader. Any malformed line raises ``UserError`` naming the file and
 the line number: wrong column count, a non-integer field, a bad time, blank lines inside
@@ -40,6 +50,7 @@ import numpy as np
 
 from lobsurf.data.schema import FIXED_PRICE_SCALE, LEVELS, MAX_SIZE, UNDEF_PRICE, SnapshotChunk
 from lobsurf.data.store import Instrument
+from lobsurf.data.trades import SIDE_UNKNOWN, TradeChunk
 from lobsurf.errors import UserError
 
 #: Fixed-point units (1e-9) per LOBSTER price unit (1e-4 dollars).
@@ -56,6 +67,10 @@ NS_PER_SECOND = 1_000_000_000
 SECONDS_PER_DAY = 86_400
 #: largest price (1e-4 dollars) whose fixed-point value fits int64
 MAX_PRICE = np.iinfo(np.int64).max // PRICE_TO_FIXED
+#: message event types of executions: visible and hidden limit orders
+EXECUTION_VISIBLE, EXECUTION_HIDDEN = 4, 5
+#: from this date on, hidden executions carry direction 1 whatever the side (Nasdaq masks it)
+HIDDEN_SIDE_MASKED_FROM = dt.date(2014, 7, 14)
 _NAME = re.compile(r"^(?P<ticker>.+?)_(?P<date>\d{4}-\d{2}-\d{2})_(?P<start_ms>\d+)_(?P<end_ms>\d+)"
                    r"_(?P<kind>orderbook|message)_(?P<levels>\d+)\.csv$")
 
@@ -122,7 +137,19 @@ def lobster_instrument(path: str | Path, config: LobsterConfig = LobsterConfig()
 def iter_lobster(orderbook_path: str | Path, message_path: str | Path | None = None,
                  chunk_rows: int | None = None, *,
                  config: LobsterConfig = LobsterConfig()) -> Iterator[SnapshotChunk]:
-    """Stream a LOBSTER orderbook/message pair as snapshot chunks in store units.
+    """Stream a LOBSTER orderbook/message pair as snapshot chunks in store units (the
+    arguments of ``iter_lobster_with_trades``, without the trades)."""
+    for chunk, _ in iter_lobster_with_trades(orderbook_path, message_path, chunk_rows,
+                                             config=config):
+        yield chunk
+
+
+def iter_lobster_with_trades(orderbook_path: str | Path, message_path: str | Path | None = None,
+                             chunk_rows: int | None = None, *,
+                             config: LobsterConfig = LobsterConfig()
+                             ) -> Iterator[tuple[SnapshotChunk, TradeChunk]]:
+    """Stream a LOBSTER orderbook/message pair as snapshot chunks in store units, each
+    with the executions of its rows (``row``: the message's row in the chunk).
 
     Args:
         orderbook_path: the ``*_orderbook_N.csv`` file.
@@ -131,7 +158,8 @@ def iter_lobster(orderbook_path: str | Path, message_path: str | Path | None = N
         config: time zone, tick size, default chunk size.
 
     Yields:
-        SnapshotChunk of up to ``chunk_rows`` rows: [n] times, [n, 10] book columns.
+        (SnapshotChunk of up to ``chunk_rows`` rows: [n] times, [n, 10] book columns;
+        TradeChunk of the executions among them)
     """
     book_path = Path(orderbook_path)
     name = parse_lobster_name(book_path)
@@ -154,9 +182,11 @@ def iter_lobster(orderbook_path: str | Path, message_path: str | Path | None = N
         for book_chunk, msg_chunk in _lockstep(books, messages, book_path, msg_path):
             (book_line, book_lines), (msg_line, msg_lines) = book_chunk, msg_chunk
             book = _parse_ints(book_path, book_line, book_lines, 4 * name.levels)
-            ts_ns = _parse_message_times(msg_path, msg_line, msg_lines, midnight)
+            ts_ns, messages = _parse_messages(msg_path, msg_line, msg_lines, midnight)
             _check_ranges(book_path, book_line, book)
-            yield _to_chunk(book, ts_ns, instrument_id)
+            trades = _executions(msg_path, msg_line, messages,
+                                 hidden_side_known=name.date < HIDDEN_SIDE_MASKED_FROM)
+            yield _to_chunk(book, ts_ns, instrument_id), trades
             rows_done += len(book_lines)
         if rows_done == 0:
             raise UserError(f"{book_path}: no rows")
@@ -256,10 +286,10 @@ class _Midnight:
         return int(wall.replace(tzinfo=self.zone).utcoffset().total_seconds())
 
 
-def _parse_message_times(path: Path, first_line: int, lines: list[str],
-                         midnight: _Midnight) -> np.ndarray:
-    # [n] int64 UTC ns. The other five columns are checked as integers but not stored.
-    _parse_ints(path, first_line, lines, len(MESSAGE_COLUMNS), skip_first=True)
+def _parse_messages(path: Path, first_line: int, lines: list[str],
+                    midnight: _Midnight) -> tuple[np.ndarray, np.ndarray]:
+    # ([n] int64 UTC ns, [n, 5] int64 columns 2..6: event type, order id, size, price, direction)
+    values = _parse_ints(path, first_line, lines, len(MESSAGE_COLUMNS), skip_first=True)
     seconds = np.empty(len(lines), np.int64)
     nanos = np.empty(len(lines), np.int64)
     for i, line in enumerate(lines):
@@ -271,7 +301,30 @@ def _parse_message_times(path: Path, first_line: int, lines: list[str],
                             "of the day (seconds after midnight, < 86400, at most 9 decimals)")
         seconds[i] = int(whole)
         nanos[i] = int(frac.ljust(9, "0")) if frac else 0
-    return midnight.to_utc_ns(seconds, nanos)
+    return midnight.to_utc_ns(seconds, nanos), values
+
+
+def _executions(path: Path, first_line: int, messages: np.ndarray,
+                hidden_side_known: bool) -> TradeChunk:
+    """The execution messages (types 4 and 5) of a chunk as trades (module docstring)."""
+    column = {name: k for k, name in enumerate(MESSAGE_COLUMNS[1:])}
+    kind = messages[:, column["event_type"]]
+    rows = np.flatnonzero((kind == EXECUTION_VISIBLE) | (kind == EXECUTION_HIDDEN))
+    size = messages[rows, column["size"]]
+    price = messages[rows, column["price"]]
+    direction = messages[rows, column["direction"]]
+    bad = ((size <= 0) | (size > MAX_SIZE) | (np.abs(price) > MAX_PRICE)
+           | ((direction != 1) & (direction != -1)))
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise UserError(f"{path}:{first_line + int(rows[k])}: an execution needs a size in "
+                        f"1..{MAX_SIZE}, a price within +-{MAX_PRICE} and a direction of 1 or "
+                        f"-1; got size {size[k]}, price {price[k]}, direction {direction[k]}")
+    side = -direction  # direction is the resting order's side; the aggressor is the other
+    if not hidden_side_known:
+        side = np.where(kind[rows] == EXECUTION_HIDDEN, SIDE_UNKNOWN, side)
+    return TradeChunk(row=rows.astype(np.int64), price=price * PRICE_TO_FIXED,
+                      size=size.astype(np.int64), side=side.astype(np.int8))
 
 
 def _check_ranges(path: Path, first_line: int, book: np.ndarray) -> None:

@@ -22,6 +22,14 @@ https://databento.com/docs/schemas/mbo and /docs/examples/order-book/):
 * An add of size 0 would rest an order with nothing to trade: skipped (``add_zero_size``).
 * ``R`` clear: remove every resting order of that instrument's book.
 * ``T`` trade, ``F`` fill, ``N`` none: no book change (fills come with their own cancels).
+
+Trades (``MboFeed.trades``): one per live ``T`` record, with its price, size and side (the
+aggressor's: Databento's side of a trade; ``N`` not given), in the interval of the next
+snapshot emitted (the end of its event packet). ``F`` records are not counted: they report
+the resting orders' side of the same trades, and on CME Globex an aggressor that was itself
+a resting order (a modify that crosses) gets ``F`` records too, so summing fills counts such
+volume twice (docs/data.md has the measurement on the ES session). ``T`` records inside the
+initial ``F_SNAPSHOT`` replay are history, not trades of the session: skipped.
 * Cancels of unknown orders are skipped and counted (``cancel_unknown``); an add that
   reuses a live order id replaces the old order (counted: ``add_duplicate``).
 
@@ -58,9 +66,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT, LEVELS, MBO_DTYPE, UNDEF_PRICE, SnapshotChunk
+from lobsurf.data.trades import TradeChunk, dbn_sides
 
 #: DBN action and side characters as the byte values the loop compares against.
 ACTION_ADD, ACTION_CANCEL, ACTION_MODIFY, ACTION_CLEAR = (ord(c) for c in "ACMR")
+ACTION_TRADE = ord("T")
 NO_BOOK_CHANGE_ACTIONS = frozenset(ord(c) for c in "TFN")
 SIDE_BID, SIDE_ASK = ord("B"), ord("A")
 #: DBN flag: top-of-book record (whole-side replacement); see module docstring.
@@ -188,6 +198,8 @@ class MboFeed:
     source: np.ndarray  # [M] int64 positions in the records of the emitting records
     publisher: np.ndarray  # [M] int64 publisher id of each snapshot's book
     breaks: np.ndarray  # [M] bool: an F_MAYBE_BAD_BOOK record of its book came before it
+    #: the live T records; row = the first snapshot emitted at or after each (M: none yet)
+    trades: TradeChunk
 
 
 class MboBookBuilder:
@@ -233,7 +245,7 @@ class MboBookBuilder:
         source = np.asarray(out.source, np.int64)
         return MboFeed(out.to_chunk(records), source,
                        records["publisher_id"][source].astype(np.int64),
-                       np.asarray(out.breaks, bool))
+                       np.asarray(out.breaks, bool), mbo_trades(records, source))
 
     def _book(self, book_id: int) -> _Book:
         book = self._books.get(book_id)
@@ -285,6 +297,25 @@ class MboBookBuilder:
                 out.ask_ids.append(book.asks.row_id_in(out))
         stats.records += len(records)
         stats.snapshots += len(out.source)
+
+
+def mbo_trades(records: np.ndarray, source: np.ndarray) -> TradeChunk:
+    """The live T records of a chunk, each on the first snapshot emitted at or after it.
+
+    Args:
+        records: [N] MBO records.
+        source: [M] increasing positions of the records that emitted snapshots.
+    """
+    live = (records["flags"] & F_SNAPSHOT) == 0
+    at = np.flatnonzero((records["action"].view(np.uint8) == ACTION_TRADE) & live)
+    return TradeChunk(
+        row=np.searchsorted(source, at, side="left").astype(np.int64),
+        price=records["price"][at].astype(np.int64),
+        size=records["size"][at].astype(np.int64),
+        side=dbn_sides(records["side"][at]),
+        instrument_id=records["instrument_id"][at].astype(np.int64),
+        publisher=records["publisher_id"][at].astype(np.int64),
+    )
 
 
 def _has_mbo_fields(dtype: np.dtype) -> bool:

@@ -2,8 +2,9 @@
 
 Role: tests only. It keeps nothing but the resting orders (order_id -> side, price, size)
 per (publisher, instrument) and, at every emitting record, recomputes the 10 levels of
-each side from scratch by grouping all resting orders by price. Same rules as
-``mbo_book`` (see its module docstring), written record by record with no caching.
+each side from scratch by grouping all resting orders by price, and gives each live T
+record to the next snapshot it emits. Same rules as ``mbo_book`` (see its module
+docstring), written record by record with no caching.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK, F_TOB, MboFeed, MboStats
 from lobsurf.data.schema import F_LAST, F_SNAPSHOT, LEVELS, UNDEF_PRICE, SnapshotChunk
+from lobsurf.data.trades import TradeChunk
 
 
 def book_rows(orders: dict[int, tuple[str, int, int]]) -> dict[str, list[int]]:
@@ -105,9 +107,15 @@ class ReferenceMboBuilder:
         source: list[int] = []
         breaks: list[bool] = []
         rows: dict[str, list[list[int]]] = defaultdict(list)
+        trades: list[list[int]] = []  # [row, price, size, side, instrument, publisher]
+        waiting: list[list[int]] = []  # trades before the next emitted snapshot
         for i, record in enumerate(records):
             self.apply(record)
             flags = int(record["flags"])
+            if record["action"] == b"T" and not flags & F_SNAPSHOT:
+                side = {b"B": 1, b"A": -1}.get(bytes(record["side"]), 0)
+                waiting.append([int(record["price"]), int(record["size"]), side,
+                                int(record["instrument_id"]), int(record["publisher_id"])])
             key = (int(record["publisher_id"]), int(record["instrument_id"]))
             if flags & F_MAYBE_BAD_BOOK:
                 self.gap.add(key)
@@ -120,7 +128,10 @@ class ReferenceMboBuilder:
             breaks.append(starts_segment)
             for name, values in book_rows(self.orders[key]).items():
                 rows[name].append(values)
+            trades += [[len(source), *trade] for trade in waiting]
+            waiting.clear()
             source.append(i)
+        trades += [[len(source), *trade] for trade in waiting]
         self.stats.records += len(records)
         self.stats.snapshot_records += int(np.count_nonzero(records["flags"] & F_SNAPSHOT))
         self.stats.snapshots += len(source)
@@ -137,5 +148,8 @@ class ReferenceMboBuilder:
             instrument_id=emitted["instrument_id"].astype(np.int64),
             **books,
         )
+        table = np.asarray(trades, np.int64).reshape(-1, 6)
         return MboFeed(chunk, idx, emitted["publisher_id"].astype(np.int64),
-                       np.asarray(breaks, bool))
+                       np.asarray(breaks, bool),
+                       TradeChunk(table[:, 0], table[:, 1], table[:, 2], table[:, 3].astype(np.int8),
+                                  table[:, 4], table[:, 5]))

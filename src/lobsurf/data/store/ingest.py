@@ -10,6 +10,12 @@ Memory: one file at a time, ``chunk_records`` records at a time. Peak host memor
 ~500 B, masks) plus the zstd window, independent of file size; the default 65,536 records
 keep it under ~100 MB (``benchmarks/bench_ingest.py`` measures it).
 
+Trades: each reader reports what traded with the chunk's snapshots (``SourceChunk.trades``:
+MBP-10 ``T`` records, MBO ``T`` records, LOBSTER executions; ``lobsurf.data.trades``). A
+trade in the interval of a row that validation skips moves to the next row written (across
+chunks); one after the file's last written row, or of another book, is left out and
+counted (the manifest's ``trades``; docs/data.md has every rule).
+
 MBO anomalies the book builder met (cancels of unknown orders and the like) are counted in
 the manifest's ``skipped`` as ``mbo_<kind>``.
 
@@ -28,15 +34,15 @@ Money: DBN and LOBSTER files carry no contract multiplier and no currency. They 
 ``multiplier`` / ``currency``, or from a Databento instrument-definition file
 (``definitions``); otherwise the multiplier is 1 and marked unknown (``lobsurf ingest``
 warns, ``lobsurf info`` says so) and the currency is ``"unknown"``. Fees
-(``fee_per_lot``, ``fee_bps``) are recorded only where given: training and evaluation
-charge them unless a run gives its own (``lobsurf.sim.fees``).
+(``fee_per_lot``, ``fee_bps``: the taker fee; ``maker_fee_per_lot``, ``maker_fee_bps``: the
+maker fee of resting orders, negative for a rebate) are recorded only where given: training
+and evaluation charge them unless a run gives its own (``lobsurf.sim.fees``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,18 +50,27 @@ from typing import Literal
 
 import numpy as np
 
-from lobsurf.data.readers.dbn_read import DBN_MAGIC, ZSTD_MAGIC, DbnReader
+from lobsurf.data.readers.dbn_read import DbnReader
 from lobsurf.data.readers.definitions import Definition, read_definitions
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
+from lobsurf.data.readers.mbp10 import split_mbp10
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Manifest, StoreWriter
+from lobsurf.data.store.generator import recorded_generator
+from lobsurf.data.store.inputs import detect_format, input_files
 from lobsurf.data.store.store import UNKNOWN_CURRENCY
+from lobsurf.data.store.summary import money_warnings, summarize  # noqa: F401 (re-exported)
+from lobsurf.data.trades import TradeChunk, attach_to_kept, merge_waiting
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
 
 Format = Literal["auto", "dbn", "lobster"]
 #: basis points in the whole notional: a larger --fee-bps charges more than the fill is worth
 MAX_FEE_BPS = 10_000.0
+#: trades held while they wait for a row that passes validation; beyond this many (a long
+#: run of skipped rows) they are merged per side, price and book (about 40 MB held at most;
+#: the volume stays exact, left_out_records then counts merged entries)
+MAX_WAITING_TRADES = 1 << 20
 #: progress callback: (source name, bytes done, bytes total)
 Progress = Callable[[str, int, int], None]
 
@@ -84,6 +99,12 @@ class IngestConfig:
     two is recorded as 0"""
     fee_bps: float | None = None
     """fee in basis points of filled notional, recorded likewise"""
+    maker_fee_per_lot: float | None = None
+    """maker fee per lot a resting order fills (currency; negative: a rebate), recorded
+    likewise; None with maker_fee_bps None: none recorded (the simulator charges the taker
+    fee); one None of two is recorded as 0"""
+    maker_fee_bps: float | None = None
+    """maker fee in basis points of filled notional (negative: a rebate), recorded likewise"""
 
     def __post_init__(self) -> None:
         # `not (x > 0)` also refuses NaN; infinities would overflow the int64 conversions.
@@ -101,6 +122,13 @@ class IngestConfig:
         if self.fee_bps is not None and not (0 <= self.fee_bps <= MAX_FEE_BPS):
             raise UserError(f"--fee-bps must be in [0, {MAX_FEE_BPS:g}] (the whole notional), "
                             f"got {self.fee_bps}")
+        if self.maker_fee_per_lot is not None and not (-math.inf < self.maker_fee_per_lot
+                                                       < math.inf):
+            raise UserError(f"--maker-fee-per-lot must be finite, got {self.maker_fee_per_lot}")
+        if self.maker_fee_bps is not None and not (-MAX_FEE_BPS <= self.maker_fee_bps
+                                                   <= MAX_FEE_BPS):
+            raise UserError(f"--maker-fee-bps must be in [-{MAX_FEE_BPS:g}, {MAX_FEE_BPS:g}] "
+                            f"(the whole notional either way), got {self.maker_fee_bps}")
 
     @property
     def fees_given(self) -> bool:
@@ -108,61 +136,15 @@ class IngestConfig:
         return self.fee_per_lot is not None or self.fee_bps is not None
 
     @property
+    def maker_fees_given(self) -> bool:
+        """Whether a maker fee is to be recorded in the store."""
+        return self.maker_fee_per_lot is not None or self.maker_fee_bps is not None
+
+    @property
     def tick_size_fixed(self) -> int | None:
         if self.tick_size is None:
             return None
         return int(round(self.tick_size * FIXED_PRICE_SCALE))
-
-
-#: LOBSTER orderbook and message file name endings (any number of levels)
-_LOBSTER_BOOK = re.compile(r"_orderbook_\d+\.csv$", re.IGNORECASE)
-_LOBSTER_MESSAGE = re.compile(r"_message_\d+\.csv$", re.IGNORECASE)
-
-
-def input_files(paths: list[str | os.PathLike]) -> list[Path]:
-    """Check the inputs: existing files, no folders; LOBSTER message files are read with
-    their orderbook file, so one given next to its orderbook file (``*.csv``) is dropped."""
-    if not paths:
-        raise UserError("no input files")
-    sources = [Path(p) for p in paths]
-    for p in sources:
-        if p.is_dir():
-            what = "a snapshot store" if (p / "manifest.json").is_file() else "a folder"
-            raise UserError(f"{p}: is {what}, not an input file; pass the data files "
-                            "(for example DIR/*.dbn.zst)")
-        if not p.is_file():
-            raise UserError(f"{p}: no such file")
-    given = {p.resolve() for p in sources}
-    kept = []
-    for p in sources:
-        match = _LOBSTER_MESSAGE.search(p.name)
-        if match is None:
-            kept.append(p)
-            continue
-        book = p.with_name(p.name[:match.start()] + "_orderbook_"
-                           + match.group(0)[len("_message_"):])
-        if book.resolve() not in given:
-            raise UserError(f"{p}: is a LOBSTER message file; pass its orderbook file {book.name} "
-                            "(the message file is read with it)")
-    return kept
-
-
-def detect_format(path: Path) -> Literal["dbn", "lobster"]:
-    name = path.name.lower()
-    if ".dbn" in name:
-        return "dbn"
-    if _LOBSTER_BOOK.search(name):
-        return "lobster"
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head[:3] == DBN_MAGIC or head == ZSTD_MAGIC:
-        return "dbn"
-    raise UserError(
-        f"{path}: cannot tell the format (expected *.dbn, *.dbn.zst or *_orderbook_N.csv); "
-        "pass --format"
-    )
 
 
 @dataclass
@@ -174,6 +156,10 @@ class SourceChunk:
     publisher: np.ndarray | None = None
     #: [N] bool: the row starts a new segment (after an F_MAYBE_BAD_BOOK); None: no breaks
     breaks: np.ndarray | None = None
+    #: what traded in the rows' intervals (``row`` indexes the N rows; N: after the last, so
+    #: the next chunk's); ``TradeChunk.empty()`` when nothing did; None: the format does not
+    #: say what traded (the store then holds no trades)
+    trades: TradeChunk | None = None
 
 
 @dataclass
@@ -202,14 +188,23 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
     mbp10_bad_book = {"records": 0}
 
     def chunks() -> Iterator[SourceChunk]:
+        pending_break = False
         with reader:
             for records in reader.chunks(cfg.chunk_records):
                 if reader.header.schema == "mbp-10":
-                    # Each snapshot carries its own book: a flagged one starts the new series.
+                    # Each snapshot carries its own book: a flagged one starts the new series
+                    # (a flagged trade record: the next book record does).
                     breaks = (records["flags"] & F_MAYBE_BAD_BOOK) != 0
                     mbp10_bad_book["records"] += int(breaks.sum())
-                    yield SourceChunk(SnapshotChunk.from_mbp10(records),
-                                      records["publisher_id"], breaks)
+                    book, trades = split_mbp10(records)
+                    rows = None if book is None else np.flatnonzero(book)  # faster than a mask
+                    publisher = records["publisher_id"]
+                    if rows is not None or pending_break:
+                        at = np.arange(len(records)) if rows is None else rows
+                        breaks, pending_break = carry_breaks(breaks, at, pending_break)
+                        publisher = publisher[at]
+                    yield SourceChunk(SnapshotChunk.from_mbp10(records, rows), publisher,
+                                      breaks, trades)
                     continue
                 first = reader.records_read - len(records)
                 fed = builder.feed_detailed(records)
@@ -218,7 +213,7 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
                         f"{path}: record {first}: top-of-book (F_TOB) MBO feeds are not supported; "
                         "use an MBP-10 file for this venue"
                     )
-                yield SourceChunk(fed.chunk, fed.publisher, fed.breaks)
+                yield SourceChunk(fed.chunk, fed.publisher, fed.breaks, fed.trades)
 
     def counts() -> dict[str, int]:
         if reader.header.schema != "mbo":
@@ -231,6 +226,9 @@ def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
         stats = builder.stats
         if reader.records_read == 0:
             return "no records after the DBN header"
+        if reader.header.schema == "mbp-10":
+            return (f"all {reader.records_read:,} records are trade reports (action T or F) "
+                    "inside event packets, which repeat the book before them: no book state")
         if reader.header.schema == "mbo" and stats.snapshot_records == stats.records:
             return (f"all {stats.records:,} records are the initial book replay (F_SNAPSHOT), "
                     "which builds the book but emits no snapshot; the file has no live records")
@@ -249,16 +247,16 @@ MBO_ANOMALIES = ("cancel_unknown", "cancel_oversize", "modify_unknown", "modify_
 
 
 def _lobster_source(path: Path, cfg: IngestConfig) -> _Source:
-    from lobsurf.data.readers.lobster import iter_lobster, lobster_instrument
+    from lobsurf.data.readers.lobster import iter_lobster_with_trades, lobster_instrument
 
     info = lobster_instrument(path)
     handle = {"rows": 0}
     total_rows = max(1, sum(1 for _ in open(path, "rb")))
 
     def chunks() -> Iterator[SourceChunk]:
-        for chunk in iter_lobster(path, chunk_rows=cfg.chunk_records):
+        for chunk, trades in iter_lobster_with_trades(path, chunk_rows=cfg.chunk_records):
             handle["rows"] += len(chunk)
-            yield SourceChunk(chunk)
+            yield SourceChunk(chunk, trades=trades)
 
     return _Source(chunks(), info.symbol, lambda: handle["rows"], total_rows,
                    default_tick_fixed=info.tick_size_fixed,
@@ -287,6 +285,7 @@ def ingest(
                 empty.append(f"{path}: {why}")
         if writer.rows_written == 0:
             raise UserError("no valid snapshots in the input: " + "; ".join(empty))
+        writer.synth = recorded_generator(sources)  # None unless every file is lobsurf synth's
         return writer.close()
 
 
@@ -303,6 +302,7 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
     produced, written = 0, 0
     skipped: dict[str, int] = {}
     pending_break = False
+    waiting = TradeChunk.empty()  # trades after the last written row so far
     for part in source.chunks:
         chunk = part.chunk
         produced += len(chunk)
@@ -324,11 +324,24 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
         writer.count_skipped(counts)
         for reason, n in counts.items():
             skipped[reason] = skipped.get(reason, 0) + n
-        writer.append(valid, starts)
+        trades = None
+        if part.trades is not None:
+            # Trades still waiting belong to this chunk's first rows: they are at row 0.
+            mine = TradeChunk.concat([waiting.with_rows(np.zeros(len(waiting), np.int64)),
+                                      part.trades])
+            mine = _book_trades(mine, chosen, publisher, writer)
+            trades, waiting = attach_to_kept(mine, kept)
+            if len(waiting) > MAX_WAITING_TRADES:  # a long run of skipped rows: bound memory
+                merged = merge_waiting(waiting)
+                writer.count_trade_records_merged(len(waiting) - len(merged))
+                waiting = merged
+        writer.append(valid, starts, trades)
         written += len(valid)
         if progress:
             progress(path.name, source.position(), source.size)
     writer.count_skipped(source.source_counts())
+    waiting = _book_trades(waiting, chosen, publisher, writer)
+    writer.count_trades_left_out("after_last_row", len(waiting), waiting.volume)
     if chosen is not None:
         definition = definitions.get(chosen)
         tick = given_tick or source.default_tick_fixed or tick
@@ -361,6 +374,23 @@ def _select_book(part: SourceChunk, instrument: int, publisher: int | None
     return ours, counts, publisher
 
 
+def _book_trades(trades: TradeChunk, instrument: int | None, publisher: int | None,
+                 writer: StoreWriter) -> TradeChunk:
+    """The trades of the file's one book; others are counted as left out. Before that book
+    is known (no row of it seen yet) they are all kept, to be sorted out later."""
+    for book, field, reason in ((instrument, "instrument_id", "other_instrument"),
+                                (publisher, "publisher", "other_publisher")):
+        ids = getattr(trades, field)
+        if book is None or ids is None:
+            continue
+        other = ids != book
+        if other.any():
+            writer.count_trades_left_out(reason, int(other.sum()),
+                                         int(trades.size[other].sum()))
+            trades = trades.take(~other)
+    return trades
+
+
 def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: IngestConfig,
                 definition: Definition | None) -> Instrument:
     # Given values win over the definition file, which wins over what the format implies;
@@ -378,6 +408,8 @@ def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: Inges
         multiplier_known=multiplier is not None,
         fee_per_lot=(cfg.fee_per_lot or 0.0) if cfg.fees_given else None,
         fee_bps=(cfg.fee_bps or 0.0) if cfg.fees_given else None,
+        maker_fee_per_lot=(cfg.maker_fee_per_lot or 0.0) if cfg.maker_fees_given else None,
+        maker_fee_bps=(cfg.maker_fee_bps or 0.0) if cfg.maker_fees_given else None,
     )
 
 

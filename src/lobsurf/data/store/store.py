@@ -2,14 +2,19 @@
 
 Layout of a store folder::
 
-    STORE/manifest.json      format version, instruments, segments, columns, skipped counts
+    STORE/manifest.json      format version, instruments, segments, columns, skipped counts,
+                             what the trade table holds (``trades``)
     STORE/<column>.bin       raw little-endian arrays, one per column of ``STORE_COLUMNS``
+    STORE/trade_*.bin        the trade table (``trade_table``), when the store holds trades
 
 Columns are plain binary files so the writer can append chunk by chunk (bounded memory)
 and the reader can memory-map them. The manifest is written last, and the folder is built
 under a temporary name and renamed into place at the end: an interrupted write never leaves
 a folder that loads as a store (``Store.open`` requires the manifest and checks every
 column's length against it).
+
+Versions: 1 has no trade table; 2 adds it (its manifest's ``trades`` is null when a source
+gave no trades). Both load.
 
 A *segment* is a contiguous run of rows of one instrument with no session gap inside it
 (see ``StoreWriter``); windows and label horizons never cross a segment boundary.
@@ -28,18 +33,30 @@ from pathlib import Path
 import numpy as np
 
 from lobsurf.data.schema import FIXED_PRICE_SCALE, STORE_COLUMNS, SnapshotChunk
+from lobsurf.data.store.folders import (
+    MANIFEST,
+    STORE_FORMAT,
+    StoreError,
+    check_replaceable,
+    file_not_store,
+)
+from lobsurf.data.store.trade_table import (
+    TradeSummary,
+    TradeTableWriter,
+    open_trade_table,
+    summary_from_json,
+    trades_of_rows,
+)
+from lobsurf.data.trades import TradeChunk
 
-STORE_FORMAT = "lobsurf-store"
-STORE_VERSION = 1
-MANIFEST = "manifest.json"
+#: version written; 2 added the trade table
+STORE_VERSION = 2
+#: versions ``Store.open`` reads (1: written before trades were recorded)
+READABLE_VERSIONS = (1, 2)
 #: currency of an instrument whose currency nobody stated (DBN files carry none)
 UNKNOWN_CURRENCY = "unknown"
 #: manifest keys without a default: a manifest lacking one is refused, naming it
 REQUIRED_KEYS = ("format", "version", "snapshots", "instruments", "segments")
-
-
-class StoreError(Exception):
-    """A store folder is missing, incomplete or inconsistent."""
 
 
 @dataclass
@@ -57,6 +74,10 @@ class Instrument:
         fee_per_lot: fee per lot filled (currency) given at ingest; None: none recorded
             (training and evaluation then use lobsurf.sim.fees' default, unless given).
         fee_bps: fee in basis points of filled notional given at ingest; None: see above.
+            These two are the taker fee: what a market order (one that takes liquidity) pays.
+        maker_fee_per_lot, maker_fee_bps: the maker fee, paid by a resting order's fills
+            (currency per lot, bps of notional), given at ingest; negative: a rebate. None:
+            none recorded (the simulator then charges the taker fee; lobsurf.sim.fees).
     """
 
     instrument_id: int
@@ -67,12 +88,19 @@ class Instrument:
     multiplier_known: bool = True
     fee_per_lot: float | None = None
     fee_bps: float | None = None
+    maker_fee_per_lot: float | None = None
+    maker_fee_bps: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("fee_per_lot", "fee_bps"):
+        for name in ("fee_per_lot", "fee_bps", "maker_fee_per_lot", "maker_fee_bps"):
             fee = getattr(self, name)
             number = isinstance(fee, (int, float)) and not isinstance(fee, bool)
-            if fee is not None and not (number and 0 <= fee < math.inf):
+            if fee is None:
+                continue
+            if name.startswith("maker_"):  # a maker fee may be a rebate
+                if not (number and -math.inf < fee < math.inf):
+                    raise ValueError(f"{name} {fee!r}: a maker fee must be a finite number")
+            elif not (number and 0 <= fee < math.inf):
                 raise ValueError(f"{name} {fee!r}: a fee must be a finite number >= 0")
 
     @property
@@ -106,8 +134,13 @@ class Manifest:
     skipped: dict[str, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     gap_threshold_ns: int = 0
+    #: the synthetic generator's config (every SynthConfig field) where every row came from
+    #: it (``lobsurf.data.store.generator``); None for real data
+    synth: dict | None = None
     format: str = STORE_FORMAT
     version: int = STORE_VERSION
+    #: what the trade table holds; None: the store holds no trades
+    trades: TradeSummary | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -127,9 +160,9 @@ class Manifest:
             raise StoreError(f"not a lobsurf store manifest: no key {', '.join(missing)}")
         if raw["format"] != STORE_FORMAT:
             raise StoreError(f"not a lobsurf store manifest (format={raw['format']!r})")
-        if raw["version"] != STORE_VERSION:
-            raise StoreError(
-                f"store version {raw['version']} is not supported (want {STORE_VERSION})")
+        if raw["version"] not in READABLE_VERSIONS:
+            raise StoreError(f"store version {raw['version']} is not supported (this lobsurf "
+                             f"reads versions {', '.join(map(str, READABLE_VERSIONS))})")
         try:
             manifest = Manifest(
                 snapshots=int(raw["snapshots"]),
@@ -138,9 +171,14 @@ class Manifest:
                 skipped=dict(raw.get("skipped", {})),
                 sources=list(raw.get("sources", [])),
                 gap_threshold_ns=int(raw.get("gap_threshold_ns", 0)),
+                version=int(raw["version"]),
+                trades=summary_from_json(raw.get("trades")),
+                synth=raw.get("synth"),
             )
         except (TypeError, ValueError) as exc:
             raise StoreError(f"malformed manifest entry: {exc}") from None
+        if manifest.synth is not None and not isinstance(manifest.synth, dict):
+            raise StoreError("malformed manifest entry: synth is not an object")
         if manifest.snapshots < 0:
             raise StoreError(f"malformed manifest entry: snapshots {manifest.snapshots} < 0")
         return manifest
@@ -153,18 +191,26 @@ class Manifest:
 
 
 class Store:
-    """A finished store, read-only. Columns are numpy memory maps (``store.columns[name]``)."""
+    """A finished store, read-only. Columns are numpy memory maps (``store.columns[name]``);
+    the trade table's too (``store.trades[name]``, None when the store holds no trades)."""
 
-    def __init__(self, path: Path, manifest: Manifest, columns: dict[str, np.ndarray]):
+    def __init__(self, path: Path, manifest: Manifest, columns: dict[str, np.ndarray],
+                 trades: dict[str, np.ndarray] | None = None):
         self.path = path
         self.manifest = manifest
         self.columns = columns
+        self.trades = trades
+
+    @property
+    def has_trades(self) -> bool:
+        """Whether the store records what traded at each row (see ``trade_table``)."""
+        return self.trades is not None
 
     @staticmethod
     def open(path: str | os.PathLike) -> Store:
         path = Path(path)
         if path.is_file():
-            raise StoreError(_file_not_store(path))
+            raise StoreError(file_not_store(path))
         if not path.is_dir():
             raise StoreError(f"{path}: no such store folder")
         manifest_path = path / MANIFEST
@@ -185,7 +231,13 @@ class Store:
             else:
                 columns[name] = np.memmap(file, dtype=dtype, mode="r",
                                           shape=(manifest.snapshots, *row_shape))
-        return Store(path, manifest, columns)
+        trades = None
+        if manifest.trades is not None:
+            try:
+                trades = open_trade_table(path, manifest.trades.entries)
+            except ValueError as exc:
+                raise StoreError(str(exc)) from None
+        return Store(path, manifest, columns, trades)
 
     def __len__(self) -> int:
         return self.manifest.snapshots
@@ -195,32 +247,12 @@ class Store:
         return SnapshotChunk(**{name: np.asarray(col[start:stop])
                                 for name, col in self.columns.items()})
 
-
-#: file name endings and leading bytes (DBN, zstd) of market-data inputs ``lobsurf ingest`` reads
-_INPUT_SUFFIXES = (".dbn", ".dbn.zst", ".csv", ".zst")
-_INPUT_MAGIC = (b"DBN", b"\x28\xb5\x2f\xfd")
-
-
-def _looks_like_market_data(path: Path) -> bool:
-    if path.name.lower().endswith(_INPUT_SUFFIXES):
-        return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError:
-        return False
-    return head.startswith(_INPUT_MAGIC)
-
-
-def _file_not_store(path: Path) -> str:
-    # A store is a folder; a user who passes a data file most likely wants to ingest it.
-    if path.name == MANIFEST:
-        return f"{path}: is a store's manifest file; pass its folder {path.parent}"
-    hint = ""
-    if _looks_like_market_data(path):
-        hint = (f" (it looks like a market-data file: build a store from it with "
-                f"`lobsurf ingest {path} --out STORE`)")
-    return f"{path}: is a file, not a store folder{hint}"
+    def trades_of_rows(self, start: int, stop: int) -> TradeChunk:
+        """The trade table's entries of rows [start, stop) (``row``: store rows); empty
+        when the store holds no trades (``has_trades`` tells the two apart)."""
+        if self.trades is None:
+            return TradeChunk.empty()
+        return trades_of_rows(self.trades, start, stop)
 
 
 def _column_for_disk(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
@@ -230,25 +262,6 @@ def _column_for_disk(values: np.ndarray, dtype: np.dtype, name: str) -> np.ndarr
         if values.min() < info.min or values.max() > info.max:
             raise StoreError(f"column {name}: values outside {dtype} range")
     return np.ascontiguousarray(values, dtype=dtype)
-
-
-def _check_replaceable(path: Path) -> None:
-    """Raise unless ``path`` is a folder that overwriting may delete: a store or empty.
-
-    ``--overwrite`` removes the old folder, so it must never take a user's data folder, an
-    input file or anything else that is not a store with it.
-    """
-    if path.is_symlink() or not path.is_dir():
-        raise StoreError(f"{path} is not a store folder; --overwrite only replaces a store")
-    if not any(path.iterdir()):
-        return
-    try:
-        is_store = json.loads((path / MANIFEST).read_text()).get("format") == STORE_FORMAT
-    except (OSError, ValueError, AttributeError):
-        is_store = False
-    if not is_store:
-        raise StoreError(f"{path} is a folder but not a lobsurf store; --overwrite only "
-                         "replaces a store (remove the folder yourself or choose another --out)")
 
 
 def _write_columns(columns: list[tuple]) -> None:
@@ -271,13 +284,14 @@ class StoreWriter:
         if self.path.exists() or self.path.is_symlink():
             if not overwrite:
                 raise StoreError(f"{self.path} exists; choose another --out or pass --overwrite")
-            _check_replaceable(self.path)
+            check_replaceable(self.path)
         self.gap_threshold_ns = int(gap_threshold_ns)
         self.tmp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}"
         if self.tmp.exists():
             shutil.rmtree(self.tmp)
         self.tmp.mkdir(parents=True)
         self.files = {name: open(self.tmp / f"{name}.bin", "wb") for name in STORE_COLUMNS}
+        self.trade_table = TradeTableWriter(self.tmp)
         # One background writer: numpy releases the GIL while writing, so the next chunk is
         # decoded and validated while this one goes to disk. At most one chunk is in flight
         # (memory stays bounded): append() waits for the previous write first.
@@ -291,6 +305,8 @@ class StoreWriter:
         self._source = ""
         self._new_source = False
         self.overwrite = overwrite
+        #: the generator config to record (Manifest.synth), set by a synthetic source
+        self.synth: dict | None = None
 
     def __enter__(self) -> StoreWriter:
         return self
@@ -318,7 +334,17 @@ class StoreWriter:
             if n:
                 self.skipped[reason] = self.skipped.get(reason, 0) + int(n)
 
-    def append(self, chunk: SnapshotChunk, breaks: np.ndarray | None = None) -> None:
+    def count_trades_left_out(self, reason: str, records: int, volume: int) -> None:
+        """Count a source's trades that never reach ``append`` (``trade_table.LEFT_OUT_REASONS``)."""
+        self.trade_table.summary.leave_out(reason, records, volume)
+
+    def count_trade_records_merged(self, records: int) -> None:
+        """Count trade records read that were merged into others (same volume, fewer entries)
+        while they waited for a row, so ``source_records`` stays the number read."""
+        self.trade_table.summary.source_records += int(records)
+
+    def append(self, chunk: SnapshotChunk, breaks: np.ndarray | None = None,
+               trades: TradeChunk | None = None) -> None:
         """Append validated rows (time-ordered within the current source).
 
         Args:
@@ -327,6 +353,10 @@ class StoreWriter:
             breaks: optional [N] bool, rows that start a new segment whatever the time gap
                 (the source says the book before is not the same series, e.g. after a
                 Databento ``F_MAYBE_BAD_BOOK``).
+            trades: what traded in each row's interval (``row`` indexes the chunk's rows;
+                an empty TradeChunk when nothing did). None: the source does not say, and
+                the store then holds no trades at all. Trades on a row that starts a
+                segment are left out (counted): no row before them is in their segment.
         """
         n = len(chunk)
         if n == 0:
@@ -370,7 +400,8 @@ class StoreWriter:
         try:
             columns = [(self.files[name], _column_for_disk(getattr(chunk, name), np.dtype(dtype), name))
                        for name, (dtype, _) in STORE_COLUMNS.items()]
-        except StoreError as exc:
+            columns += self.trade_table.columns(trades, starts, self.rows_written)
+        except (StoreError, ValueError) as exc:
             raise StoreError(f"{self._source}: {exc}") from None
         self._wait_for_write()
         self._pending = self._writer.submit(_write_columns, columns)
@@ -387,6 +418,7 @@ class StoreWriter:
         self._writer.shutdown()
         for f in self.files.values():
             f.close()
+        trades = self.trade_table.close(self.tmp)
         used = {s.instrument_id for s in self.segments}
         manifest = Manifest(
             snapshots=self.rows_written,
@@ -395,6 +427,8 @@ class StoreWriter:
             skipped=dict(sorted(self.skipped.items())),
             sources=self.sources,
             gap_threshold_ns=self.gap_threshold_ns,
+            trades=trades,
+            synth=self.synth,
         )
         (self.tmp / MANIFEST).write_text(manifest.to_json())
         if self.path.exists():
@@ -412,4 +446,5 @@ class StoreWriter:
         self._writer.shutdown()
         for f in self.files.values():
             f.close()
+        self.trade_table.abort()
         shutil.rmtree(self.tmp, ignore_errors=True)

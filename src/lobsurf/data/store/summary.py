@@ -1,7 +1,8 @@
-"""What a store says about itself: the ``lobsurf info --json`` summary (counts, instruments,
-times, prices in currency) and the warnings about money figures an ingest could not know."""
+"""What a store holds, for people: the ``lobsurf info`` summary and the money warnings."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import numpy as np
 
@@ -22,7 +23,8 @@ def money_warnings(manifest: Manifest) -> list[str]:
 
 
 def summarize(manifest: Manifest) -> dict:
-    """The ``lobsurf info --json`` object: counts, instruments, times, prices in currency."""
+    """The ``lobsurf info --json`` object: counts, instruments, times, prices in currency,
+    and the trade table's counts (``trades``: None when the store holds no trades)."""
     import datetime as dt
 
     def iso(ns: int) -> str:
@@ -32,7 +34,8 @@ def summarize(manifest: Manifest) -> dict:
     instruments = [
         {"instrument_id": i.instrument_id, "symbol": i.symbol, "tick_size": i.tick_size,
          "multiplier": i.multiplier, "multiplier_known": i.multiplier_known,
-         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps}
+         "currency": i.currency, "fee_per_lot": i.fee_per_lot, "fee_bps": i.fee_bps,
+         "maker_fee_per_lot": i.maker_fee_per_lot, "maker_fee_bps": i.maker_fee_bps}
         for i in manifest.instruments
     ]
     ticks = sorted({i.tick_size for i in manifest.instruments})
@@ -48,6 +51,8 @@ def summarize(manifest: Manifest) -> dict:
         "skipped": dict(manifest.skipped),
         "skipped_total": int(np.sum(list(manifest.skipped.values()), dtype=np.int64)),
         "sources": manifest.sources,
+        "trades": None if manifest.trades is None else asdict(manifest.trades),
+        "synth": manifest.synth,
         "segment_details": [
             {"index": k, "rows": [s.start, s.stop], "snapshots": len(s),
              "instrument_id": s.instrument_id, "start": iso(s.ts_start_ns), "end": iso(s.ts_end_ns),

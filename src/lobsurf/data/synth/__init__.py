@@ -11,6 +11,7 @@ from lobsurf.data.synth.synth import (
     day_file_name,
     generate_day,
     generate_day_with_events,
+    generate_day_with_trades,
     mid_ticks,
     session_date,
     session_open_ns,
@@ -23,7 +24,8 @@ from lobsurf.data.synth.synth import (
 )
 
 __all__ = [
-    "SynthConfig", "day_file_name", "generate_day", "generate_day_with_events", "mid_ticks",
+    "SynthConfig", "day_file_name", "generate_day", "generate_day_with_events",
+    "generate_day_with_trades", "mid_ticks",
     "session_date", "session_open_ns", "session_range_ns", "synth_ingest_config",
     "synth_instrument",
     "top_imbalance", "write_synth", "write_synth_store",

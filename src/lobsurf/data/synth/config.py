@@ -56,6 +56,10 @@ class SynthConfig:
     tight_run_ev: float = 400.0  # mean length of a one-tick-spread run, events
     wide_run_ev: float = 40.0  # mean length of a wide-spread run, events
     three_tick_prob: float = 0.25  # share of wide runs at three ticks (else two)
+    # --- trades that leave the level standing (their own streams: the books never change)
+    partial_trade_prob: float = 0.1  # chance per event of a trade taking the front of a best queue
+    partial_trade_mean_lots: float = 3.0  # mean size of such a trade, lots (geometric, <= displayed)
+    partial_trade_lean: float = 0.0  # in [0, 1]: P(buyer aggressor) = 0.5 + 0.5*lean*I_{t-1}
     # --- memory
     chunk_rows: int = 131_072  # snapshots per generated chunk (bounds memory; data unchanged)
 
@@ -75,7 +79,10 @@ class SynthConfig:
             "0 < imbalance_phi, top_depth_phi < 1":
                 0 < self.imbalance_phi < 1 and 0 < self.top_depth_phi < 1,
             "probabilities in [0, 1]": all(0 <= p <= 1 for p in (
-                self.deep_refresh_prob, self.move_prob, self.three_tick_prob)),
+                self.deep_refresh_prob, self.move_prob, self.three_tick_prob,
+                self.partial_trade_prob)),
+            "partial_trade_mean_lots >= 1": self.partial_trade_mean_lots >= 1,
+            "0 <= partial_trade_lean <= 1": 0.0 <= self.partial_trade_lean <= 1.0,
             "spread run lengths >= 1": min(self.tight_run_ev, self.wide_run_ev) >= 1,
             "regime durations > 0": min(self.calm_regime_s, self.busy_regime_s) > 0,
             "busy_intensity_ratio > 0": self.busy_intensity_ratio > 0,

@@ -15,6 +15,10 @@ session on consecutive weekdays, separated by the overnight gap), event t = 0, 1
   the spread changes by one tick. **Predictable component**: each mid move is up with
   probability clip(0.5 + 0.5 * edge * I_{t-1}, 0, 1), I_{t-1} being the imbalance of the
   snapshot just before it. With edge = 0 moves are independent of everything observable.
+* trades (``synth_trades``): a mid move that removes a best level is a trade of that
+  level's size; partial trades at rate ``partial_trade_prob`` take the front of a best
+  queue and leave the level standing. They come from streams of their own and never change
+  the books: a book is the same with and without them.
 
 Generation is vectorised with numpy in bounded chunks (``cfg.chunk_rows``), deterministic
 by (seed, day). Every process draws from its own random stream, so the chunk size changes
@@ -27,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +40,19 @@ import numpy as np
 from lobsurf.data.readers.dbn_encode import EventFields, write_mbp10_dbn
 from lobsurf.data.schema import SnapshotChunk
 from lobsurf.data.store import Instrument, Store, StoreWriter
+from lobsurf.data.store.generator import write_generator_record
 from lobsurf.data.store.ingest import IngestConfig
 from lobsurf.data.synth.config import SynthConfig
 from lobsurf.data.synth.synth_book import BookCarry, BookStreams, book_chunk, initial_book
 from lobsurf.data.synth.synth_processes import RunState, alternating_runs
+from lobsurf.data.synth.synth_trades import PartialTrades, TopBefore, TradeStreams, chunk_trades
+from lobsurf.data.trades import TradeChunk
 from lobsurf.progress import step_progress
 
 #: Random-stream ids mixed into the seed: (seed, day, stream).
 BOOK_STREAM = 0
 CLOCK_STREAM = 1
+TRADE_STREAM = 2
 #: Regime phases of the clock.
 CALM, BUSY = 0, 1
 #: Session-gap threshold of ``write_synth_store``, ns: far above any intra-session gap at
@@ -119,17 +128,31 @@ def session_range_ns(cfg: SynthConfig, day: int) -> tuple[int, int]:
     return session_open_ns(cfg, day), last + 1
 
 
-def generate_day_with_events(cfg: SynthConfig, day: int) -> Iterator[tuple[SnapshotChunk, EventFields]]:
-    """Like ``generate_day`` but yields (SnapshotChunk, EventFields) pairs for the DBN writer."""
+def generate_day_with_events(cfg: SynthConfig, day: int
+                             ) -> Iterator[tuple[SnapshotChunk, EventFields, TradeChunk]]:
+    """Like ``generate_day`` but yields (SnapshotChunk, EventFields, TradeChunk) for the DBN
+    writer: each row's book event and the trades of each row's interval."""
     streams = BookStreams.spawn(np.random.SeedSequence([cfg.seed, day, BOOK_STREAM]))
+    trade_streams = TradeStreams.spawn(np.random.SeedSequence([cfg.seed, day, TRADE_STREAM]))
+    partial = PartialTrades(cfg.partial_trade_prob, cfg.partial_trade_mean_lots,
+                            cfg.partial_trade_lean, cfg.tick_size_fixed)
     carry: BookCarry = initial_book(streams, cfg)
     for ts_event, ts_recv in clock_chunks(cfg, day):
+        before = TopBefore(carry.bid_ticks, carry.ask_ticks, int(carry.bid_sz[0]),
+                           int(carry.ask_sz[0]))
         book, events, carry = book_chunk(streams, cfg, carry, len(ts_event))
         chunk = SnapshotChunk(
             ts_event_ns=ts_event, ts_recv_ns=ts_recv,
             instrument_id=np.full(len(ts_event), cfg.instrument_id, np.int64), **book)
         events.ts_in_delta = np.minimum(ts_recv - ts_event, np.iinfo(np.int32).max)
-        yield chunk, events
+        yield chunk, events, chunk_trades(trade_streams, partial, before, book)
+
+
+def generate_day_with_trades(cfg: SynthConfig, day: int
+                             ) -> Iterator[tuple[SnapshotChunk, TradeChunk]]:
+    """Like ``generate_day`` but yields each chunk with its trades (``row``: the chunk's rows)."""
+    for chunk, _, trades in generate_day_with_events(cfg, day):
+        yield chunk, trades
 
 
 def generate_day(cfg: SynthConfig, day: int) -> Iterator[SnapshotChunk]:
@@ -139,7 +162,7 @@ def generate_day(cfg: SynthConfig, day: int) -> Iterator[SnapshotChunk]:
     and counts >= 1. Deterministic by (cfg.seed, day) and the model parameters; the same
     whatever ``cfg.chunk_rows``.
     """
-    for chunk, _ in generate_day_with_events(cfg, day):
+    for chunk, _, _ in generate_day_with_events(cfg, day):
         yield chunk
 
 
@@ -174,6 +197,8 @@ def write_synth(out_dir: str | os.PathLike, cfg: SynthConfig, progress: bool = F
                 dataset=cfg.dataset, symbol=cfg.symbol, instrument_id=cfg.instrument_id,
                 start_ns=start_ns, end_ns=end_ns, publisher_id=cfg.publisher_id)
             paths.append(path)
+    # the law beside its files: ingest records it in the store (baseline:bayes reads it)
+    write_generator_record(out, asdict(cfg), paths)
     return paths
 
 
@@ -192,13 +217,15 @@ def synth_ingest_config(cfg: SynthConfig, **settings: Any) -> IngestConfig:
 
 def write_synth_store(path: str | os.PathLike, cfg: SynthConfig,
                       gap_threshold_ns: int = DEFAULT_STORE_GAP_NS) -> Store:
-    """Build a snapshot store of ``cfg``'s days directly (no DBN); one segment per day."""
+    """Build a snapshot store of ``cfg``'s days directly (no DBN), trades included; one
+    segment per day. The same store as ``write_synth`` and ``lobsurf ingest`` of the files."""
     with StoreWriter(path, gap_threshold_ns=gap_threshold_ns) as writer:
         writer.add_instrument(synth_instrument(cfg))
+        writer.synth = asdict(cfg)
         for day in range(cfg.days):
             writer.begin_source(f"synth:{day_file_name(cfg, day)}")
-            for chunk in generate_day(cfg, day):
-                writer.append(chunk)
+            for chunk, trades in generate_day_with_trades(cfg, day):
+                writer.append(chunk, trades=trades)
         writer.close()
     return Store.open(path)
 

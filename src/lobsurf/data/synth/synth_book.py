@@ -8,7 +8,7 @@ until the end, so every price is exactly on the grid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,6 +17,7 @@ from lobsurf.data.readers.dbn_encode import EventFields
 from lobsurf.data.schema import LEVELS
 from lobsurf.data.synth.synth_processes import (
     RunState,
+    SpawnedStreams,
     alternating_runs,
     ar1_filter,
     forward_fill,
@@ -32,7 +33,7 @@ DEEP = LEVELS - 1  # levels below the top whose sizes follow the refresh model
 
 
 @dataclass
-class BookStreams:
+class BookStreams(SpawnedStreams):
     """One random generator per process of the book, so that each stream is consumed in
     order whatever the chunk sizes: a day's books do not depend on ``chunk_rows``."""
 
@@ -46,10 +47,6 @@ class BookStreams:
     refresh_ask: np.random.Generator
     deep_bid: np.random.Generator
     deep_ask: np.random.Generator
-
-    @staticmethod
-    def spawn(seed: np.random.SeedSequence) -> BookStreams:
-        return BookStreams(*(np.random.default_rng(s) for s in seed.spawn(len(fields(BookStreams)))))
 
 
 @dataclass
@@ -162,9 +159,10 @@ def _best_prices(streams: BookStreams, cfg: SynthConfig, carry: BookCarry, imbal
 
 def _events(cfg: SynthConfig, carry: BookCarry, bid: np.ndarray, ask: np.ndarray,
             bid_sz: np.ndarray, ask_sz: np.ndarray) -> EventFields:
-    # The event behind each snapshot, read off the change from the previous one: a trade
-    # when a best price retreats (its queue was taken), an add when one improves, else the
-    # largest size change (add, cancel; 'M' if nothing changed).
+    # The book change behind each snapshot, read off the change from the previous one: the
+    # level removed ('C' on its side) when a best price retreats (the trade that took it, if
+    # any, is a record of its own: synth_trades), an add when one improves, else the largest
+    # size change (add, cancel; 'M' if nothing changed).
     tick = cfg.tick_size_fixed
     bid_prev = np.concatenate([[carry.bid_ticks], bid[:-1]])
     ask_prev = np.concatenate([[carry.ask_ticks], ask[:-1]])
@@ -177,9 +175,9 @@ def _events(cfg: SynthConfig, carry: BookCarry, bid: np.ndarray, ask: np.ndarray
     quote_price = np.where(on_ask, ask + level, bid - level) * tick
     quote_action = np.where(delta > 0, ord("A"), np.where(delta < 0, ord("C"), ord("M")))
     cases = [ask > ask_prev, bid < bid_prev, bid > bid_prev, ask < ask_prev]
-    action = np.select(cases, [ord("T"), ord("T"), ord("A"), ord("A")], quote_action)
+    action = np.select(cases, [ord("C"), ord("C"), ord("A"), ord("A")], quote_action)
     quote_side = np.where(on_ask, ord("A"), ord("B"))
-    side = np.select(cases, [ord("B"), ord("A"), ord("B"), ord("A")], quote_side)
+    side = np.select(cases, [ord("A"), ord("B"), ord("B"), ord("A")], quote_side)
     price = np.select(cases, [ask_prev * tick, bid_prev * tick, bid * tick, ask * tick], quote_price)
     size = np.select(cases, [ask_sz_prev[:, 0], bid_sz_prev[:, 0], bid_sz[:, 0], ask_sz[:, 0]],
                      np.abs(delta))

@@ -10,14 +10,25 @@ produced in bounded memory. Each has a step-by-step ``*_reference`` twin used by
   two-state Markov chain), each run carrying a value drawn when it starts.
 * ``forward_fill``: per column, the most recent refreshed value (a level's queue size
   persists until an event refreshes it).
+* ``SpawnedStreams``: one random generator per process, all from one seed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
+
+class SpawnedStreams:
+    """Base of a dataclass whose fields are random generators, one per process: ``spawn``
+    makes them all from one seed, so each stream is consumed in its own order whatever the
+    chunk sizes."""
+
+    @classmethod
+    def spawn(cls, seed: np.random.SeedSequence):
+        return cls(*(np.random.default_rng(s) for s in seed.spawn(len(fields(cls)))))
+
 
 #: Largest exponent (natural log) of phi**-k inside one AR(1) block: keeps the scaled
 #: cumulative sum far from float64 overflow (e**700) while leaving it exact to ~1e-16.
