@@ -5,8 +5,8 @@ dataset row of the state and of the next state, the agent's own state at both (p
 time in trade, unrealized PnL), the action, the reward (after the reward pipeline), done
 (episode end) and trade_closed. The learner re-gathers the K-windows by row, so memory does
 not grow with K. The fields are packed by dtype (``lobsurf.agent.transitions.PACKING``: four
-[C, k] tensors, a field a column; ``storage`` holds the columns as views), so a step's write and a sample's gather are
-a kernel per dtype rather than per field.
+[C, k] tensors, a field a column; ``storage`` holds the columns as views), so a step's write
+and a sample's gather are a kernel per dtype rather than per field.
 
 Sampling draws i with probability P(i) = w_i / sum_j w_j, w = priority ** alpha, through a
 float64 cumulative sum and ``searchsorted`` (measured far faster than ``torch.multinomial``
