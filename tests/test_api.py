@@ -61,7 +61,7 @@ def test_ingest_gives_the_store_the_command_builds(tmp_path, capsys):
     assert json.dumps(summarize(store.manifest)) == cli
     money = json.loads(cli)["instruments"][0]
     assert (money["multiplier"], money["fee_per_lot"], money["fee_bps"]) == (50, 1, 0)
-    with pytest.raises(UserError, match="format must be auto, dbn or lobster"):
+    with pytest.raises(UserError, match="format must be one of auto, dbn, lobster, binance, tardis"):
         lobsurf.ingest(files, tmp_path / "c", format="csv")
 
 

@@ -67,22 +67,26 @@ class Run:
 
 
 def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
-           format: Literal["auto", "dbn", "lobster"] = "auto",
+           format: Literal["auto", "dbn", "lobster", "binance", "tardis"] = "auto",
            multiplier: float | None = None, currency: str | None = None,
            fee_per_lot: float | None = None, fee_bps: float | None = None,
            maker_fee_per_lot: float | None = None, maker_fee_bps: float | None = None,
            tick_size: float | None = None, definitions: PathLike | None = None,
            instrument_id: int | None = None, gap_seconds: float | None = None,
-           chunk_records: int | None = None, overwrite: bool = False,
-           progress: bool = False) -> Store:
-    """Build a snapshot store from DBN (MBP-10 or MBO) or LOBSTER files: ``lobsurf ingest``.
+           chunk_records: int | None = None, size_unit: str | float | None = None,
+           overwrite: bool = False, progress: bool = False) -> Store:
+    """Build a snapshot store from DBN (MBP-10 or MBO), LOBSTER, Binance recordings or
+    Tardis CSV files: ``lobsurf ingest``.
 
     Args:
-        paths: input files (or one), ingested in the order given (sort them by time).
+        paths: input files (or one), ingested in the order given (sort them by time; the
+            files of one Binance or Tardis stream are put in time order).
         out: the store folder to create.
-        format: "auto" (from the file name and signature), "dbn" or "lobster".
+        format: "auto" (from the file name and contents), "dbn", "lobster", "binance" or
+            "tardis".
         multiplier: contract multiplier, currency per price unit per lot (None: from
-            ``definitions``, else 1 marked unknown, with a warning).
+            ``definitions``, else 1 marked unknown, with a warning); for Binance and Tardis
+            per one unit of the source's quantity (1 for spot and linear futures, known).
         currency: price currency (None: from ``definitions``, else unknown).
         fee_per_lot: fee per lot filled, currency, recorded for training and evaluation.
         fee_bps: fee in basis points of filled notional, recorded likewise (with one of the
@@ -97,6 +101,8 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
         instrument_id: keep only this instrument (None: the first seen in each file).
         gap_seconds: a capture-time gap longer than this starts a new segment.
         chunk_records: records processed at a time (bounds memory).
+        size_unit: Binance / Tardis: the quantity step in base-asset amount (e.g.
+            "0.00001"), the unit sizes are stored in (None: inferred, printed).
         overwrite: replace an existing store at ``out``.
         progress: progress bars on stderr when it is a terminal.
 
@@ -109,14 +115,17 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
     from lobsurf.data.store.summary import money_warnings
     from lobsurf.progress import byte_progress
 
-    if format not in ("auto", "dbn", "lobster"):
-        raise UserError(f"format must be auto, dbn or lobster, got {format!r}")
+    from lobsurf.data.store.inputs import FORMATS
+
+    if format not in FORMATS:
+        raise UserError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     given = {"gap_threshold_s": gap_seconds, "chunk_records": chunk_records,
              "tick_size": tick_size, "multiplier": multiplier, "currency": currency,
              "definitions": definitions, "instrument_id": instrument_id,
              "fee_per_lot": fee_per_lot, "fee_bps": fee_bps,
-             "maker_fee_per_lot": maker_fee_per_lot, "maker_fee_bps": maker_fee_bps}
+             "maker_fee_per_lot": maker_fee_per_lot, "maker_fee_bps": maker_fee_bps,
+             "size_unit": None if size_unit is None else str(size_unit)}
     numbers = {"gap_threshold_s": "gap_seconds", "tick_size": "tick_size",
                "multiplier": "multiplier", "fee_per_lot": "fee_per_lot", "fee_bps": "fee_bps",
                "maker_fee_per_lot": "maker_fee_per_lot", "maker_fee_bps": "maker_fee_bps"}
@@ -124,9 +133,12 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
         if given[field] is not None:  # 50 and 50.0 alike, in the manifest too
             given[field] = _number(given[field], argument)
     cfg = IngestConfig(**{k: v for k, v in given.items() if v is not None})  # else defaults
+    notes: list[str] = []  # said after the progress bar is gone
     with byte_progress(progress) as update:
         manifest = build_store(files, out, cfg, fmt=format, overwrite=overwrite,
-                               progress=update)
+                               progress=update, warn=notes.append)
+    for line in notes:
+        _say("ingest", line)
     for line in money_warnings(manifest):
         _warn("ingest", line)
     return Store.open(out)
@@ -389,3 +401,10 @@ def _warn(command: str, message: str) -> None:
     import sys
 
     print(f"lobsurf {command}: warning: {message}", file=sys.stderr)
+
+
+def _say(command: str, message: str) -> None:
+    """A line for the user on stderr (a warning when it starts with "warning:")."""
+    import sys
+
+    print(f"lobsurf {command}: {message}", file=sys.stderr)

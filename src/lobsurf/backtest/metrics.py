@@ -28,14 +28,18 @@ class MetricsConfig:
     """seeds the bootstrap (numpy Generator): the interval is reproducible."""
     trading_days_per_year: int = 252
     """annualisation of the daily Sharpe ratio: mean/sd of daily PnL x sqrt(this)."""
+    calendar_days_per_year: int = 365
+    """the same for an instrument that trades 24/7 (crypto): every day is a trading day."""
     bootstrap_chunk_draws: int = 10_000_000
     """indices drawn at a time (bounds the bootstrap's memory, never its result)."""
 
     def __post_init__(self) -> None:
         if self.bootstrap_resamples < 1 or not 0 < self.ci_level < 1:
             raise ValueError("need bootstrap_resamples >= 1 and 0 < ci_level < 1")
-        if self.trading_days_per_year < 1 or self.bootstrap_chunk_draws < 1:
-            raise ValueError("need trading_days_per_year >= 1 and bootstrap_chunk_draws >= 1")
+        if min(self.trading_days_per_year, self.calendar_days_per_year,
+               self.bootstrap_chunk_draws) < 1:
+            raise ValueError("need trading_days_per_year, calendar_days_per_year and "
+                             "bootstrap_chunk_draws >= 1")
 
 
 @dataclass
@@ -59,6 +63,7 @@ class BacktestRecord:
         step_position: [T] int64 position after each step, lots (None when not recorded).
         step_filled_lots: [T] int64 signed lots filled at each step (+ bought, - sold;
             None when not recorded).
+        around_the_clock: the instrument trades 24/7, so a year has 365 trading days.
     """
 
     trade_pnl: np.ndarray
@@ -73,6 +78,7 @@ class BacktestRecord:
     step_action: np.ndarray | None = None
     step_position: np.ndarray | None = None
     step_filled_lots: np.ndarray | None = None
+    around_the_clock: bool = False
 
 
 def _ratio(mean: float, sd: float) -> float | None:
@@ -140,7 +146,9 @@ def compute_metrics(rec: BacktestRecord, cfg: MetricsConfig = MetricsConfig()) -
         "pnl_per_trade": net / n if n else None,
         "pnl_per_trade_ci": list(ci) if ci is not None else None,
         "sharpe_per_trade": _ratio(float(pnl.mean()), float(pnl.std(ddof=1))) if n >= 2 else None,
-        "sharpe_per_day": annualised_daily_sharpe(days, cfg.trading_days_per_year),
+        "sharpe_per_day": annualised_daily_sharpe(days, cfg.calendar_days_per_year
+                                                  if rec.around_the_clock
+                                                  else cfg.trading_days_per_year),
         "days": len(days),
         "max_drawdown": max_drawdown(np.asarray(rec.step_pnl, np.float64)) if steps else 0.0,
         "steps": steps,

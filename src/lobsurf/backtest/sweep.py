@@ -31,6 +31,7 @@ import torch
 from lobsurf.backtest.metrics import NS_PER_DAY, BacktestRecord
 from lobsurf.backtest.policy import Policy
 from lobsurf.data.dataset import BookTensors
+from lobsurf.data.store.instrument import AROUND_THE_CLOCK
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 
@@ -190,7 +191,8 @@ def _step(env: BatchedLobEnv, policy: Policy, buf: _Buffers, t: int, active: tor
     buf.filled[t] = res.filled_lots
 
 
-def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tensor) -> BacktestRecord:
+def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tensor,
+            around_the_clock: bool) -> BacktestRecord:
     # [T, B] → env-major [B*T]: env j's piece is rows[j*T:(j+1)*T], so this is time order.
     r = len(tiling.rows)
 
@@ -212,6 +214,7 @@ def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tenso
         fees=float(stats.fees.sum()),
         turnover_lots=int(stats.turnover_lots.sum()),
         unfilled_lots=int(stats.unfilled_lots.sum()),
+        around_the_clock=around_the_clock,
     )
 
 
@@ -248,5 +251,6 @@ def sweep(book: BookTensors, rows: torch.Tensor, policies: dict[str, Policy], si
         if progress is not None:
             progress(1)
     days = (book.ts_ns[tiling.rows] // NS_PER_DAY).cpu().numpy()
-    records = {name: _record(envs[name], bufs[name], tiling, days) for name in policies}
+    all_days = book.market_hours == AROUND_THE_CLOCK
+    records = {name: _record(envs[name], bufs[name], tiling, days, all_days) for name in policies}
     return records, tiling

@@ -10,7 +10,8 @@ So no snapshot or label horizon is shared across the cut, and the end rows of th
 are at least K + max_horizon apart (the purge gap of Lopez de Prado's purged split). Every
 window also lies inside one segment, and at least the shortest horizon of its last
 snapshot stays inside that segment (other windows carry no label at all).
-With several segments the cut is placed at the session boundary nearest the target share.
+With several segments the cut is placed at the session boundary nearest the target share
+(not for a 24/7 market, whose segments are gaps, not sessions).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.data.dataset import BookTensors
+from lobsurf.data.store.instrument import AROUND_THE_CLOCK
 from lobsurf.errors import UserError
 
 
@@ -37,10 +39,13 @@ class TimeSplit:
 
 
 def choose_cut(book: BookTensors, train_fraction: float, at_segment: bool) -> int:
-    """The cut row: the segment start nearest ``train_fraction * N`` or that row itself."""
+    """The cut row: the segment start nearest ``train_fraction * N`` or that row itself.
+
+    A 24/7 market has no sessions: its segments end only at gaps in the recording, so the
+    cut is never moved to one (it could sit far from the target share)."""
     target = int(round(train_fraction * len(book)))
     starts = book.segment_start[1:].tolist()  # setup-time host read, not a hot path
-    if at_segment and starts:
+    if at_segment and starts and book.market_hours != AROUND_THE_CLOCK:
         return min(starts, key=lambda s: abs(s - target))
     return target
 

@@ -1,5 +1,6 @@
 """Walk-forward evaluation of a run's recipe: fold k trains on segments 0..k-1 and trades
-segment k, for k = 1..K (an expanding window rolled forward one segment at a time).
+segment k, for k = 1..K (an expanding window rolled forward one segment at a time); for a
+24/7 market the segments are K + 1 equal blocks of rows (``lobsurf.data.folds``).
 
 Each fold is a training run of its own, RUN/walk_forward/fold_k/, with the run's config
 (``train.steps`` = the fold's steps). Its training book is the rows of segments 0..k-1
@@ -26,6 +27,7 @@ import torch
 from lobsurf.backtest.sweep import SweepConfig, tile_rows
 from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.data.dataset import BookTensors
+from lobsurf.data.folds import fold_block, max_folds
 from lobsurf.data.split import TimeSplit
 from lobsurf.errors import UserError
 from lobsurf.eval.evaluate import evaluate_policies
@@ -59,21 +61,24 @@ class WalkForwardConfig:
             raise ValueError(f"--fold-steps must be >= 1, got {self.fold_steps}")
 
 
-def fold_data(cfg: RunConfig, book: BookTensors, store_path: Path, k: int) -> TrainingData:
-    """The training data of fold k: segments 0..k-1 to train on, segment k held out.
+def fold_data(cfg: RunConfig, book: BookTensors, store_path: Path, k: int,
+              folds: int | None = None) -> TrainingData:
+    """The training data of fold k of ``folds``: blocks 0..k-1 to train on, block k held
+    out (blocks: segments, or equal runs of rows for a 24/7 market: lobsurf.data.folds).
 
-    The split's test_rows are the windows of segment k (each inside it, with its shortest
-    label horizon inside it too); train_rows end before the purge gap (t + max horizon <
-    start of segment k), as in ``lobsurf.data.split.time_split``.
+    The split's test_rows are the windows inside block k (each inside its segment, with its
+    shortest label horizon inside it too); train_rows end before the purge gap (t + max
+    horizon < start of block k), as in ``lobsurf.data.split.time_split``. ``folds``
+    None: as many as the book's segments give.
     """
-    start = int(book.segment_start[k])
+    start, stop = fold_block(book, k, max_folds(book) if folds is None else folds)
     t = torch.arange(len(book), device=book.device)
     seg = book.segment_of_row
     horizons = cfg.labels.horizons_snapshots
     usable = ((t - cfg.sim.window + 1 >= book.segment_start[seg])
               & (t + min(horizons) < book.segment_stop[seg]))
     train = usable & (t + max(horizons) < start)
-    test = usable & (seg == k)
+    test = usable & (t - cfg.sim.window + 1 >= start) & (t < stop)
     split = TimeSplit(cut_row=start, train_rows=t[train], test_rows=t[test])
     if len(split.train_rows) == 0 or len(split.test_rows) == 0:
         raise UserError(f"walk-forward fold {k}: segments 0..{k - 1} leave "
@@ -158,9 +163,10 @@ def walk_forward(run_dir: Path, cfg: RunConfig, book: BookTensors, store_path: P
     Returns:
         The summary (also written to walk_forward/summary.json).
     """
-    if wf.folds > book.num_segments - 1:
+    limit = max_folds(book)
+    if limit is not None and wf.folds > limit:
         raise UserError(f"--walk-forward {wf.folds}: the store has {book.num_segments} "
-                        f"segment(s), so at most {book.num_segments - 1} fold(s)")
+                        f"segment(s), so at most {limit} fold(s)")
     steps = wf.fold_steps or cfg.train.steps
     fold_cfg = replace(cfg, train=replace(cfg.train, steps=steps))
     root = run_dir / WALK_FORWARD_DIR
@@ -174,7 +180,7 @@ def walk_forward(run_dir: Path, cfg: RunConfig, book: BookTensors, store_path: P
             if on_fold:
                 on_fold(k, "skipped")
             continue
-        data = fold_data(fold_cfg, book, store_path, k)
+        data = fold_data(fold_cfg, book, store_path, k, wf.folds)
         _train_fold(fold_cfg, fold_dir, data, device, progress)
         result = _evaluate_fold(fold_dir, data, k, wf, device, progress)
         fold = {"fold": k, "train_segments": [0, k], "test_segment": k, **result}

@@ -85,6 +85,16 @@ def _say_fees(cfg, data, resumed: bool) -> None:
         print(f"train: warning: {warning}", file=sys.stderr)
 
 
+def resolve_lot_size_of(cfg, book):
+    """The run's config with ``sim.lot_size_base`` turned into size units (lobsurf.sim.lots)."""
+    from dataclasses import replace
+
+    from lobsurf.sim.lots import resolve_lot_size
+
+    sim, note = resolve_lot_size(cfg.sim, book)
+    return replace(cfg, sim=sim), note
+
+
 def train_one(config_file: str | None, overrides: list[str], run_dir: Path, *,
               resume: bool = False, overwrite: bool = False, progress: bool = False):
     """Train (or with ``resume`` continue) the run in ``run_dir`` (module doc).
@@ -145,6 +155,9 @@ def train_one(config_file: str | None, overrides: list[str], run_dir: Path, *,
     say(f"train: {run_dir} | {cfg.train.envs} envs{ranks} x {cfg.train.steps:,} steps on "
         f"{device} | store {store_path} ({len(data.book):,} rows, training rows < "
         f"{data.train_stop:,}{validation})", file=sys.stderr)
+    cfg, lots = resolve_lot_size_of(cfg, data.book)  # sim.lot_size_base -> size units
+    if lots:
+        say(f"train: {lots}", file=sys.stderr)
     if collective.is_main:
         _say_fees(cfg, data, resumed=resume)
     result = train(cfg, run_dir, data, device, resume=resume, pretrained=pretrained,
