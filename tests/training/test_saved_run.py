@@ -1,13 +1,14 @@
-"""A run folder saved by an earlier lobsurf still evaluates and resumes as it did then.
+"""A run folder saved by an earlier lobsurf still evaluates and resumes as the flat
+training package did.
 
-``saved_run/run`` is the tiny run (validation on, every validated checkpoint a candidate, so
-RUN/chosen.pt holds a network; one checkpoint kept, at step 20) written by lobsurf 0.1.0 as
-it stood before ``lobsurf.training`` was split into sub-packages (commit 3399470), on
-``tests.conftest.random_walk_books`` seeds 1 and 2 in a store folder named ``store`` beside
-it. ``saved_run/expected.json`` holds what lobsurf printed for ``lobsurf eval run --json
---envs 16`` and the metrics.jsonl records after ``lobsurf train --resume run --steps 30``,
-with the flat package as it stood last (commit 3c00b3e; commit 3399470 printed the same
-values, without the settings added between them).
+``saved_run/run`` is the tiny run (validation on, ``train.min_validation_trades`` 15, every
+validated checkpoint a candidate, so RUN/chosen.pt holds a network; one checkpoint kept, at
+step 20) written by lobsurf 0.1.0 as it stood before ``lobsurf.training`` was split into
+sub-packages (commit 3399470), on ``tests.conftest.random_walk_books`` seeds 1 and 2 in a
+store folder named ``store`` beside it. ``saved_run/expected.json`` holds what lobsurf
+printed for ``lobsurf eval run --json --envs 16`` and the metrics.jsonl records after
+``lobsurf train --resume run --steps 30``, with the flat package as it stood last (commit
+9478fb9: its validations after the resume follow the model-choice rule of that commit).
 Nothing in the folder names a module: the checkpoints are plain names, numbers and tensors
 (``weights_only`` headers), config.toml is settings, so the files load whatever the code's
 layout; this test holds that to the numbers.

@@ -63,6 +63,8 @@ class BacktestRecord:
         step_position: [T] int64 position after each step, lots (None when not recorded).
         step_filled_lots: [T] int64 signed lots filled at each step (+ bought, - sold;
             None when not recorded).
+        trade_step: [n] int64 index into the step arrays of the step that closed each
+            trade (None when not recorded); a sweep's step i lies in piece i // T.
         around_the_clock: the instrument trades 24/7, so a year has 365 trading days.
     """
 
@@ -78,6 +80,7 @@ class BacktestRecord:
     step_action: np.ndarray | None = None
     step_position: np.ndarray | None = None
     step_filled_lots: np.ndarray | None = None
+    trade_step: np.ndarray | None = None
     around_the_clock: bool = False
 
 

@@ -210,6 +210,7 @@ def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tenso
         step_action=flat(buf.action).cpu().numpy(),
         step_position=flat(buf.position).cpu().numpy(),
         step_filled_lots=flat(buf.filled).cpu().numpy(),
+        trade_step=torch.nonzero(closed).squeeze(1).cpu().numpy(),
         gross_pnl=float(stats.gross_pnl_ticks.sum()) * env.tick_value,
         fees=float(stats.fees.sum()),
         turnover_lots=int(stats.turnover_lots.sum()),

@@ -95,8 +95,10 @@ def make_store(root: Path, cfg: BenchConfig) -> Path:
 
 def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConfig,
                precision: str = "fp32") -> RunConfig:
+    # no validation slice: the bench never validates, and a small --snapshots store would be
+    # refused for a slice too short to choose a checkpoint on
     return run_config_from_dict({
-        "data": {"store": str(store)},
+        "data": {"store": str(store), "validation_fraction": 0.0},
         "encoder": {"n_layers": layers},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "kernels": cfg.kernels != "off"},

@@ -26,7 +26,7 @@ import torch
 
 from lobsurf.backtest.sweep import SweepConfig
 from lobsurf.errors import UserError
-from lobsurf.eval.aggregate import aggregate
+from lobsurf.eval.aggregate import AggregateConfig, aggregate
 from lobsurf.eval.run import (
     RUN_BASELINES,
     RunEvaluation,
@@ -38,8 +38,8 @@ from lobsurf.training.recovery.run_folder import is_run_folder
 from lobsurf.training.recovery.saved_config import load_run_config
 from lobsurf.training.run.seed_group import read_group, seed_dir
 
-#: characters per column of the per-seed table
-COLUMN = 14
+#: spaces between the columns of the per-seed table (each as wide as its widest cell)
+GUTTER = 3
 
 
 def prepare_group_evaluation(group: Path, store: str | None = None, policy: str = "greedy",
@@ -74,8 +74,10 @@ def prepare_group_evaluation(group: Path, store: str | None = None, policy: str 
     return plan
 
 
-def verdict(result: dict[str, Any], group: Path) -> dict[str, Any]:
-    """The ``seeds`` part of the result (module doc) from a group sweep's result."""
+def verdict(result: dict[str, Any], group: Path,
+            cfg: AggregateConfig = AggregateConfig()) -> dict[str, Any]:
+    """The ``seeds`` part of the result (module doc) from a group sweep's result; ``cfg``:
+    the bootstrap over seeds (its level is the intervals')."""
     per_seed = []
     for chosen in result["chosen"]:
         m = result["policies"][f"seed_{chosen['seed']}"]
@@ -87,18 +89,19 @@ def verdict(result: dict[str, Any], group: Path) -> dict[str, Any]:
     scores = {k: [s[k] for s in per_seed] for k in ("net_pnl", "capture", "capture_bayes")}
     baselines = {name: result["policies"][name]["net_pnl"] for name in RUN_BASELINES
                  if name in result["policies"]}
-    return {"per_seed": per_seed, **aggregate(scores, baselines)}
+    return {"per_seed": per_seed, **aggregate(scores, baselines, cfg)}
 
 
 def evaluate_seed_group(group: Path, store: str | None = None, policy: str = "greedy",
                         device: torch.device | str = "cpu",
                         num_envs: int = SweepConfig().num_envs,
                         progress: Callable[[int], None] | None = None,
-                        checkpoint: str = "chosen") -> dict[str, Any]:
+                        checkpoint: str = "chosen",
+                        aggregate_cfg: AggregateConfig = AggregateConfig()) -> dict[str, Any]:
     """Sweep every seed's policy and the baselines; the result with its verdict."""
     plan = prepare_group_evaluation(group, store, policy, device, num_envs, checkpoint)
     result = plan.run(progress)
-    return {**result, "seeds": verdict(result, group)}
+    return {**result, "seeds": verdict(result, group, aggregate_cfg)}
 
 
 def _money(value: float | None) -> str:
@@ -113,27 +116,33 @@ def _ci(ci: list[float] | None, cell: Callable[[float | None], str]) -> str:
     return "-" if ci is None else f"[{cell(ci[0])}, {cell(ci[1])}]"
 
 
+def columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as text lines: each column right-aligned to its widest cell, GUTTER
+    spaces apart (an interval never runs into the cell beside it)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [(" " * GUTTER).join(f"{c:>{w}}" for c, w in zip(row, widths)).rstrip()
+            for row in rows]
+
+
 def print_verdict(result: dict[str, Any]) -> None:
     """The per-seed table, the baselines and the verdict over seeds, as text."""
     v, pol = result["seeds"], result["policies"]
     split = result["split"]
     print(f"{result['settings']['run']}: {v['seeds']} seeds, each seed's chosen policy on "
           f"{split['rows']:,} held-out rows beside every baseline")
-    head = ("seed", "policy", "net_pnl", "capture", "capture_bayes", "trades", "win_rate",
-            "PnL/trade CI")
-    print("".join(f"{h:>{COLUMN}}" for h in head))
+    rows = [("seed", "policy", "net_pnl", "capture", "capture_bayes", "trades", "win_rate",
+             "PnL/trade CI")]
     for s in v["per_seed"]:
         what = f"step {s['step']:,}" if s["policy"] == "checkpoint" else "hold"
-        cells = (str(s["seed"]), what, _money(s["net_pnl"]), _share(s["capture"]),
-                 _share(s["capture_bayes"]), f"{s['trades']:,}", _share(s["win_rate"]),
-                 _ci(s["pnl_per_trade_ci"], _money))
-        print("".join(f"{c:>{COLUMN}}" for c in cells))
+        rows.append((str(s["seed"]), what, _money(s["net_pnl"]), _share(s["capture"]),
+                     _share(s["capture_bayes"]), f"{s['trades']:,}", _share(s["win_rate"]),
+                     _ci(s["pnl_per_trade_ci"], _money)))
     for name in (n for n in RUN_BASELINES if n in pol):
         m = pol[name]
-        cells = ("", name, _money(m["net_pnl"]), _share(m.get("capture")),
-                 _share(m.get("capture_bayes")), f"{m['trades']:,}", _share(m["win_rate"]),
-                 _ci(m["pnl_per_trade_ci"], _money))
-        print("".join(f"{c:>{COLUMN}}" for c in cells))
+        rows.append(("", name, _money(m["net_pnl"]), _share(m.get("capture")),
+                     _share(m.get("capture_bayes")), f"{m['trades']:,}", _share(m["win_rate"]),
+                     _ci(m["pnl_per_trade_ci"], _money)))
+    print("\n".join(columns(rows)))
     level = f"{v['ci_level'] * 100:g} %"
     print(f"verdict over {v['seeds']} seeds ({level} stratified-bootstrap intervals):")
     for metric, cell in (("net_pnl", _money), ("capture", _share), ("capture_bayes", _share)):

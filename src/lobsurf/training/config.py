@@ -154,9 +154,15 @@ class TrainConfig:
     checkpoint is kept either way, so stopping only saves compute; off by default, as the
     validation result of a few thousand decisions can stall for a while as learning goes on."""
     min_validation_trades: int = 30
-    """Validation trades a checkpoint needs to be chosen over hold: the bootstrap interval
-    of a mean over fewer trades is too coarse to trust (30: the usual sample size at which
-    the mean's sampling distribution is near normal)."""
+    """Validation trades a checkpoint needs in each half of the validation slice, the one
+    that chooses and the one that confirms (lobsurf.training.selection.choice): an interval of a mean
+    over fewer trades is too coarse to trust (30: the usual sample size at which the mean's
+    sampling distribution is near normal)."""
+    false_edge_rate: float = 0.025
+    """The chance that a run on a market with no edge chooses a checkpoint over hold, over
+    all its validations: the one-sided level of the single t test that confirms the
+    checkpoint chosen on the other half of the slice (0.025: the lower end of a 95 %
+    interval above 0). Lower is stricter and needs a larger edge to find one."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "envs", "log_every", "checkpoint_every", "keep_checkpoints",
@@ -175,6 +181,8 @@ class TrainConfig:
             raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
         if self.patience < 0:
             raise ValueError(f"patience must be >= 0, got {self.patience}")
+        if not 0 < self.false_edge_rate < 0.5:
+            raise ValueError(f"false_edge_rate must be in (0, 0.5), got {self.false_edge_rate}")
         if self.min_validation_trades < 2:
             raise ValueError(f"min_validation_trades must be >= 2 (an interval needs two "
                              f"trades), got {self.min_validation_trades}")

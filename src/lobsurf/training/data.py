@@ -154,11 +154,13 @@ def validation_slice(book: BookTensors, cfg: RunConfig, split: TimeSplit
 
 
 def check_validation_slice(book: BookTensors, cfg: RunConfig, vs: ValidationSlice) -> None:
-    """Refuse a slice with fewer decision rows than ``train.min_validation_trades`` (a sweep
-    closes at most one trade per env per decision, so no checkpoint could ever be chosen)."""
+    """Refuse a slice with fewer decision rows than ``train.min_validation_trades`` in each
+    of its halves (a sweep closes at most one trade per decision, and the choice needs that
+    many trades in the half that chooses and in the half that confirms: no checkpoint
+    could ever be chosen)."""
     from lobsurf.backtest.sweep import tile_rows
 
-    need = cfg.train.min_validation_trades
+    need = 2 * cfg.train.min_validation_trades
     try:
         have = len(tile_rows(head_rows(book, vs.stop_row), vs.rows, cfg.sim, 1).rows)
     except ValueError:
@@ -168,7 +170,8 @@ def check_validation_slice(book: BookTensors, cfg: RunConfig, vs: ValidationSlic
             f"data.validation_fraction {cfg.data.validation_fraction:g}: the validation slice "
             f"(rows {vs.cut_row:,}..{vs.stop_row - 1:,}) has {have:,} decision rows (one every "
             f"{cfg.sim.stride}), fewer than the {need} trades a checkpoint needs to be chosen "
-            "(train.min_validation_trades); raise data.validation_fraction, lower "
+            f"({cfg.train.min_validation_trades} in each half, train.min_validation_trades: "
+            "one half chooses, the other confirms); raise data.validation_fraction, lower "
             "train.min_validation_trades, or set data.validation_fraction=0 (no validation)")
 
 

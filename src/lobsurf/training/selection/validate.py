@@ -7,11 +7,13 @@ Every ``train.validate_every`` steps and at the last step, ``ModelSelection.vali
    batch shape) and acts greedily: argmax E[Q], mean weights, no gates, exactly what
    ``lobsurf eval RUN`` trades (``lobsurf.backtest.agent_policy``);
 2. sweeps it deterministically over the purged validation slice (``lobsurf.backtest.sweep``,
-   as eval sweeps the held-out rows; ``lobsurf.training.data``), on the training device, and
-   over as many of the simulator's last training rows: the training sweep's win rate beside
-   the validation one is the memorisation gauge;
-3. updates the model choice (``lobsurf.training.selection.choice``: the best checkpoint, or
-   hold), writes RUN/chosen.pt and RUN/chosen.json, and a ``validation`` record into metrics.jsonl
+   as eval sweeps the held-out rows; ``lobsurf.training.data``), on the training device, in
+   at least two pieces (their trades make the choice and confirmation halves), and over as
+   many of the simulator's last training rows: the training sweep's win rate beside the
+   validation one is the memorisation gauge;
+3. updates the model choice (``lobsurf.training.selection.choice``: the checkpoint chosen on one half
+   and confirmed on the other, or hold), writes
+   RUN/chosen.pt and RUN/chosen.json, and a ``validation`` record into metrics.jsonl
    (keys in docs/training.md). ``val_capture`` is the validation net PnL as a share of
    ``baseline:optimal`` over the same rows (the exact optimum, computed once per process).
 
@@ -37,7 +39,15 @@ from lobsurf.models.feature_table import with_feature_table
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.training.config import RunConfig
 from lobsurf.training.data import TrainingData, head_rows
-from lobsurf.training.selection.choice import ModelChoice, is_candidate
+from lobsurf.training.selection.choice import (
+    CHOICE,
+    CONFIRMATION,
+    ModelChoice,
+    halves,
+    is_candidate,
+    is_confirmed,
+    t_interval,
+)
 
 #: seed of the agent policy's generator (the greedy policy draws nothing from it)
 GREEDY_SEED = 0
@@ -45,13 +55,15 @@ GREEDY_SEED = 0
 #: close, so short pieces cut trades short (lobsurf eval's 64 envs give held-out pieces of
 #: ~150 decisions on the bundled data)
 MIN_PIECE_DECISIONS = 32
+#: pieces at least: the even ones make the choice half, the odd ones the confirmation half
+MIN_PIECES = 2
 
 
 def sweep_envs(book, rows: torch.Tensor, cfg: RunConfig) -> int:
     """Envs of a validation sweep: eval's default, fewer where pieces would be shorter
-    than MIN_PIECE_DECISIONS."""
+    than MIN_PIECE_DECISIONS, and never fewer than MIN_PIECES."""
     decisions = len(tile_rows(book, rows, cfg.sim, 1).rows)
-    return max(1, min(SweepConfig().num_envs, decisions // MIN_PIECE_DECISIONS))
+    return max(MIN_PIECES, min(SweepConfig().num_envs, decisions // MIN_PIECE_DECISIONS))
 
 
 class Validator:
@@ -90,17 +102,21 @@ class Validator:
     @torch.no_grad()
     def __call__(self, state: TrainState) -> tuple[dict[str, Any], dict[str, Any]]:
         """(validation metrics, training-slice metrics) of the state's greedy agent
-        (``lobsurf.backtest.metrics.compute_metrics`` dicts)."""
+        (``lobsurf.backtest.metrics.compute_metrics`` dicts; the validation one with its choice
+        and confirmation halves, ``lobsurf.training.selection.choice.halves``)."""
         self.network.load_state_dict(state.online.state_dict())
         self.controllers.load_(state.controllers.as_dict())
         policy = AgentPolicy(mean_weights_(self.network), self.controllers, state.tables,
                              self.cfg.gates, self.cfg.sim.window,
                              max(self.cfg.sim.order_sizes_lots), "greedy", GREEDY_SEED)
-        out = []
+        swept = []
         for book, rows in ((self.val_book, self.val_rows), (self.train_book, self.train_rows)):
-            records, _ = sweep(book, rows, {"agent": policy}, self.cfg.sim, self.sweep_cfg)
-            out.append(compute_metrics(records["agent"]))
-        return out[0], out[1]
+            records, tiling = sweep(book, rows, {"agent": policy}, self.cfg.sim,
+                                    self.sweep_cfg)
+            swept.append((records["agent"], tiling.steps))
+        (val, piece_steps), (train, _) = swept
+        return ({**compute_metrics(val), **halves(val.trade_pnl, val.trade_step, piece_steps)},
+                compute_metrics(train))
 
     def snapshot(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Host copies of the last validated weights and controllers (a new best's)."""
@@ -114,6 +130,8 @@ class Validator:
 def validation_record(step: int, val: dict[str, Any], train: dict[str, Any], optimum: float,
                       choice: ModelChoice) -> dict[str, Any]:
     """The ``validation`` record of metrics.jsonl (docs/training.md)."""
+    choice_half, confirm_half = val[CHOICE], val[CONFIRMATION]
+    rate = choice.false_edge_rate
     return {"event": "validation", "step": step,
             "val_net_pnl": val["net_pnl"], "val_trades": val["trades"],
             "val_win_rate": val["win_rate"], "val_pnl_per_trade": val["pnl_per_trade"],
@@ -123,9 +141,15 @@ def validation_record(step: int, val: dict[str, Any], train: dict[str, Any], opt
             "val_optimal_net_pnl": optimum,
             "train_sweep_win_rate": train["win_rate"], "train_sweep_net_pnl": train["net_pnl"],
             "train_sweep_trades": train["trades"],
+            "val_choice_trades": choice_half["trades"],
+            "val_choice_net_pnl": choice_half["net_pnl"],
+            "val_confirm_trades": confirm_half["trades"],
+            "val_confirm_net_pnl": confirm_half["net_pnl"],
+            "val_confirm_pnl_per_trade_ci": t_interval(confirm_half, rate),
             "candidate": is_candidate(val, choice.min_trades),
+            "confirmed": is_confirmed(val, choice.min_trades, rate),
             "new_best": choice.best_step == step, "best_step": choice.best_step,
-            "chosen": "checkpoint" if choice.best is not None else "hold",
+            "chosen": "checkpoint" if choice.chosen else "hold",
             "since_best": choice.since_best}
 
 
@@ -138,7 +162,8 @@ class ModelSelection:
                  run_dir: Path, config: dict[str, Any], sweeps: bool = True) -> None:
         self.every = cfg.train.validate_every
         self.validator = Validator(cfg, data, device) if sweeps else None
-        self.choice = ModelChoice(cfg.train.min_validation_trades, cfg.train.patience)
+        self.choice = ModelChoice(cfg.train.min_validation_trades, cfg.train.patience,
+                                  cfg.train.false_edge_rate)
         self.run_dir, self.config = run_dir, config
         self.last: dict[str, Any] | None = None
         """The newest validation record (None before the first)."""
