@@ -6,9 +6,9 @@ per-trade PnL, checkpoints of one run alike) go through three rules:
 
 * ``per-look``: the earlier rule, every validation judged by its own interval: a candidate
   has >= 30 trades and the lower end of its 95 % percentile-bootstrap interval of PnL per
-  trade above 0 (``lobsurf.eval.metrics.bootstrap_mean_ci``, 1,000 resamples);
+  trade above 0 (``lobsurf.backtest.metrics.bootstrap_mean_ci``, 1,000 resamples);
 * ``bonferroni``: every validation by its own one-sided t test at 2.5 % / 20;
-* ``confirm``: the rule of ``lobsurf.training.choice`` (choose on one half, confirm the one
+* ``confirm``: the rule of ``lobsurf.training.selection.choice`` (choose on one half, confirm the one
   chosen once on the other: a one-sided t test at 2.5 %), through ``ModelChoice`` itself.
 
 Prints the share of runs with no edge that choose a checkpoint (with its Monte-Carlo
@@ -35,8 +35,8 @@ from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lobsurf.eval.metrics import MetricsConfig, bootstrap_mean_ci  # noqa: E402
-from lobsurf.training.choice import ModelChoice  # noqa: E402
+from lobsurf.backtest.metrics import MetricsConfig, bootstrap_mean_ci  # noqa: E402
+from lobsurf.training.selection.choice import ModelChoice  # noqa: E402
 from tests.training.null_runs import (  # noqa: E402
     Market,
     look_metrics,
@@ -176,7 +176,7 @@ def observed_trades() -> dict[str, np.ndarray]:
     from lobsurf.cli import main as cli
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
-    from lobsurf.eval.sweep import SweepConfig, sweep
+    from lobsurf.backtest.sweep import SweepConfig, sweep
     from lobsurf.sim.config import SimConfig
     from lobsurf.sim.env import BatchedLobEnv
 

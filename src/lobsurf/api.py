@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from lobsurf.training.config import RunConfig
 
 PathLike = str | os.PathLike
-#: a run's acting policies in evaluation (lobsurf.training.agent_policy)
+#: a run's acting policies in evaluation (lobsurf.backtest.agent_policy)
 POLICIES = ("greedy", "thompson", "pi")
 
 
@@ -111,8 +111,8 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
     """
     from lobsurf.data.store import Store
     from lobsurf.data.store.ingest import IngestConfig
-    from lobsurf.data.store.summary import money_warnings
     from lobsurf.data.store.ingest import ingest as build_store
+    from lobsurf.data.store.summary import money_warnings
     from lobsurf.progress import byte_progress
 
     from lobsurf.data.store.inputs import FORMATS
@@ -165,7 +165,7 @@ def train(config: RunConfig | Mapping[str, Any] | PathLike | None = None, *,
         steps: total training steps (train.steps).
         envs: parallel environments (train.envs).
         seeds: train this many runs, seeds train.seed + k, into ``out``/seed_S
-            (lobsurf.training.seeds); ``evaluate`` then gives the verdict over them.
+            (lobsurf.training.run.seed_group); ``evaluate`` then gives the verdict over them.
         device: "auto" (CUDA when available), "cpu" or "cuda" (train.device).
         overwrite: replace an existing training run in ``out``.
         progress: a progress bar on stderr when it is a terminal.
@@ -182,8 +182,8 @@ def train(config: RunConfig | Mapping[str, Any] | PathLike | None = None, *,
     Raises:
         UserError: a bad setting (naming its key), folder or store.
     """
-    from lobsurf.training.job import DEFAULT_RUNS_DIR, flag_overrides, train_one
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.run.job import DEFAULT_RUNS_DIR, flag_overrides, train_one
+    from lobsurf.training.run.seed_group import is_seed_group
 
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if device not in (None, "auto", "cpu", "cuda"):
@@ -204,7 +204,7 @@ def train(config: RunConfig | Mapping[str, Any] | PathLike | None = None, *,
     if seeds is not None or (resume and is_seed_group(run_dir)):
         return _train_group(run_dir, config_file, [*config_sets, *overrides], shortcuts,
                             seeds, resume=resume, overwrite=overwrite, progress=progress)
-    from lobsurf.training.distributed import shutdown
+    from lobsurf.training.distributed.collective import shutdown
 
     try:
         result, status = train_one(config_file, [*config_sets, *overrides,
@@ -243,9 +243,9 @@ def evaluate(run: Run | PathLike, *, store: PathLike | Store | None = None,
         and for a seed group ``seeds``, the verdict over seeds.
     """
     from lobsurf.devices import resolve_device
-    from lobsurf.eval.sweep import SweepConfig
-    from lobsurf.training.run_folder import require_run_folder
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.backtest.sweep import SweepConfig
+    from lobsurf.training.recovery.run_folder import require_run_folder
+    from lobsurf.training.run.seed_group import is_seed_group
 
     path = Path(os.fspath(run))
     group = is_seed_group(path)
@@ -263,7 +263,7 @@ def evaluate(run: Run | PathLike, *, store: PathLike | Store | None = None,
                                progress)
     from lobsurf.eval.evaluate import WARN_MIN_ROWS
     from lobsurf.progress import status, step_progress
-    from lobsurf.training.evaluate import prepare_run_evaluation
+    from lobsurf.eval.run import prepare_run_evaluation
 
     with status(f"eval: loading {path} and its data", progress):
         plan = prepare_run_evaluation(path, store, policy, split, device, envs,
@@ -279,7 +279,7 @@ def evaluate(run: Run | PathLike, *, store: PathLike | Store | None = None,
 def _evaluate_group(group: Path, store: str | None, split: str, checkpoint: str,
                     policy: str, device: str, envs: int, progress: bool) -> dict[str, Any]:
     from lobsurf.progress import status, step_progress
-    from lobsurf.training.evaluate_seeds import prepare_group_evaluation, verdict
+    from lobsurf.eval.seed_verdict import prepare_group_evaluation, verdict
 
     if split != "heldout":
         raise UserError(f"--split {split}: a seed group is evaluated on its held-out rows; "
@@ -295,8 +295,8 @@ def _say_run_fees(run_dir: Path, plan) -> None:
     # the fee the run trained with (its config.toml), over the run's holding horizon
     from lobsurf.sim.fees import announce_fees
     from lobsurf.sim.fees import holding_rows
-    from lobsurf.training.run_folder import CONFIG_NAME
-    from lobsurf.training.saved_config import load_run_config
+    from lobsurf.training.recovery.run_folder import CONFIG_NAME
+    from lobsurf.training.recovery.saved_config import load_run_config
 
     labels = load_run_config(run_dir).labels
     announce_fees(plan.sim, plan.book, holding_rows(labels.max_horizon, plan.sim.stride),
@@ -309,9 +309,9 @@ def _train_group(group: Path, config_file: str | None, sets: list[str],
                  overwrite: bool, progress: bool) -> Run:
     # A seed group is kept as a `lobsurf train` command line per seed (seeds.json), so the
     # arguments are written as one and each seed runs through the train command.
-    from lobsurf.training.job import train_keywords
-    from lobsurf.training.interrupts import SIGNAL_EXIT_BASE
-    from lobsurf.training.seeds import read_group, train_seeds
+    from lobsurf.training.run.job import train_keywords
+    from lobsurf.training.faults.interrupts import SIGNAL_EXIT_BASE
+    from lobsurf.training.run.seed_group import read_group, train_seeds
 
     argv = ["train", "--resume" if resume else "--out", str(group)]
     if config_file:

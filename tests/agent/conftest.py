@@ -10,7 +10,7 @@ import torch
 
 from lobsurf.training.config import run_config_from_dict
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 
 TINY = {
     "sim": {"window": 8, "max_episode_steps": 50},

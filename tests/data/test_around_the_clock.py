@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+from lobsurf.backtest.metrics import BacktestRecord, compute_metrics
 from lobsurf.data.dataset import load_book_tensors
 from lobsurf.data.folds import fold_block, max_folds
 from lobsurf.data.labels import LabelConfig, compute_labels
+from lobsurf.data.split import choose_cut, time_split
 from lobsurf.data.store import Instrument, Store, StoreWriter
 from lobsurf.errors import UserError
-from lobsurf.eval.metrics import BacktestRecord, compute_metrics
-from lobsurf.pretrain.split import choose_cut, time_split
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.fees import Fees, fee_warning
 from lobsurf.sim.lots import resolve_lot_size, units_per_lot
@@ -91,7 +91,7 @@ def test_walk_forward_blocks_are_equal_row_runs_for_24_7_and_segments_otherwise(
 
 def test_walk_forward_fold_data_trains_before_its_block_and_trades_inside_it(book_24_7):
     from lobsurf.training.config import resolve_run_config
-    from lobsurf.training.walk_forward import fold_data
+    from lobsurf.eval.walk_forward import fold_data
 
     cfg = resolve_run_config(None, ["sim.window=16", "labels.horizons_snapshots=[10, 50]"])
     data = fold_data(cfg, book_24_7, "store", 2, folds=3)
@@ -113,7 +113,7 @@ def test_the_daily_sharpe_ratio_counts_365_days_for_24_7():
 
 def test_a_sweep_on_a_24_7_book_records_it(book_24_7):
     from lobsurf.baselines.policies import BaselineConfig, make_baselines
-    from lobsurf.eval.sweep import sweep
+    from lobsurf.backtest.sweep import sweep
     from lobsurf.sim.env import BatchedLobEnv
 
     sim = SimConfig(window=16, stride=10)

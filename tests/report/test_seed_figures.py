@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lobsurf.backtest.metrics import BacktestRecord
 from lobsurf.data.store import Instrument, StoreWriter
-from lobsurf.eval.metrics import BacktestRecord
+from lobsurf.eval.seed_verdict import verdict
 from lobsurf.report import figures
 from lobsurf.report.figures import SeedCurves, learning_figure
 from lobsurf.report.seeds import _captures, _per_seed, _verdict, ceilings
 from lobsurf.report.units import PRICE_UNITS, pnl_unit
-from lobsurf.training.evaluate_seeds import verdict
 from tests.conftest import TICK_FIXED, random_walk_books
 
 

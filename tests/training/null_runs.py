@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lobsurf.training.choice import halves
+from lobsurf.training.selection.choice import halves
 
 #: the first look with the edge when only ``Market.edge_looks`` have it
 PEAK_START = 2

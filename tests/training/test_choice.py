@@ -1,4 +1,4 @@
-"""The model-choice rule (``lobsurf.training.choice``): its halves and t interval by hand,
+"""The model-choice rule (``lobsurf.training.selection.choice``): its halves and t interval by hand,
 the proposal and its one confirmation, ties, patience, a choice saved by the earlier rule,
 and its false-edge rate and power on simulated validation results
 (``tests.training.null_runs``)."""
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lobsurf.agent.controllers import ControllerState
-from lobsurf.training.choice import (
+from lobsurf.training.selection.choice import (
     ModelChoice,
     half_summary,
     halves,
@@ -21,7 +21,7 @@ from lobsurf.training.choice import (
     is_confirmed,
     t_interval,
 )
-from lobsurf.training.validate import validation_record
+from lobsurf.training.selection.validate import validation_record
 from tests.training.null_runs import Market, look_metrics, simulate_runs
 
 #: Student t quantiles from printed tables: t(0.975, 4 df) and t(0.95, 4 df)

@@ -48,7 +48,7 @@ import pytest
 import torch
 
 from lobsurf.cli import main
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.recovery.run_folder import read_metrics
 
 pytestmark = pytest.mark.slow
 

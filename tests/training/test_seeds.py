@@ -14,8 +14,8 @@ import pytest
 import tomli_w
 
 from lobsurf.cli import main
-from lobsurf.training.run_folder import is_run_folder, read_metrics
-from lobsurf.training.seeds import (
+from lobsurf.training.recovery.run_folder import is_run_folder, read_metrics
+from lobsurf.training.run.seed_group import (
     SEEDS_NAME,
     _side_by_side,
     is_seed_group,
@@ -156,7 +156,7 @@ def _hand_made_group_result(nets: list[float]) -> dict:
 @pytest.mark.parametrize("level", [0.5, 0.95])
 def test_the_verdict_is_at_the_configured_level(level, tmp_path):
     from lobsurf.eval.aggregate import AggregateConfig
-    from lobsurf.training.evaluate_seeds import verdict
+    from lobsurf.eval.seed_verdict import verdict
     from tests.eval.test_aggregate import SIX, assert_percentile_interval, exact_bootstrap
 
     v = verdict(_hand_made_group_result(list(SIX)), tmp_path, AggregateConfig(ci_level=level))
@@ -168,7 +168,7 @@ def test_the_verdict_is_at_the_configured_level(level, tmp_path):
 
 
 def test_the_per_seed_table_gives_every_column_room(tmp_path, capsys):
-    from lobsurf.training.evaluate_seeds import print_verdict, verdict
+    from lobsurf.eval.seed_verdict import print_verdict, verdict
 
     result = _hand_made_group_result([100.0, 2500.0, 37.5])
     result["seeds"] = verdict(result, tmp_path)

@@ -14,15 +14,15 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.step import train_step
 from lobsurf.cli import main
 from lobsurf.errors import UserError
-from lobsurf.training.checkpoint import list_checkpoints, load_payload, write_packed_atomic
-from lobsurf.training.checkpoint_file import unpack_file
-from lobsurf.training.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, load_chosen
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
-from lobsurf.training.run_folder import read_metrics
-from lobsurf.training.saved_config import load_run_config
-from lobsurf.training import validate as validate_module
-from lobsurf.training.validate import Validator
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload, write_packed_atomic
+from lobsurf.training.recovery.checkpoint_file import unpack_file
+from lobsurf.training.recovery.run_folder import read_metrics
+from lobsurf.training.recovery.saved_config import load_run_config
+from lobsurf.training.run.state import build_state, step_config
+from lobsurf.training.selection import validate as validate_module
+from lobsurf.training.selection.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, load_chosen
+from lobsurf.training.selection.validate import Validator
 from tests.agent.conftest import tiny_config
 from tests.training.test_choice import edge
 from tests.training.test_train_command import train
@@ -204,8 +204,9 @@ def test_resume_keeps_the_patience_count(tiny_store, tiny_toml, tmp_path):
 def every_one_a_candidate(monkeypatch):
     """The rule replaced so that a tiny run chooses a checkpoint (the rule itself:
     tests/training/test_choice.py)."""
-    monkeypatch.setattr("lobsurf.training.choice.is_candidate", lambda metrics, min_trades: True)
-    monkeypatch.setattr("lobsurf.training.choice.is_confirmed", lambda *args: True)
+    monkeypatch.setattr("lobsurf.training.selection.choice.is_candidate",
+                        lambda metrics, min_trades: True)
+    monkeypatch.setattr("lobsurf.training.selection.choice.is_confirmed", lambda *args: True)
 
 
 def test_the_chosen_checkpoint_is_evaluated_and_survives_a_resume(
@@ -265,7 +266,7 @@ def test_a_failed_write_leaves_the_previous_chosen_policy_whole(tmp_path, monkey
             yield next(iter(self.packed.chunks(size)))
             raise OSError(28, "No space left on device")
 
-    from lobsurf.training import checkpoint
+    from lobsurf.training.recovery import checkpoint
 
     real_pack = checkpoint.pack
     monkeypatch.setattr(checkpoint, "pack", lambda payload: Torn(real_pack(payload)))

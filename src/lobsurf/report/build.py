@@ -8,7 +8,7 @@ metrics.jsonl, validation and the model choice (training beside validation win r
 chosen policy and why), the walk-forward folds (when ``lobsurf eval RUN --walk-forward K``
 has run), and the run's config and data summary.
 
-The held-out part sweeps the run's chosen policy once (``lobsurf.training.evaluate``, the same
+The held-out part sweeps the run's chosen policy once (``lobsurf.eval.run``, the same
 sweep as ``lobsurf eval RUN``: the checkpoint chosen on validation, hold when none beat it,
 the last checkpoint without validation) and keeps its per-step records for the plots; its
 result is written beside the page as heldout.json. A seed group (``lobsurf train --seeds
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from lobsurf.backtest.sweep import SweepConfig
 from lobsurf.errors import UserError
-from lobsurf.eval.sweep import SweepConfig
 from lobsurf.report import figures
 from lobsurf.report.page import (
     image,
@@ -90,7 +90,7 @@ def _mid_price(book, rows) -> np.ndarray:
 def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
              sweep_progress: Callable[[int], Any]) -> list[str]:
     """Sweep the chosen policy; its sections (table, equity, actions, position)."""
-    from lobsurf.training.evaluate import chosen_line, prepare_run_evaluation
+    from lobsurf.eval.run import chosen_line, prepare_run_evaluation
 
     plan = prepare_run_evaluation(data.run_dir, cfg.store, cfg.policy, "heldout", cfg.device,
                                   cfg.num_envs)
@@ -130,7 +130,7 @@ def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
 
 def _validation(data: RunData, out: Path, report: Report) -> str:
     """Training beside validation, and the chosen policy with its reason."""
-    from lobsurf.training.choice import NO_EDGE
+    from lobsurf.training.selection.choice import NO_EDGE
 
     fig = figures.validation_figure(data, out / "validation.png", _unit(data, report.heldout))
     report.figures.append(fig)

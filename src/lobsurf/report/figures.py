@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only; never a window (a server, a test, a CI job)
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lobsurf.eval.metrics import BacktestRecord
+from lobsurf.backtest.metrics import BacktestRecord
 from lobsurf.report.run_data import RunData
 
 #: resolution of every PNG

@@ -2,7 +2,7 @@
 page, RUN/report/index.html (self-contained, as a single run's).
 
 It sweeps every seed's chosen policy and the baselines once
-(``lobsurf.training.evaluate_seeds``, the sweep of ``lobsurf eval RUN``), writes the result
+(``lobsurf.eval.seed_verdict``, the sweep of ``lobsurf eval RUN``), writes the result
 beside the page as verdict.json, and shows: the verdict (IQM and mean of net PnL and
 capture, of the exact optimum and, where the evaluation has baseline:bayes, of that
 ceiling, with their stratified-bootstrap intervals; the probability that the agent beats
@@ -49,7 +49,7 @@ def ceilings(result: dict[str, Any]) -> dict[str, float]:
 
 def seed_curves(group: Path, result: dict[str, Any]) -> list[SeedCurves]:
     """Each seed's validation records and chosen.json, in the verdict's seed order."""
-    from lobsurf.training.seeds import seed_dir
+    from lobsurf.training.run.seed_group import seed_dir
 
     out = []
     for s in result["seeds"]["per_seed"]:
@@ -61,8 +61,8 @@ def seed_curves(group: Path, result: dict[str, Any]) -> list[SeedCurves]:
 def group_unit(group: Path, result: dict[str, Any]) -> str:
     """The unit of the group's PnL: the evaluated store's currency (its instrument's, on
     the seeds' own store)."""
-    from lobsurf.training.saved_config import load_run_config
-    from lobsurf.training.seeds import seed_dir
+    from lobsurf.training.recovery.saved_config import load_run_config
+    from lobsurf.training.run.seed_group import seed_dir
 
     settings = result["settings"]
     instrument = None
@@ -138,7 +138,7 @@ def build_group_report(group: Path, cfg: ReportConfig | None = None,
     """Write RUN/report/index.html of a seed group (module doc)."""
     from contextlib import nullcontext
 
-    from lobsurf.training.evaluate_seeds import prepare_group_evaluation, verdict
+    from lobsurf.eval.seed_verdict import prepare_group_evaluation, verdict
 
     cfg = cfg or ReportConfig()
 

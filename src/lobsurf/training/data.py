@@ -1,7 +1,7 @@
 """The data a run trains on: the store (or the bundled default), its time split, and the
 training part of the book that the simulator may touch.
 
-The split is pretraining's (``lobsurf.pretrain.split.time_split``): held-out windows start
+The split is pretraining's (``lobsurf.data.split.time_split``): held-out windows start
 at the cut row, training windows end at t with t + max_horizon < cut. The simulator gets
 only rows [0, cut - max_horizon): every snapshot it fills against, marks at or steps
 through lies before that purge gap, so ``lobsurf eval RUN`` can trade the rows from the cut
@@ -11,8 +11,8 @@ With ``data.validation_fraction`` > 0 the rows [0, cut - max_horizon) are split 
 same rules (``time_split`` over them, at that share from their end, not snapped to a
 session): validation windows start at or after the validation cut v and end before
 cut - max_horizon; the simulator gets only rows [0, v - max_horizon). The policy is chosen
-on the validation slice (``lobsurf.training.validate``), so the held-out rows stay untouched by
-every choice.
+on the validation slice (``lobsurf.training.selection.validate``), so the held-out rows
+stay untouched by every choice.
 
 The bundled default is a synthetic data set with a tradeable predictable component
 (``lobsurf.presets``), written as genuine DBN files, ingested once and cached under the
@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 from lobsurf.data.dataset import ROW_FIELDS, BookTensors, load_book_tensors
+from lobsurf.data.split import TimeSplit, time_split
 from lobsurf.data.store import Store
 from lobsurf.errors import UserError
 from lobsurf.models.feature_table import with_feature_table
-from lobsurf.pretrain.split import TimeSplit, time_split
 from lobsurf.training.config import RunConfig
 
 #: Name of the bundled default data set (a preset of lobsurf.presets); bump the cache
@@ -158,7 +158,7 @@ def check_validation_slice(book: BookTensors, cfg: RunConfig, vs: ValidationSlic
     of its halves (a sweep closes at most one trade per decision, and the choice needs that
     many trades in the half that chooses and in the half that confirms: no checkpoint
     could ever be chosen)."""
-    from lobsurf.eval.sweep import tile_rows
+    from lobsurf.backtest.sweep import tile_rows
 
     need = 2 * cfg.train.min_validation_trades
     try:
