@@ -148,7 +148,7 @@ def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
     cap = 16
     from dataclasses import replace
     replay = PrioritizedReplay(replace(cfg.replay, capacity=cap), "cpu", 0)
-    slots = [getattr(replay.storage, f.name) for f in fields(replay.storage)] + [replay.weight]
+    slots = [*replay.storage.stored().values(), replay.weight]
     want_transition = sum(t.numel() * t.element_size() for t in slots) // cap
 
     plan = memory_plan("cpu", PlanConfig(snapshots=1000, transitions=100), cfg)
