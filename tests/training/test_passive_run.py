@@ -121,3 +121,30 @@ def test_a_checkpoint_without_the_resting_orders_fails_its_restore(passive_store
     del payload[part]
     with pytest.raises(KeyError):
         restore_state_(build_state(cfg, data, "cpu"), payload)
+
+
+def test_validation_sweeps_the_agent_with_the_run_s_resting_orders(passive_store, monkeypatch):
+    """The model choice's sweeps run in the run's simulator: the agent may post there (its
+    Q made to favour posting a one-lot bid: the greedy agent posts, then holds its order)."""
+    from lobsurf.training.selection import validate
+
+    cfg, data, state, _ = _passive_state(passive_store, steps=6,
+                                         data={"normalizer_rows": 500,
+                                               "validation_fraction": 0.2})
+    assert data.validation is not None
+    post_bid = cfg.sim.action_names.index("post bid 1")
+    with torch.no_grad():  # the top atom of "post bid 1" far above every other logit
+        state.online.q_out.bias_mu.view(cfg.sim.num_actions, -1)[post_bid, -1] += 50.0
+    swept = []
+    right = validate.sweep
+
+    def spy(book, rows, policies, sim, *rest):
+        records, tiling = right(book, rows, policies, sim, *rest)
+        swept.append((sim, records["agent"].step_action))
+        return records, tiling
+
+    monkeypatch.setattr(validate, "sweep", spy)
+    validate.Validator(cfg, data, "cpu")(state)
+    assert [sim.passive_orders for sim, _ in swept] == [True, True]
+    for _, actions in swept:
+        assert (actions == post_bid).mean() > 0.5
