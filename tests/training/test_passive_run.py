@@ -34,7 +34,7 @@ def test_a_store_without_trades_is_refused_in_one_line(tiny_store, tiny_toml, tm
 
 
 def _passive_state(store, steps: int = 0, **sections):
-    cfg = tiny_config(store, sim={"passive_orders": True}, **sections)
+    cfg = tiny_config(store, **{"sim": {"passive_orders": True}, **sections})
     data = load_training_data(cfg, "cpu", store)
     state, scfg = build_state(cfg, data, "cpu"), step_config(cfg)
     for step in range(steps):
@@ -148,3 +148,12 @@ def test_validation_sweeps_the_agent_with_the_run_s_resting_orders(passive_store
     assert [sim.passive_orders for sim, _ in swept] == [True, True]
     for _, actions in swept:
         assert (actions == post_bid).mean() > 0.5
+
+
+def test_the_queue_model_and_the_maker_fee_reach_the_run_s_simulator(passive_store):
+    cfg, _, state, _ = _passive_state(
+        passive_store, sim={"passive_orders": True, "queue_model": "probabilistic",
+                            "queue_power": 2, "maker_fee_per_lot": -0.25})
+    env = state.env
+    assert (env.cfg.queue_model, env.cfg.queue_power) == ("probabilistic", 2)
+    assert env.fees.maker == (-0.25, 0.0) and env.fees.maker_source != "default"
