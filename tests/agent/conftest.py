@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -37,6 +36,24 @@ def tiny_config(store: Path, **sections):
     return run_config_from_dict(values)
 
 
+#: a tiny synthetic market with trades (for passive orders): two days of 2,000 snapshots of
+#: the tradeable-fast market, its partial trades filling resting orders without a move
+PASSIVE_MARKET = {"snapshots_per_day": 2000, "days": 2}
+
+
+@pytest.fixture
+def passive_store(tmp_path: Path) -> Path:
+    """The store of PASSIVE_MARKET (trades recorded), written directly (no DBN)."""
+    from dataclasses import replace
+
+    from lobsurf.data.synth import write_synth_store
+    from lobsurf.presets import preset
+
+    write_synth_store(tmp_path / "passive-store", replace(preset("tradeable-fast"),
+                                                          **PASSIVE_MARKET))
+    return tmp_path / "passive-store"
+
+
 @pytest.fixture
 def tiny_setup(tiny_store):
     """(cfg, data, state, step config) of a fresh tiny run on CPU."""
@@ -50,8 +67,7 @@ def assert_same_learning(plain, changed, learn_steps: int) -> None:
     changes how, not what, the step computes: ``learn_steps`` learning steps each, the same
     replay bit for bit, every online parameter within rounding."""
     assert float(plain.metrics.learn_steps) == float(changed.metrics.learn_steps) == learn_steps
-    for f in fields(plain.replay.storage):
-        assert torch.equal(getattr(plain.replay.storage, f.name),
-                           getattr(changed.replay.storage, f.name)), f.name
+    for name, stored in plain.replay.storage.stored().items():
+        assert torch.equal(stored, getattr(changed.replay.storage, name)), name
     for (name, a), b in zip(plain.online.named_parameters(), changed.online.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name)

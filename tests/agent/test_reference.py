@@ -13,7 +13,6 @@ check that the comparison catches it.
 
 from __future__ import annotations
 
-from dataclasses import fields
 
 import pytest
 import torch
@@ -35,20 +34,20 @@ METRIC_RTOL = 1e-4
 
 
 def _pair(store, **sections):
-    cfg = tiny_config(store.path, gates={"warmup_steps": 2}, **sections)
+    cfg = tiny_config(store.path, **{"gates": {"warmup_steps": 2}, **sections})
     data = load_training_data(cfg, "cpu", store.path)
     return (data, build_state(cfg, data, "cpu"), build_state(cfg, data, "cpu"),
             step_config(cfg), cfg)
 
 
 def _compare(fast, ref, step: int) -> None:
-    for f in fields(fast.replay.storage):
-        a, b = getattr(fast.replay.storage, f.name), getattr(ref.replay.storage, f.name)
+    for name, a in fast.replay.storage.stored().items():
+        b = getattr(ref.replay.storage, name)
         if a.dtype.is_floating_point:
             torch.testing.assert_close(b, a, rtol=VALUE_RTOL, atol=1e-7,
-                                       msg=f"step {step}: replay {f.name}")
+                                       msg=f"step {step}: replay {name}")
         else:
-            assert torch.equal(a, b), f"step {step}: replay {f.name} differs"
+            assert torch.equal(a, b), f"step {step}: replay {name} differs"
     torch.testing.assert_close(ref.replay.weight, fast.replay.weight, rtol=VALUE_RTOL, atol=0,
                                msg=f"step {step}: sampling weights")
     for name, a in fast.controllers.as_dict().items():
@@ -141,3 +140,91 @@ def test_a_reference_projection_bug_is_caught(tiny_store, monkeypatch):
                         lambda p, r, d, z: right(p, r, d, z).roll(1, dims=-1))
     with pytest.raises(AssertionError, match="loss_q|weights|parameter|online"):
         _run_both(tiny_store, steps=8)
+
+
+# ---- passive orders: posts, fills, cancels, the gates on posts --------------------------
+
+#: the passive case: resting orders on; a short warm-up and a stricter FRD gate than the
+#: market-only case's (on this market's one-tick spread it would seldom fire in 30 steps),
+#: so the gates fire on posts too
+PASSIVE = {"sim": {"passive_orders": True}, "gates": {"warmup_steps": 2, "frd_min_prob": 0.2}}
+
+
+def test_reference_equals_the_production_step_with_passive_orders(passive_store):
+    """Posts join queues and fill, cancels remove them, the gates block posts, and the
+    resting orders enter the agent's state at s and s' (stored in replay): both steps
+    still agree."""
+    from types import SimpleNamespace
+
+    store = SimpleNamespace(path=passive_store)
+    data, fast, ref, scfg, cfg = _pair(store, **PASSIVE)
+    names = cfg.sim.action_names
+    posts = [i for i, n in enumerate(names) if n.startswith("post")]
+    cancels = [i for i, n in enumerate(names) if n.startswith("cancel")]
+    sent, gated_posts = torch.zeros(len(names), dtype=torch.int64), 0
+    for step in range(STEPS):
+        learning = step >= cfg.learner.learning_starts
+        train_step(fast, data.train_book, scfg, learning)
+        done = reference_step(ref, data.train_book, scfg, learning)
+        assert torch.equal(done["action"], fast.replay.storage.action[
+            (fast.replay.pointer - scfg.num_envs + torch.arange(scfg.num_envs))
+            % fast.replay.capacity]), f"step {step}: actions differ"
+        _compare(fast, ref, step)
+        sent += torch.bincount(done["action"], minlength=len(names))
+        gated_posts += int(torch.isin(done["proposed"][done["gated"]],
+                                      torch.tensor(posts)).sum())
+    for (pname, a), b in zip(fast.online.named_parameters(), ref.online.parameters()):
+        torch.testing.assert_close(b, a, rtol=0, atol=PARAM_ATOL, msg=f"online {pname}")
+    stats, storage = fast.env.passive_stats, fast.replay.storage
+    assert int(sent[posts].sum()) > 0 and int(sent[cancels].sum()) > 0, "no post or cancel sent"
+    assert int(stats.maker_lots.sum()) > 0, "no resting order filled"
+    assert gated_posts > 0, "no gate fired on a post"
+    assert bool((storage.bid_lots > 0).any() & (storage.next_ask_queue > 0).any()), \
+        "no resting order in the agent's stored state"
+    assert float(fast.metrics.trades) > 0
+
+
+def test_a_production_s_prime_without_the_queue_fraction_is_caught(passive_store, monkeypatch):
+    """The planted bug, on the production side: the learner's s' inputs lose the resting
+    orders' queue fraction (zeros)."""
+    from types import SimpleNamespace
+
+    from lobsurf.agent import learn
+
+    right = learn.stored_orders
+
+    def forgetful(t, prefix="", index=None):
+        orders = right(t, prefix, index)
+        if prefix == "next_" and orders is not None:
+            orders = orders._replace(queue_fraction=torch.zeros_like(orders.queue_fraction))
+        return orders
+
+    monkeypatch.setattr(learn, "stored_orders", forgetful)
+    with pytest.raises(AssertionError, match="loss_q|weights|parameter|online|controller"):
+        _run_both(SimpleNamespace(path=passive_store), steps=12, **PASSIVE)
+
+
+def test_a_reference_that_gates_cancels_is_caught(passive_store, monkeypatch):
+    """The planted bug, on the reference's side: a cancel is gated as a buy."""
+    from types import SimpleNamespace
+
+    from lobsurf.agent import reference
+
+    right = reference._sides
+
+    def cancels_buy(sim):
+        return [1 if name.startswith("cancel") else side
+                for name, side in zip(sim.action_names, right(sim))]
+
+    monkeypatch.setattr(reference, "_sides", cancels_buy)
+    with pytest.raises(AssertionError, match="actions differ"):
+        _run_both(SimpleNamespace(path=passive_store), steps=STEPS, **PASSIVE)
+
+
+def test_reference_equals_the_production_step_with_passive_orders_and_n_step_returns(
+        passive_store):
+    """The bootstrap's resting orders read from the replay storage at the m-th step on."""
+    from types import SimpleNamespace
+
+    _run_both(SimpleNamespace(path=passive_store), steps=16,
+              learner={"n_step": 3, "learning_starts": 4}, **PASSIVE)

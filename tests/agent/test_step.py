@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import pytest
 import torch
@@ -68,8 +68,8 @@ def test_same_batch_twice_gives_the_same_gradients(tiny_setup):
         return [p.grad.clone() for p in state.online.parameters() if p.grad is not None]
 
     doubled = Sample(
-        transitions=Transitions(**{f.name: getattr(sample.transitions, f.name).repeat(2)
-                                   for f in fields(Transitions)}),
+        transitions=Transitions(**{name: x.repeat(2)
+                                   for name, x in sample.transitions.stored().items()}),
         index=sample.index.repeat(2), weight=sample.weight.repeat(2))
     for a, b in zip(grads(sample), grads(doubled)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
@@ -121,9 +121,8 @@ def test_the_feature_table_step_equals_the_per_window_step(tiny_store):
     assert float(states[1].metrics.learn_steps) == 4
     for a, b in zip(states[0].online.parameters(), states[1].online.parameters()):
         assert torch.equal(a, b)
-    for f in fields(states[0].replay.storage):
-        assert torch.equal(getattr(states[0].replay.storage, f.name),
-                           getattr(states[1].replay.storage, f.name)), f.name
+    for name, stored in states[0].replay.storage.stored().items():
+        assert torch.equal(stored, getattr(states[1].replay.storage, name)), name
 
 
 class _Turns:

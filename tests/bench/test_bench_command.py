@@ -148,7 +148,7 @@ def test_the_memory_plan_counts_the_real_tensors(tiny_store, tmp_path) -> None:
     cap = 16
     from dataclasses import replace
     replay = PrioritizedReplay(replace(cfg.replay, capacity=cap), "cpu", 0)
-    slots = [getattr(replay.storage, f.name) for f in fields(replay.storage)] + [replay.weight]
+    slots = [*replay.storage.stored().values(), replay.weight]
     want_transition = sum(t.numel() * t.element_size() for t in slots) // cap
 
     plan = memory_plan("cpu", PlanConfig(snapshots=1000, transitions=100), cfg)
@@ -183,6 +183,26 @@ def test_roofline_line_says_when_the_per_op_count_exceeds_hbm() -> None:
     assert "149 % of peak if every op's bytes went through HBM" in line
     row["compiled"]["roofline"]["hbm_fraction"] = 0.15
     assert "fused kernels move less than the per-op count" in roofline_line(row)
+
+
+def test_bench_times_the_step_with_passive_orders(small_bench, tmp_path, capsys) -> None:
+    """``--passive-orders``: the step with resting orders (23 actions), said in the header."""
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--device", "cpu", "--batch", "2", "--layers", "1", "--steps", "1",
+               "--repeats", "1", "--snapshots", "3000", "--passive-orders", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["passive_orders"] is True and "23 actions" in doc["model"]
+    assert doc["rows"][0]["eager"]["steps_per_s"] > 0
+    assert "passive orders" in capsys.readouterr().out
+
+
+def test_bench_passes_the_passive_switch_to_the_run(tmp_path) -> None:
+    from lobsurf.bench.measure import BenchConfig, run_config
+
+    assert run_config(tmp_path, 4, 1, "cpu", BenchConfig()).sim.passive_orders is False
+    cfg = run_config(tmp_path, 4, 1, "cpu", BenchConfig(passive_orders=True))
+    assert cfg.sim.passive_orders is True and cfg.sim.num_actions == 23
 
 
 def test_bench_passes_the_kernel_switch_to_the_run(tmp_path) -> None:

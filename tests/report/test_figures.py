@@ -26,3 +26,19 @@ def test_cells_and_table():
     assert fmt("pnl_per_trade_ci", [1.0, 2.5]) == "1.00 .. 2.50"
     table = metrics_table({"hold": {"net_pnl": 0.0}, "agent": {"net_pnl": 2.0, "extra": 1}})
     assert '<th class="agent">agent</th>' in table and "<td>extra</td>" in table
+
+
+def test_action_labels_with_passive_orders_name_the_posts_and_cancels():
+    labels = action_labels((1, 3), passive_orders=True)
+    assert labels[5:] == ["post bid 1", "post bid 3", "post ask 1", "post ask 3", "cancel bid",
+                          "cancel ask"]
+
+
+def test_the_resting_orders_metrics_follow_the_fees_where_a_policy_has_them():
+    table = metrics_table({"hold": {"net_pnl": 0.0, "fees": 0.0, "trades": 0},
+                           "agent": {"net_pnl": 2.0, "fees": 1.0, "maker_share": 0.25,
+                                     "maker_fees": -0.5, "trades": 3}})
+    rows = [r.split("</td>")[0] for r in table.split("<tr><td>")[1:]]
+    assert rows[:4] == ["net_pnl", "fees", "maker_share", "maker_fees"]
+    assert "<td>0.250</td>" not in table and '<td class="agent">0.250</td>' in table
+    assert '<td class="">-</td>' in table  # hold has no maker share

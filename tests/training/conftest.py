@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tomli_w
 
-from tests.agent.conftest import TINY, tiny_setup  # noqa: F401  (a fixture for tests here)
+from tests.agent.conftest import TINY, passive_store, tiny_setup  # noqa: F401  (fixtures here)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def test_estimate_matches_the_tensors_of_a_real_run(tiny_setup, tiny_store):
     rows = len(data.train_book)
     assert est.label_bytes_per_row == sum(t.numel() * t.element_size() for t in labels) // rows
     r = state.replay
-    storage = [getattr(r.storage, f.name) for f in fields(r.storage)] + [r.weight]
+    storage = [*r.storage.stored().values(), r.weight]
     assert est.replay_bytes == sum(t.numel() * t.element_size() for t in storage)
     params = list(state.online.parameters())
     assert est.parameter_bytes == sum(p.numel() * p.element_size() for p in params)

@@ -28,25 +28,28 @@ from lobsurf.agent.gates import (GateResult, apply_gates, exploration_slots,
                                  gate_threshold_values, move_probabilities, profit_confidence)
 from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentOutput, agent_state_features
+from lobsurf.agent.orders import RestingOrders, resting_orders
 from lobsurf.agent.replay import PrioritizedReplay, write_plan
 from lobsurf.agent.reward import mark_shaping, reward_pipeline_values
 from lobsurf.agent.state import (Acted, CollectUpdates, Observation, StepConfig, StepTables,
                                  TrainState)
-from lobsurf.agent.transitions import Transitions
+from lobsurf.agent.transitions import Transitions, order_fields
 from lobsurf.data.dataset import BookTensors
 from lobsurf.models.feature_table import book_window
 from lobsurf.models.precision import at_least_fp32, float_outputs, forward_precision
-from lobsurf.sim.state import SimState, StepResult
+from lobsurf.sim.state import PassiveState, SimState, StepResult
 from lobsurf.writeback import copy_values_, named_pairs
 
 
 
 def state_inputs(ctl: ControllerState, position: torch.Tensor, time_in_trade: torch.Tensor,
-                 unrealized_pnl: torch.Tensor, cfg: StepConfig) -> torch.Tensor:
+                 unrealized_pnl: torch.Tensor, cfg: StepConfig,
+                 orders: RestingOrders | None = None) -> torch.Tensor:
     """The agent-state inputs [B, 3] of the networks (position, time in trade, unrealized
-    PnL, scaled: lobsurf.agent.network.agent_state_features)."""
+    PnL, scaled: lobsurf.agent.network.agent_state_features), [B, 9] with the resting
+    orders (passive orders)."""
     return agent_state_features(position, time_in_trade, unrealized_pnl, ctl.pnl_magnitude,
-                                cfg.position_unit, cfg.network)
+                                cfg.position_unit, cfg.network, orders)
 
 
 def _snapshot(s: SimState) -> tuple[torch.Tensor, ...]:
@@ -73,19 +76,23 @@ def gate(out: AgentOutput, probs: torch.Tensor, z: torch.Tensor, proposed: torch
     frd_probs = torch.softmax(out.frd_logits[:, gates.frd_horizon_index], dim=-1)
     p_up, p_down = move_probabilities(frd_probs, tables.bucket_lower, tables.bucket_upper,
                                       round_trip_cost_ticks(book, row, tables))
-    return apply_gates(proposed, profit_confidence(probs, z), p_up, p_down, tables.order_lots,
+    return apply_gates(proposed, profit_confidence(probs, z), p_up, p_down, tables.action_side,
                        threshold, active, explore_slots, gates)
 
 
-def observe(s: SimState, book: BookTensors, ctl: ControllerState, cfg: StepConfig
-            ) -> Observation:
-    """The K-window at each cursor plus the agent's own state (the acting network's input)."""
+def observe(s: SimState, book: BookTensors, ctl: ControllerState, cfg: StepConfig,
+            ps: PassiveState | None = None) -> Observation:
+    """The K-window at each cursor plus the agent's own state (the acting network's input);
+    ``ps``: the resting orders (passive orders; None without)."""
     row, position, time_in_trade, unrealized = _snapshot(s)
+    orders = resting_orders(ps) if ps is not None else None
     return Observation(row=row, position=position, time_in_trade=time_in_trade,
                        unrealized_pnl=unrealized,
                        z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
                        window=book_window(book, row, cfg.window),
-                       inputs=state_inputs(ctl, position, time_in_trade, unrealized, cfg))
+                       inputs=state_inputs(ctl, position, time_in_trade, unrealized, cfg,
+                                           orders),
+                       orders=orders)
 
 
 def thompson_gate(out: AgentOutput, z: torch.Tensor, u: torch.Tensor, book: BookTensors,
@@ -141,7 +148,8 @@ def collect_metrics(result: StepResult, action: torch.Tensor, gated: torch.Tenso
 def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
                     result: StepResult, after: SimState, ctl: ControllerState,
                     tables: StepTables, metrics: MetricSums, replay: PrioritizedReplay,
-                    num_actions: int, cfg: StepConfig) -> CollectUpdates:
+                    num_actions: int, cfg: StepConfig,
+                    after_orders: PassiveState | None = None) -> CollectUpdates:
     """The bookkeeping of one simulator step, pure: the reward pipeline and the KL term,
     the transitions and where they go in replay (with the outcome labels of the trades that
     closed), the post-gate action-histogram controllers and the collect metrics.
@@ -149,6 +157,7 @@ def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
     Args:
         obs: the step's ``observe``; action, gated: [B] the actions sent and the gated flags.
         result, after: the simulator step's result and the envs' state after it.
+        after_orders: the resting orders after it (passive orders; None without).
     """
     # Terminal only where the episode ended: a closed trade bootstraps into the flat state
     # after it. Were a close terminal, every per-step cost (the KL term on Hold) would make
@@ -167,7 +176,10 @@ def collect_updates(obs: Observation, action: torch.Tensor, gated: torch.Tensor,
                         unrealized_pnl=obs.unrealized_pnl, action=action, reward=reward,
                         done=done, trade_closed=result.trade_closed, next_row=next_row,
                         next_position=next_position, next_time_in_trade=next_time_in_trade,
-                        next_unrealized_pnl=next_unrealized, outcome_valid=no, outcome_win=no)
+                        next_unrealized_pnl=next_unrealized, outcome_valid=no, outcome_win=no,
+                        **order_fields(obs.orders),
+                        **order_fields(resting_orders(after_orders) if after_orders is not None
+                                       else None, "next_"))
     # (+ outcome labels of the trades that closed, at the transitions that opened them)
     plan = write_plan(replay.pointer, replay.size, replay.max_priority, batch,
                       result.reward > 0, replay.capacity, replay.cfg.alpha)
@@ -195,7 +207,7 @@ def collect_deferred(state: TrainState, book: BookTensors, cfg: StepConfig,
     (a learner's draw on another stream, which reads the slots and labels it writes)."""
     env, ctl, kernels = state.env, state.controllers, state.kernels
     # ---- observe: K-window at each cursor plus the agent's own state
-    obs = kernels.observe(env.state, book, ctl, cfg)
+    obs = kernels.observe(env.state, book, ctl, cfg, env.passive_state)
     with torch.no_grad(), forward_precision(cfg.precision, obs.row.device):
         out = state.online(obs.window, obs.inputs)
     # ---- act: Thompson sample -> confidence gate -> FRD gate -> simulator
@@ -204,7 +216,7 @@ def collect_deferred(state: TrainState, book: BookTensors, cfg: StepConfig,
     # ---- rewards, replay write, controllers, metrics
     upd = kernels.collect_updates(obs, acted.actions, acted.gated, result, env.state, ctl,
                                   state.tables, state.metrics, state.replay,
-                                  state.online.num_actions, cfg)
+                                  state.online.num_actions, cfg, env.passive_state)
     if before_write is not None:
         before_write.wait()
     state.replay.write_(upd.replay)

@@ -9,6 +9,11 @@ when the wave comes.
 2. **FRD gate**: a buy (sell) becomes Hold when the FRD head gives less than
    ``frd_min_prob`` to a move up (down) at least as large as the round-trip cost.
 
+With passive orders a posted bid (ask) is gated as a buy (sell): it is an order to buy
+(sell), and the trade it may open bets on the same move. The round-trip cost stays the
+market one (a passive round trip may earn the spread instead: the gate stays
+conservative). Hold and the cancels are never gated: a cancel only takes risk off.
+
 Both are tensor arithmetic, including the warm-up: the step counter is a device tensor, so
 the same code fires eagerly and inside a captured CUDA graph (the original captured its
 gates as no-ops during warm-up and never fired them).
@@ -69,7 +74,7 @@ def move_probabilities(frd_probs: torch.Tensor, lower_edges: torch.Tensor,
 
 
 def apply_gates(proposed: torch.Tensor, confidence: torch.Tensor, p_up: torch.Tensor,
-                p_down: torch.Tensor, order_lots: torch.Tensor, threshold: torch.Tensor,
+                p_down: torch.Tensor, action_side: torch.Tensor, threshold: torch.Tensor,
                 active: torch.Tensor, explore_slots: int, cfg: GateConfig) -> GateResult:
     """Gate Thompson actions (see module doc).
 
@@ -77,17 +82,18 @@ def apply_gates(proposed: torch.Tensor, confidence: torch.Tensor, p_up: torch.Te
         proposed: [B] int64 Thompson actions.
         confidence: [B, A] profit confidence of each action.
         p_up, p_down: [B] FRD probabilities of a move beyond costs.
-        order_lots: [A] int64 signed lots of each action (0 = Hold).
+        action_side: [A] int64 the side each action trades: +1 buy or post a bid, -1 sell
+            or post an ask, 0 Hold and the cancels (never gated); signed lots do too.
         threshold: 0-d gate_threshold controller.
         active: 0-d bool, the warm-up is over.
         explore_slots: leading envs never gated.
     """
     b = proposed.shape[0]
     gateable = torch.arange(b, device=proposed.device) >= explore_slots
-    gateable = gateable & active & (proposed != HOLD)
+    side = action_side[proposed]
+    gateable = gateable & active & (side != 0)
     conf = confidence.gather(1, proposed[:, None])[:, 0]
-    lots = order_lots[proposed]
-    frd_blocks = torch.where(lots > 0, p_up < cfg.frd_min_prob, p_down < cfg.frd_min_prob)
+    frd_blocks = torch.where(side > 0, p_up < cfg.frd_min_prob, p_down < cfg.frd_min_prob)
     gated = gateable & ((conf < threshold) | frd_blocks)
     return GateResult(actions=torch.where(gated, HOLD, proposed), gated=gated)
 

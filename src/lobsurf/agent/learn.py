@@ -33,7 +33,7 @@ from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_los
 from lobsurf.agent.replay import Sample, n_step_values, priority_values
 from lobsurf.agent.state import (GradientSync, LearnerInputs, LearnUpdates, Losses, StepConfig,
                                  TrainState)
-from lobsurf.agent.transitions import Transitions
+from lobsurf.agent.transitions import Transitions, stored_orders
 from lobsurf.data.dataset import BookTensors, Window
 from lobsurf.data.labels import Labels
 from lobsurf.models.feature_table import FeatureRows, book_window
@@ -64,15 +64,19 @@ def learner_inputs(t: Transitions, index: torch.Tensor, storage: Transitions,
         boot_row, boot_pos, boot_tit, boot_pnl = (storage.next_row[k], storage.next_position[k],
                                                   storage.next_time_in_trade[k],
                                                   storage.next_unrealized_pnl[k])
+        boot_orders = stored_orders(storage, "next_", k)
         reward, done, gamma = nstep.ret, torch.zeros_like(t.done), nstep.discount
     else:
         boot_row, boot_pos, boot_tit, boot_pnl = (t.next_row, t.next_position,
                                                   t.next_time_in_trade, t.next_unrealized_pnl)
+        boot_orders = stored_orders(t, "next_")
         reward, done, gamma = t.reward, t.done, lc.gamma
-    s_inputs = state_inputs(ctl, t.position, t.time_in_trade, t.unrealized_pnl, cfg)
+    s_inputs = state_inputs(ctl, t.position, t.time_in_trade, t.unrealized_pnl, cfg,
+                            stored_orders(t))
     # the target net sees s and s' in one batched call
     window = book_window(book, torch.cat((t.row, boot_row)), cfg.window)
-    inputs = torch.cat((s_inputs, state_inputs(ctl, boot_pos, boot_tit, boot_pnl, cfg)))
+    inputs = torch.cat((s_inputs, state_inputs(ctl, boot_pos, boot_tit, boot_pnl, cfg,
+                                               boot_orders)))
     return LearnerInputs(z=support(ctl.v_min, ctl.v_max, cfg.network.num_atoms),
                          target_window=window, target_inputs=inputs,
                          online_window=first_rows(window, t.row.shape[0]),
@@ -112,8 +116,7 @@ def losses(state: TrainState, book: BookTensors, sample: Sample, cfg: StepConfig
     # the two are independent: beside each other on state.branch (lobsurf.streams)
     (target_mean_s, target), out = run_beside(state.branch, target_side, online_side)
     return Losses(*state.kernels.loss_terms(out, target, target_mean_s, li.z, t,
-                                            sample.weight, state.labels,
-                                            state.tables.order_lots, ctl, cfg))
+                                            sample.weight, state.labels, ctl, cfg))
 
 
 def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
@@ -143,14 +146,15 @@ def c51_target(target_q: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
 
 def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tensor,
                z: torch.Tensor, t: Transitions, weight: torch.Tensor, labels: Labels,
-               order_lots: torch.Tensor, ctl: ControllerState, cfg: StepConfig
-               ) -> tuple[torch.Tensor, ...]:
+               ctl: ControllerState, cfg: StepConfig) -> tuple[torch.Tensor, ...]:
     """Every loss from the online heads' outputs at s: the fields of ``Losses`` in order,
     all but ``total`` detached.
     The outputs are taken to fp32 here (under bf16 autocast the casts and their backward
     then compile into the losses' kernels instead of twelve eager copies). ``target``
     [B, N] and ``target_mean_s`` [B, A] come from ``c51_target``, ``weight`` [B] are the
-    importance weights, ``labels`` the whole book's."""
+    importance weights, ``labels`` the whole book's. The outcome head's label of a trade
+    sits at the transition that opened it; its side (long or short) is that of the position
+    after it (with passive orders a trade may open by a resting fill under any action)."""
     out = float_outputs(out)
     taken = out.q_logits.gather(1, t.action[:, None, None].expand(-1, 1, z.shape[0]))[:, 0]
     q_per_sample = categorical_cross_entropy(taken, target)  # [B]
@@ -159,8 +163,7 @@ def loss_terms(out: AgentOutput, target: torch.Tensor, target_mean_s: torch.Tens
     l_v, _advantage = value_loss(out.value, t.reward, t.trade_closed)
     lab = labels.rows(t.row)
     l_frd = frd_loss(out.frd_logits, lab.bucket, lab.bucket_valid)
-    long_side = order_lots[t.action] > 0
-    side = torch.stack((long_side, ~long_side), dim=1)  # [B, 2]: (long, short)
+    side = torch.stack((t.next_position > 0, t.next_position < 0), dim=1)  # [B, 2]: (long, short)
     outcome_mask = side & t.outcome_valid[:, None]
     l_aux = (cfg.aux.direction_weight
              * direction_loss(out.direction_logits, lab.direction, lab.direction_valid)

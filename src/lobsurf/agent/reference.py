@@ -6,7 +6,9 @@ with none of the production step's code (``lobsurf.agent.step``: streams, graph,
 buffers, kernels). It runs on the same ``TrainState`` (``train.reference`` trains with it);
 ``tests/agent/test_reference.py`` holds the two equal from one seed. Shared: the network
 and the simulator, each tested against a reference of its own, and the step's constant
-tables (order lots, fee constants, FRD bucket bounds, log pi_ref). The learner trains
+tables (order lots, fee constants, FRD bucket bounds, log pi_ref). With passive orders the
+agent's state includes its resting orders (lots, queue fraction, age a side), a posted bid
+(ask) is gated as a buy (sell) and Hold and the cancels never are. The learner trains
 on earlier steps' transitions: it samples the replay and reads the controllers as they were
 before this step's collect, which acts with the parameters before this step's Adam update.
 Shapes: B envs (= the learner's batch), A actions, N atoms, H horizons, C return buckets.
@@ -27,6 +29,28 @@ from lobsurf.data.dataset import BookTensors, gather_window
 FIELDS = ("row", "position", "time_in_trade", "unrealized_pnl", "action", "reward", "done",
           "trade_closed", "next_row", "next_position", "next_time_in_trade",
           "next_unrealized_pnl", "outcome_valid", "outcome_win")
+#: with passive orders, the resting orders at s then at s' (a side each: bid, ask)
+ORDER_FIELDS = tuple(f"{at}{side}_{what}" for at in ("", "next_")
+                     for what in ("lots", "queue", "age") for side in ("bid", "ask"))
+
+
+def _sides(sim) -> list[int]:
+    # the side each action trades (the gates'): +1 a buy or a posted bid, -1 a sell or a
+    # posted ask, 0 Hold and the cancels
+    return [(lots > 0) - (lots < 0) + (bid > 0) - (ask > 0)
+            for lots, (bid, ask) in zip(sim.signed_order_lots, sim.post_lots)]
+
+
+def _orders(env, prefix: str = "") -> dict[str, torch.Tensor]:
+    # copies of the resting orders as the agent sees them, a [B] tensor a field ({} without)
+    if env.passive_state is None:
+        return {}
+    ps, seen = env.passive_state, {}
+    for k, side in enumerate(("bid", "ask")):
+        seen[f"{prefix}{side}_lots"] = ps.remaining[:, k].clone()
+        seen[f"{prefix}{side}_queue"] = ps.queue_fraction[:, k].float()
+        seen[f"{prefix}{side}_age"] = ps.age[:, k].clone()
+    return seen
 
 
 def _support(ctl, cfg: StepConfig) -> torch.Tensor:
@@ -36,13 +60,21 @@ def _support(ctl, cfg: StepConfig) -> torch.Tensor:
     return (ctl.v_min + (ctl.v_max - ctl.v_min) * frac).float()
 
 
-def _state_inputs(position, time_in_trade, unrealized, pnl_magnitude, cfg: StepConfig):
-    # the agent's own state, each input of order 1: [B, 3]
+def _state_inputs(position, time_in_trade, unrealized, pnl_magnitude, cfg: StepConfig,
+                  orders=None, at: str = ""):
+    # the agent's own state, each input of order 1: [B, 3]; with the resting orders (their
+    # fields named with prefix ``at``) [B, 9]: lots / unit, queue fraction, age as time
     net = cfg.network
+    scale = math.log1p(net.state_time_scale_steps)
     pos = position.float() / cfg.position_unit
-    tit = torch.log1p(time_in_trade.float()) / math.log1p(net.state_time_scale_steps)
+    tit = torch.log1p(time_in_trade.float()) / scale
     pnl = unrealized / pnl_magnitude.clamp(min=1e-12) if pnl_magnitude > 0 else 0 * unrealized
-    return torch.stack((pos, tit, pnl.clamp(-net.state_pnl_clip, net.state_pnl_clip).float()), -1)
+    x = [pos, tit, pnl.clamp(-net.state_pnl_clip, net.state_pnl_clip).float()]
+    if orders:
+        x += [orders[f"{at}{side}_lots"].float() / cfg.position_unit for side in ("bid", "ask")]
+        x += [orders[f"{at}{side}_queue"].float() for side in ("bid", "ask")]
+        x += [torch.log1p(orders[f"{at}{side}_age"].float()) / scale for side in ("bid", "ask")]
+    return torch.stack(x, -1)
 
 
 def _project(next_probs, reward, discount, z):
@@ -69,7 +101,8 @@ def _learn(state: TrainState, book: BookTensors, cfg: StepConfig) -> dict:
     index = (cdf[None, :] <= (u * cdf[-1])[:, None]).sum(1).clamp(max=len(weight) - 1)  # [B]
     iw = (replay.size * (weight[index] / cdf[-1])).clamp(min=1e-300) ** -ctl.per_beta
     iw = (iw / iw.max()).float()
-    t = {name: getattr(store, name)[index] for name in FIELDS}
+    held = ORDER_FIELDS if state.env.passive_state is not None else ()  # resting orders
+    t = {name: getattr(store, name)[index] for name in FIELDS + held}
     # ---- bootstrap after one step, or after an m-step return along the ring (m <= n)
     ret, discount, boot = t["reward"].clone(), lc.gamma * (~t["done"]).float(), index.clone()
     if lc.n_step > 1:
@@ -84,9 +117,11 @@ def _learn(state: TrainState, book: BookTensors, cfg: StepConfig) -> dict:
                     break
             discount[i] = alive * lc.gamma ** min(ahead + 1, lc.n_step)
     s_in = _state_inputs(t["position"], t["time_in_trade"], t["unrealized_pnl"],
-                         ctl.pnl_magnitude, cfg)
+                         ctl.pnl_magnitude, cfg, {k: t[k] for k in held[:6]})
+    boot_orders = {name: getattr(store, name)[boot] for name in held[6:]}
     next_in = _state_inputs(store.next_position[boot], store.next_time_in_trade[boot],
-                            store.next_unrealized_pnl[boot], ctl.pnl_magnitude, cfg)
+                            store.next_unrealized_pnl[boot], ctl.pnl_magnitude, cfg,
+                            boot_orders, "next_")
     z, b, rows = _support(ctl, cfg), len(index), torch.arange(len(index))
     precision = torch.autocast(z.device.type, torch.bfloat16, enabled=cfg.precision == "bf16")
     # ---- target net at s (pi's distillation target) and s' (the C51 target)
@@ -120,8 +155,9 @@ def _learn(state: TrainState, book: BookTensors, cfg: StepConfig) -> dict:
     bce = F.binary_cross_entropy_with_logits(out.direction_logits.float(),
                                              lab.direction[t["row"]], reduction="none")
     l_dir = ((bce * ok).sum(0) / ok.sum(0).clamp(min=1)).mean()
-    long = state.tables.order_lots[t["action"]] > 0
-    ok = (torch.stack((long, ~long), 1) & t["outcome_valid"][:, None]).float()  # [B, 2]
+    # a trade's side: that of the position after the transition that opened it
+    trade_side = torch.stack((t["next_position"] > 0, t["next_position"] < 0), 1)
+    ok = (trade_side & t["outcome_valid"][:, None]).float()  # [B, 2]
     bce = F.binary_cross_entropy_with_logits(
         out.outcome_logits.float(), t["outcome_win"][:, None].float().expand(-1, 2),
         reduction="none")
@@ -175,7 +211,8 @@ def _adam_and_polyak(state: TrainState, grads: list[torch.Tensor], cfg: StepConf
 def reference_step(state: TrainState, book: BookTensors, cfg: StepConfig,
                    learning: bool) -> dict[str, torch.Tensor]:
     """One training step (module docstring), in place on ``state``; returns what it did:
-    actions [B], stored rewards [B] and, when ``learning``, the losses (0-d)."""
+    actions [B] (sent), proposed [B] (before the gates), gated [B], stored rewards [B] and,
+    when ``learning``, the losses (0-d)."""
     ctl, env, rc, gates, tables = state.controllers, state.env, cfg.reward, cfg.gates, state.tables
     # ---- fresh noise in both networks' noisy layers: f(e) = sign(e) sqrt(|e|), online first
     eps = [e for net in (state.online, state.target) for name, e in net.named_buffers()
@@ -189,11 +226,13 @@ def reference_step(state: TrainState, book: BookTensors, cfg: StepConfig,
     # ---- observe: the K-window at each env's cursor and the agent's own state
     s = {k: getattr(env.state, k).clone() for k in ("cursor", "position", "time_in_trade",
                                                       "unrealized_pnl")}
+    orders = _orders(env)  # the resting orders (passive orders)
     z, b = _support(ctl, cfg), len(s["cursor"])
     with torch.no_grad(), torch.autocast(z.device.type, torch.bfloat16,
                                          enabled=cfg.precision == "bf16"):
         out = state.online(gather_window(book, s["cursor"], cfg.window), _state_inputs(
-            s["position"], s["time_in_trade"], s["unrealized_pnl"], ctl.pnl_magnitude, cfg))
+            s["position"], s["time_in_trade"], s["unrealized_pnl"], ctl.pnl_magnitude, cfg,
+            orders))
     probs = out.q_logits.float().softmax(-1)  # [B, A, N]
     # ---- act: one Thompson sample of each action's return (inverse CDF), then argmax
     if cfg.learner.acting == "greedy":
@@ -207,7 +246,9 @@ def reference_step(state: TrainState, book: BookTensors, cfg: StepConfig,
         atom = torch.searchsorted(probs.cumsum(-1), u[..., None])[..., 0]  # [B, A]
         action = z[atom.clamp(max=len(z) - 1)].argmax(-1)
     # ---- gate: hold unless Q is confident (P(return > 0) >= threshold) and the FRD head
-    # gives a move beyond the round-trip cost a chance; the first slots explore ungated
+    # gives a move beyond the round-trip cost of its side a chance; the first slots explore
+    # ungated
+    proposed = action
     gated = torch.zeros(b, dtype=torch.bool, device=z.device)
     active, threshold = state.step_count >= gates.warmup_steps, ctl.gate_threshold.clone()
     if cfg.learner.acting == "thompson" and gates.enabled:
@@ -217,17 +258,18 @@ def reference_step(state: TrainState, book: BookTensors, cfg: StepConfig,
         frd = out.frd_logits[:, gates.frd_horizon_index].float().softmax(-1)  # [B, C]
         p_up = (frd * (tables.bucket_lower >= cost[:, None])).sum(-1)
         p_down = (frd * (tables.bucket_upper <= -cost[:, None])).sum(-1)
-        blocked = torch.where(tables.order_lots[action] > 0, p_up < gates.frd_min_prob,
-                              p_down < gates.frd_min_prob)
+        side = torch.tensor(_sides(env.cfg), device=z.device)[action]
+        blocked = torch.where(side > 0, p_up < gates.frd_min_prob, p_down < gates.frd_min_prob)
         blocked |= (probs * (z > 0)).sum(-1)[torch.arange(b), action] < threshold
         slots = int(b * (1.0 - gates.max_hold_fraction))
-        gated = (torch.arange(b, device=z.device) >= slots) & active & (action != 0) & blocked
+        gated = (torch.arange(b, device=z.device) >= slots) & active & (side != 0) & blocked
         action = torch.where(gated, 0, action)
         up = ctl.hold_fraction < gates.target_hold_fraction
         if active:
             threshold = (threshold * (gates.adjust_rate if up else 1 / gates.adjust_rate)
                          ).clamp(*controller_bounds("gate_threshold"))
-    # ---- simulate (market orders fill against the book), then the reward pipeline:
+    # ---- simulate (market orders fill against the book, resting orders against its
+    # prints and queues), then the reward pipeline:
     # mark-to-market shaping -> scale -> clamp [-loss, win] -> + beta log pi_ref(a)
     result = env.step(action)
     pnl, closed, done = result.reward, result.trade_closed, result.episode_end
@@ -248,7 +290,7 @@ def reference_step(state: TrainState, book: BookTensors, cfg: StepConfig,
     new = (s["cursor"], s["position"], s["time_in_trade"], s["unrealized_pnl"], action, reward,
            done, closed, env.state.cursor, env.state.position, env.state.time_in_trade,
            env.state.unrealized_pnl, no, no)
-    for name, value in zip(FIELDS, new):
+    for name, value in [*zip(FIELDS, new), *orders.items(), *_orders(env, "next_").items()]:
         getattr(replay.storage, name)[ring] = value
     replay.weight[ring] = replay.max_priority ** cfg.replay.alpha
     for e in range(b):
@@ -290,4 +332,5 @@ def reference_step(state: TrainState, book: BookTensors, cfg: StepConfig,
         sums |= {k: v.detach() for k, v in learned.items()}
     for name, value in sums.items():
         getattr(state.metrics, name).add_(value)
-    return {"action": action, "reward": reward, **(learned or {})}
+    return {"action": action, "proposed": proposed, "gated": gated, "reward": reward,
+            **(learned or {})}

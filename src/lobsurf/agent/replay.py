@@ -2,9 +2,10 @@
 
 Storage holds what is needed to rebuild a transition, never observation windows: the
 dataset row of the state and of the next state, the agent's own state at both (position,
-time in trade, unrealized PnL), the action, the reward (after the reward pipeline), done
+time in trade, unrealized PnL; with passive orders also the resting orders: lots, queue
+fraction and age a side), the action, the reward (after the reward pipeline), done
 (episode end) and trade_closed. The learner re-gathers the K-windows by row, so memory does
-not grow with K. The fields are packed by dtype (``lobsurf.agent.transitions.PACKING``: four
+not grow with K. The fields are packed by dtype (``lobsurf.agent.transitions.packing``: four
 [C, k] tensors, a field a column; ``storage`` holds the columns as views), so a step's write
 and a sample's gather are a kernel per dtype rather than per field.
 
@@ -26,13 +27,13 @@ methods run them eagerly and do the in-place writes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
 from lobsurf.agent.config import ReplayConfig
-from lobsurf.agent.transitions import PACKING, Transitions, pack, unpack
+from lobsurf.agent.transitions import Transitions, field_names, pack, packing, unpack
 from lobsurf.writeback import copy_values_
 
 
@@ -116,7 +117,7 @@ def sample_values(weight: torch.Tensor, size: torch.Tensor, packs: tuple[torch.T
 
     Args:
         weight: [C] float64 priority ** alpha. size: 0-d fill count.
-        packs: the [C, k] packed storage (``PACKING``). u: [n] float64 uniforms in [0, 1).
+        packs: the [C, k] packed storage (``packing``). u: [n] float64 uniforms in [0, 1).
         beta: 0-d importance-weight exponent.
         pointer, reserved: the ``reserved`` ring slots from ``pointer`` on (the next write's)
             are never drawn: a sample taken before a write must not hold a slot that the
@@ -204,13 +205,16 @@ class DrawnAhead:
 
 
 class PrioritizedReplay:
-    """Ring storage of ``capacity`` transitions with proportional prioritized sampling."""
+    """Ring storage of ``capacity`` transitions with proportional prioritized sampling
+    (``passive_orders``: the agent's state includes its resting orders)."""
 
-    def __init__(self, cfg: ReplayConfig, device: torch.device | str, seed: int) -> None:
+    def __init__(self, cfg: ReplayConfig, device: torch.device | str, seed: int,
+                 passive_orders: bool = False) -> None:
         self.cfg, self.capacity = cfg, cfg.capacity
         c = cfg.capacity
+        self.layout = packing(passive_orders)
         self.packs = tuple(torch.zeros(c, len(names), dtype=dtype, device=device)
-                           for dtype, names in PACKING)
+                           for dtype, names in self.layout)
         self.storage = unpack(self.packs)  # [C] views of the packs, a field each
         self.weight = torch.zeros(c, dtype=torch.float64, device=device)  # priority ** alpha
         self.pointer = torch.zeros((), dtype=torch.int64, device=device)
@@ -242,7 +246,7 @@ class PrioritizedReplay:
 
     def _label_(self, slots: torch.Tensor, labels: torch.Tensor) -> None:
         """[B, 2] (valid, win) outcome labels into their slots (``transitions.OUTCOME_FIELDS``)."""
-        outcomes = self.packs[[d for d, _ in PACKING].index(torch.bool)][:, -2:]
+        outcomes = self.packs[[d for d, _ in self.layout].index(torch.bool)][:, -2:]
         outcomes.index_copy_(0, slots, labels)
 
     def add(self, batch: Transitions) -> None:
@@ -383,7 +387,8 @@ class PrioritizedReplay:
                              gamma, writes_per_step)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        state = {f"storage.{f.name}": getattr(self.storage, f.name) for f in fields(Transitions)}
+        state = {f"storage.{name}": getattr(self.storage, name)
+                 for name in field_names(self.layout)}
         state.update(weight=self.weight, pointer=self.pointer, size=self.size,
                      max_priority=self.max_priority, generator=self.generator.get_state())
         if self.drawn_ahead:  # the generator has moved past it: a resume must reuse it
@@ -391,8 +396,8 @@ class PrioritizedReplay:
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for f in fields(Transitions):
-            getattr(self.storage, f.name).copy_(state[f"storage.{f.name}"])
+        for name in field_names(self.layout):
+            getattr(self.storage, name).copy_(state[f"storage.{name}"])
         for name in ("weight", "pointer", "size", "max_priority"):
             getattr(self, name).copy_(state[name])
         self.generator.set_state(state["generator"])

@@ -20,6 +20,7 @@ from lobsurf.agent.flat import FlatParameters
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
+from lobsurf.agent.orders import RestingOrders
 from lobsurf.agent.replay import PrioritizedReplay, Sample, WritePlan
 from lobsurf.agent.transitions import Transitions
 from lobsurf.data.dataset import Window
@@ -55,13 +56,16 @@ class StepConfig:
 class StepTables:
     """Device constants of the step, made once (not checkpointed: derived from the config).
 
-    order_lots [A] int64 signed lots per action; log_pi_ref [A]; bucket_lower/upper [C]
+    order_lots [A] int64 signed lots per action; action_side [A] int64 the side an action
+    trades, which the gates read: +1 a buy or a posted bid, -1 a sell or a posted ask, 0
+    Hold and the cancels (never gated); log_pi_ref [A]; bucket_lower/upper [C]
     FRD bucket bounds in ticks; fee_per_lot, fee_per_value_tick, tick_value 0-d float64;
     loss_seed 0-d float32 1, the backward's seed d total / d total (autograd would fill a
     new one every step: a kernel on the learner's critical path).
     """
 
     order_lots: torch.Tensor
+    action_side: torch.Tensor
     log_pi_ref: torch.Tensor
     bucket_lower: torch.Tensor
     bucket_upper: torch.Tensor
@@ -109,7 +113,8 @@ class TrainState:
 class Observation(NamedTuple):
     """What the acting forward sees (``observe``): copies of the envs' state before the
     step (row [B] cursors, position, time_in_trade, unrealized_pnl), the support z [N], the
-    K-windows at the cursors and the agent-state inputs [B, 3]."""
+    K-windows at the cursors, the agent-state inputs [B, 3] ([B, 9] with passive orders)
+    and, with passive orders, the resting orders (None without)."""
 
     row: torch.Tensor
     position: torch.Tensor
@@ -118,6 +123,7 @@ class Observation(NamedTuple):
     z: torch.Tensor
     window: Window | FeatureRows
     inputs: torch.Tensor
+    orders: RestingOrders | None = None
 
 
 class Acted(NamedTuple):

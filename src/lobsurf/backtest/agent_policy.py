@@ -1,6 +1,7 @@
 """A trained agent as a ``lobsurf.backtest.policy.Policy``: ``act(env)`` reads the K-window at
 each env's cursor (from the book's feature table when it has one) and the env's agent
-state, runs the network, and picks actions.
+state (with its resting orders, for a network trained with passive orders: the env must
+have them too), runs the network, and picks actions.
 
 Modes (``--policy``):
 * ``greedy``: argmax over actions of E[Q] (the default for evaluation; deterministic);
@@ -26,6 +27,7 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.distributional import support
 from lobsurf.agent.network import AgentNetwork, agent_state_features
 from lobsurf.agent.noisy import NoisyLinear
+from lobsurf.agent.orders import resting_orders
 from lobsurf.agent.state import StepTables
 from lobsurf.models.feature_table import book_window
 from lobsurf.sim.env import BatchedLobEnv
@@ -64,8 +66,15 @@ class AgentPolicy:
     @torch.no_grad()
     def act(self, env: BatchedLobEnv) -> torch.Tensor:
         s, ctl = env.state, self.controllers
+        orders = None
+        if self.network.passive_orders:
+            if env.passive_state is None:
+                raise ValueError("this agent was trained with passive orders: evaluate it in "
+                                 "an env with sim.passive_orders on")
+            orders = resting_orders(env.passive_state)
         state = agent_state_features(s.position, s.time_in_trade, s.unrealized_pnl,
-                                     ctl.pnl_magnitude, self.position_unit, self.network.cfg)
+                                     ctl.pnl_magnitude, self.position_unit, self.network.cfg,
+                                     orders)
         # the book's feature table where it has one (validation: the same values, half
         # the time), else the gathered book fields
         out = self.network(book_window(env.book, s.cursor, self.window), state)

@@ -72,6 +72,10 @@ class BenchConfig:
     kernels: str = "auto"
     """The encoders' Triton kernels (``Encoder.use_kernels_``): "auto" on CUDA, "off" the
     PyTorch path everywhere, "on" wherever Triton runs (the CPU under its interpreter)."""
+    passive_orders: bool = False
+    """Time the step with ``sim.passive_orders`` (23 actions, the resting orders in the
+    agent's state and replay, the simulator's resting-order step; the synthetic store has
+    trades): its cost against the market-order step's."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "repeats", "warmup_steps", "profile_steps", "snapshots_per_day",
@@ -102,6 +106,7 @@ def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConf
         "encoder": {"n_layers": layers},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "kernels": cfg.kernels != "off"},
+        "sim": {"passive_orders": cfg.passive_orders},
         "replay": {"capacity": max(cfg.min_replay_capacity, 4 * batch)}})
 
 

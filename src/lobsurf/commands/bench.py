@@ -68,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time the graphed step compiled, as lobsurf train runs it "
                         "on CUDA (train.compile; about a minute of compilation per "
                         "configuration; default: on for CUDA, off on CPU)")
+    parser.add_argument("--passive-orders", action="store_true",
+                        help="time the step with resting orders (sim.passive_orders: 23 "
+                        "actions, the orders in the agent's state); compare with a run "
+                        "without the flag on the same machine")
     parser.add_argument("--kernels", choices=KERNEL_MODES, default=d.kernels,
                         help="the step's Triton kernels (train.kernels): auto = on CUDA, off = "
                         "the PyTorch path, on = wherever Triton runs (the CPU under its "
@@ -98,20 +102,23 @@ def _config(args: argparse.Namespace):
 
     try:
         return BenchConfig(steps=args.steps, repeats=args.repeats,
-                           snapshots_per_day=args.snapshots, kernels=args.kernels)
+                           snapshots_per_day=args.snapshots, kernels=args.kernels,
+                           passive_orders=args.passive_orders)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
 
-def header(device: str) -> dict:
+def header(device: str, passive_orders: bool = False) -> dict:
     import torch
 
     from lobsurf.devices import device_name
     from lobsurf.training.run.prepare import versions
 
+    actions = ("23 actions x 21 atoms, passive orders (sim.passive_orders)" if passive_orders
+               else "11 actions x 21 atoms")
     return {"device": device_name(device), "versions": versions(),
             "date": time.strftime("%Y-%m-%d"), "tf32": device.startswith("cuda"),
-            "model": "K=64 d_model=128 Mamba2, 11 actions x 21 atoms (training defaults)",
+            "model": f"K=64 d_model=128 Mamba2, {actions} (training defaults)",
             "torch_threads": torch.get_num_threads()}
 
 
@@ -206,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     peaks = _peaks(args, device_name(device))
     if device.startswith("cuda"):
         enable_tf32()
-    out = {**header(device), "config": vars(cfg), "memory_plan": memory_plan(device, plan),
+    out = {**header(device, cfg.passive_orders), "config": vars(cfg), "memory_plan": memory_plan(device, plan),
            "rows": []}
     with tempfile.TemporaryDirectory(prefix="lobsurf-bench-") as tmp:
         store = make_store(Path(tmp), cfg)

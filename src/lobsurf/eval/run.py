@@ -152,7 +152,8 @@ def chosen_line(info: dict[str, Any]) -> str:
 def agent_policy(cfg: RunConfig, payload: dict[str, Any], env: BatchedLobEnv, mode: PolicyMode,
                  device: torch.device | str) -> AgentPolicy:
     """The checkpoint's online network and controllers as a Policy for ``env``'s book."""
-    net = AgentNetwork(cfg.features, cfg.encoder, cfg.network, cfg.labels, cfg.sim.num_actions)
+    net = AgentNetwork(cfg.features, cfg.encoder, cfg.network, cfg.labels, cfg.sim.num_actions,
+                       cfg.sim.passive_orders)
     net.load_state_dict(payload["online"])
     controllers = ControllerState.bootstrap(device)
     controllers.load_(payload["controllers"])

@@ -109,8 +109,8 @@ def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
         "net PnL as a share of baseline optimal, the exact best attainable on these rows "
         "(dynamic programming over the position; it reads the future, as does oracle).")
     equity = figures.equity_figure(records, out / "equity.png", _unit(data, result))
-    actions = figures.actions_figure(data, records, tuple(result["settings"]["sim"]
-                                                           ["order_sizes_lots"]), out / "actions.png")
+    actions = figures.actions_figure(data, records, plan.sim.order_sizes_lots,
+                                     out / "actions.png", plan.sim.passive_orders)
     position = figures.position_figure(_mid_price(plan.book, tiling.rows), records["agent"],
                                        plan.sim.latency_rows, cfg.sample_steps,
                                        out / "position.png")
@@ -225,7 +225,8 @@ def build_report(run_dir: Path, cfg: ReportConfig = ReportConfig(),
         if data.validations:
             body.append(_validation(data, out, report))
         if report.heldout is None:  # the action panel still has the training half
-            actions = figures.actions_figure(data, None, _order_sizes(data), out / "actions.png")
+            sizes, passive = _action_set(data)
+            actions = figures.actions_figure(data, None, sizes, out / "actions.png", passive)
             report.figures.append(actions)
             body.append(section("Actions", image(actions, "action distribution")))
     if data.walk_forward:
@@ -237,8 +238,10 @@ def build_report(run_dir: Path, cfg: ReportConfig = ReportConfig(),
     return report
 
 
-def _order_sizes(data: RunData) -> tuple[int, ...]:
+def _action_set(data: RunData) -> tuple[tuple[int, ...], bool]:
+    """The run's order sizes and whether it posts resting orders (its run_start config)."""
     sim = ((data.start or {}).get("config") or {}).get("sim") or {}
     from lobsurf.sim.config import SimConfig
 
-    return tuple(sim.get("order_sizes_lots", SimConfig().order_sizes_lots))
+    return (tuple(sim.get("order_sizes_lots", SimConfig().order_sizes_lots)),
+            bool(sim.get("passive_orders", False)))

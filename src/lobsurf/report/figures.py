@@ -174,16 +174,21 @@ def equity_figure(records: dict[str, BacktestRecord], path: Path, unit: str = "c
     return _save(fig, path)
 
 
-def action_labels(order_sizes_lots: tuple[int, ...]) -> list[str]:
-    """Action index -> label (the simulator's convention: hold, buys, then sells)."""
-    return (["hold"] + [f"buy {s}" for s in order_sizes_lots]
-            + [f"sell {s}" for s in order_sizes_lots])
+def action_labels(order_sizes_lots: tuple[int, ...], passive_orders: bool = False) -> list[str]:
+    """Action index -> label (the simulator's convention: hold, buys, then sells; with
+    passive orders then the posts and the cancels)."""
+    from lobsurf.sim.config import SimConfig
+
+    return list(SimConfig(order_sizes_lots=tuple(order_sizes_lots),
+                          passive_orders=passive_orders).action_names)
 
 
 def actions_figure(data: RunData, records: dict[str, BacktestRecord] | None,
-                   order_sizes_lots: tuple[int, ...], path: Path) -> Path:
+                   order_sizes_lots: tuple[int, ...], path: Path,
+                   passive_orders: bool = False) -> Path:
     """Left: hold and gated fractions over training (metrics.jsonl has no per-action counts).
-    Right: the distribution of actions in the held-out sweep of the final checkpoint."""
+    Right: the distribution of actions in the held-out sweep of the final checkpoint (with
+    passive orders the posts and cancels too)."""
     fig, (train_ax, sweep_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
     for key in ("hold_fraction", "gated_fraction"):
         steps, values = data.series(key)
@@ -193,7 +198,7 @@ def actions_figure(data: RunData, records: dict[str, BacktestRecord] | None,
     train_ax.set_title("over training: share of Hold actions and of gated (vetoed) trades")
     train_ax.set_xlabel("training step")
     train_ax.legend(fontsize=8)
-    labels = action_labels(order_sizes_lots)
+    labels = action_labels(order_sizes_lots, passive_orders)
     if records:
         names = [n for n in records if records[n].step_action is not None]
         width = 0.8 / max(len(names), 1)
@@ -203,7 +208,7 @@ def actions_figure(data: RunData, records: dict[str, BacktestRecord] | None,
                 len(records[name].step_action), 1)
             sweep_ax.bar(x + (i - (len(names) - 1) / 2) * width, share, width, label=name,
                          color=AGENT_COLOR if name == "agent" else None)
-        sweep_ax.set_xticks(x, labels, fontsize=8)
+        sweep_ax.set_xticks(x, labels, fontsize=8, rotation=90 if passive_orders else 0)
         sweep_ax.legend(fontsize=7, ncol=2)
     else:
         sweep_ax.text(0.5, 0.5, "no checkpoint yet: no held-out sweep", ha="center",

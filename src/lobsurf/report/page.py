@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 #: metrics of the held-out table, in order (docs/metrics.md); others follow
-TABLE_METRICS = ("net_pnl", "capture", "capture_bayes", "gross_pnl", "fees", "trades", "win_rate",
+#: (with passive orders, the resting orders' after the fees: docs/metrics.md)
+TABLE_METRICS = ("net_pnl", "capture", "capture_bayes", "capture_passive", "gross_pnl", "fees",
+                 "maker_share", "maker_lots", "maker_fees", "posted_lots", "fill_rate",
+                 "rejected_posts", "trades", "win_rate",
                  "pnl_per_trade", "pnl_per_trade_ci", "sharpe_per_trade", "sharpe_per_day",
                  "max_drawdown", "hold_fraction", "turnover", "avg_holding_steps",
                  "unfilled_lots", "steps", "days")
 #: metrics shown as shares with three decimals
-RATIO_METRICS = ("capture", "capture_bayes", "win_rate", "hold_fraction", "turnover",
-                 "sharpe_per_trade", "sharpe_per_day")
+RATIO_METRICS = ("capture", "capture_bayes", "capture_passive", "win_rate", "hold_fraction",
+                 "turnover", "sharpe_per_trade", "sharpe_per_day", "maker_share", "fill_rate")
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }

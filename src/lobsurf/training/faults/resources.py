@@ -131,11 +131,11 @@ def memory_estimate(cfg: RunConfig, rows: int, device: torch.device | str = "cpu
             if isinstance(getattr(probe, f.name), torch.Tensor)]
     labels = compute_labels(probe, cfg.labels)
     label_tensors = [getattr(labels, f.name) for f in fields(labels)]
-    replay = PrioritizedReplay(replace(cfg.replay, capacity=2), "cpu", 0)
-    slots = [getattr(replay.storage, f.name) for f in fields(replay.storage)] + [replay.weight]
+    replay = PrioritizedReplay(replace(cfg.replay, capacity=2), "cpu", 0, cfg.sim.passive_orders)
+    slots = [*replay.storage.stored().values(), replay.weight]
     with torch.device("meta"):
         net = AgentNetwork(cfg.features, cfg.encoder, cfg.network, cfg.labels,
-                           cfg.sim.num_actions)
+                           cfg.sim.num_actions, cfg.sim.passive_orders)
     params = [p for p in net.parameters() if p.requires_grad]
     return MemoryEstimate(
         rows=rows, book_bytes_per_row=_per_row(book),

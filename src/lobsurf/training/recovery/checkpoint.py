@@ -12,6 +12,8 @@ raw), holding plain types and tensors only:
     optimizer          Adam state dict
     replay             storage, priorities, ring pointer, fill count, generator state
     sim_state, sim_stats, env_generator    the simulator's cursors, positions, stats, RNG
+    passive_state, passive_stats           the resting orders and their counts (passive
+                                           orders only)
     noise_generator, acting_generator      RNG states
     metric_sums        device metric sums not yet logged
     metrics_bytes      size of metrics.jsonl when the checkpoint was taken (a resume cuts
@@ -63,7 +65,7 @@ import torch
 from lobsurf.agent.controllers import controller_table
 from lobsurf.agent.state import TrainState
 from lobsurf.errors import UserError
-from lobsurf.sim.state import SimState, SimStats
+from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats
 from lobsurf.training.recovery import pause_points
 from lobsurf.training.recovery.checkpoint_file import Packed, pack, unpack_file
 
@@ -95,18 +97,21 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _fields(obj: SimState | SimStats) -> dict[str, torch.Tensor]:
+def _fields(obj: SimState | SimStats | PassiveState | PassiveStats) -> dict[str, torch.Tensor]:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def local_payload(state: TrainState) -> dict[str, Any]:
     """What each rank of a multi-process run owns (see ``restore_local_``): the state's own
     tensors (``pack`` copies them)."""
+    env = state.env
     return {
         "replay": state.replay.state_dict(),
-        "sim_state": _fields(state.env.state),
-        "sim_stats": _fields(state.env.stats),
-        "env_generator": state.env.generator.get_state(),
+        "sim_state": _fields(env.state),
+        "sim_stats": _fields(env.stats),
+        **({} if env.passive_state is None else {"passive_state": _fields(env.passive_state),
+                                                  "passive_stats": _fields(env.passive_stats)}),
+        "env_generator": env.generator.get_state(),
         "noise_generator": state.noise_generator.get_state(),
         "acting_generator": state.acting_generator.get_state(),
         "metric_sums": state.metrics.as_dict(),
@@ -392,6 +397,10 @@ def restore_local_(state: TrainState, payload: dict[str, Any]) -> None:
         getattr(state.env.state, name).copy_(value)
     for name, value in payload["sim_stats"].items():
         getattr(state.env.stats, name).copy_(value)
+    if state.env.passive_state is not None:  # the resting orders (passive orders)
+        for part in ("passive_state", "passive_stats"):
+            for name, value in payload[part].items():
+                getattr(getattr(state.env, part), name).copy_(value)
     state.env.generator.set_state(payload["env_generator"])
     state.noise_generator.set_state(payload["noise_generator"])
     state.acting_generator.set_state(payload["acting_generator"])

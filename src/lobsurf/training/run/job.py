@@ -78,10 +78,12 @@ def _say_fees(cfg, data, resumed: bool) -> None:
     fees = resolve_fees(cfg.sim, data.book)
     given_as = "the run's config" if resumed else "given: sim.fee_per_lot / sim.fee_bps"
     print(f"train: {fees.describe(data.book, given_as)}", file=sys.stderr)
+    if cfg.sim.passive_orders:  # resting orders' fills pay the maker fee
+        print(f"train: {fees.describe_maker(data.book, given_as)}", file=sys.stderr)
     warning = fee_warning(fees, data.train_book,
                           holding_rows(cfg.labels.max_horizon, cfg.sim.stride),
                           "--set sim.fee_per_lot=... / sim.fee_bps=..., or the store's fee "
-                          "(lobsurf info)")
+                          "(lobsurf info)", passive=cfg.sim.passive_orders)
     if warning:
         print(f"train: warning: {warning}", file=sys.stderr)
 
@@ -122,6 +124,8 @@ def train_one(config_file: str | None, overrides: list[str], run_dir: Path, *,
     from lobsurf.training.faults.resources import check_fits, memory_estimate, store_rows
     from lobsurf.training.recovery.run_folder import prepare_run_folder, require_run_folder
     from lobsurf.training.recovery.saved_config import saved_values
+    from lobsurf.data.dataset import require_trades
+    from lobsurf.data.store import Store
 
     pretrained = None
     if resume:
@@ -141,6 +145,9 @@ def train_one(config_file: str | None, overrides: list[str], run_dir: Path, *,
     if device.startswith("cuda"):
         enable_tf32()
     store_path = Path(cfg.data.store) if cfg.data.store else default_store(progress)
+    if cfg.sim.passive_orders:  # refused before anything is written
+        require_trades(Store.open(store_path), "passive orders (sim.passive_orders)",
+                       store_path)
     # ---- the memory ceiling, stated and checked before anything is loaded
     estimate = memory_estimate(cfg, store_rows(store_path, cfg.data.instrument_id), device)
     check_fits(estimate, device)

@@ -30,6 +30,7 @@ from lobsurf.data.split import evenly_spaced
 from lobsurf.errors import UserError
 from lobsurf.models.features import last_snapshot
 from lobsurf.models.kernels.triton_support import use_kernels_
+from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.reward import money_scalar
 from lobsurf.streams import side_stream
@@ -63,7 +64,7 @@ def build_network(cfg: RunConfig, data: TrainingData, device: torch.device | str
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed + SEED_OFFSETS["init"])
         net = AgentNetwork(cfg.features, cfg.encoder, cfg.network, cfg.labels,
-                           cfg.sim.num_actions)
+                           cfg.sim.num_actions, cfg.sim.passive_orders)
     net = net.to(device)
     if pretrained is not None:
         net.load_pretrained_(pretrained)
@@ -104,7 +105,8 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     except ValueError as exc:
         raise UserError(f"training rows too few for the simulator: {exc}") from exc
     env.reset()
-    replay = PrioritizedReplay(cfg.replay, device, seed + SEED_OFFSETS["replay"])
+    replay = PrioritizedReplay(cfg.replay, device, seed + SEED_OFFSETS["replay"],
+                               cfg.sim.passive_orders)
     noise_generator = _generator(device, seed + SEED_OFFSETS["noise"])
     acting_generator = _generator(device, seed + SEED_OFFSETS["acting"])
     cuda = torch.device(device).type == "cuda"
@@ -137,17 +139,29 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
 
 
 def step_tables(cfg: RunConfig, env: BatchedLobEnv, device: torch.device | str) -> StepTables:
-    """The step's device constants: order table, pi_ref, FRD bucket bounds, fee constants."""
+    """The step's device constants: order table, the side each action trades (the gates':
+    a posted bid buys, a posted ask sells, Hold and the cancels trade no side), pi_ref, FRD
+    bucket bounds, fee constants."""
     edges = torch.tensor(cfg.labels.bucket_edges_ticks, dtype=torch.float32, device=device)
     inf = torch.full((1,), float("inf"), device=device)
     return StepTables(
         order_lots=env.order_table,
+        action_side=action_sides(cfg.sim, device),
         log_pi_ref=reference_log_probs(cfg.sim.num_actions, cfg.policy, device),
         bucket_lower=torch.cat((-inf, edges)), bucket_upper=torch.cat((edges, inf)),
         fee_per_lot=money_scalar(env.fee_model.per_lot, device),
         fee_per_value_tick=money_scalar(env.fee_model.per_value_tick, device),
         tick_value=money_scalar(env.tick_value, device),
         loss_seed=torch.ones((), dtype=torch.float32, device=device))
+
+
+def action_sides(sim: SimConfig, device: torch.device | str) -> torch.Tensor:
+    """[A] int64 the side each action trades: +1 a buy or a posted bid, -1 a sell or a posted
+    ask, 0 Hold and the cancels."""
+    lots = torch.tensor(sim.signed_order_lots, dtype=torch.int64)
+    posts = torch.tensor(sim.post_lots, dtype=torch.int64)  # [A, 2] (bid, ask)
+    side = lots.sign() + posts[:, 0].sign() - posts[:, 1].sign()
+    return side.to(device)
 
 
 def build_run_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,

@@ -83,7 +83,7 @@ class Validator:
         # the global generator is left as it was: the run's trajectory does not see this
         with torch.random.fork_rng(devices=[]):
             net = AgentNetwork(cfg.features, cfg.encoder, cfg.network, cfg.labels,
-                               cfg.sim.num_actions)
+                               cfg.sim.num_actions, cfg.sim.passive_orders)
         self.network = net.to(device)
         self.controllers = ControllerState.bootstrap(device)
         self._optimum: float | None = None
