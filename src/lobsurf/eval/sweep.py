@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.eval.metrics import NS_PER_DAY, BacktestRecord
+from lobsurf.eval.metrics import NS_PER_DAY, BacktestRecord, PassiveTotals
 from lobsurf.eval.policy import Policy
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
@@ -212,7 +212,19 @@ def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tenso
         fees=float(stats.fees.sum()),
         turnover_lots=int(stats.turnover_lots.sum()),
         unfilled_lots=int(stats.unfilled_lots.sum()),
+        passive=passive_totals(env),
     )
+
+
+def passive_totals(env: BatchedLobEnv) -> PassiveTotals | None:
+    """The env's resting-order counts summed over its envs (host read, once); None without
+    passive orders."""
+    ps = env.passive_stats
+    if ps is None:
+        return None
+    return PassiveTotals(posted_lots=int(ps.posted_lots.sum()), maker_lots=int(ps.maker_lots.sum()),
+                         maker_fees=float(ps.maker_fees.sum()),
+                         rejected_posts=int(ps.rejected_posts.sum()))
 
 
 def sweep(book: BookTensors, rows: torch.Tensor, policies: dict[str, Policy], sim: SimConfig,
