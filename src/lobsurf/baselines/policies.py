@@ -2,21 +2,27 @@
 (``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle,
 the causal ceiling of a synthetic store (``lobsurf.baselines.bayes``, the best policy for its
 known law) and the exact optimum of a sweep (``lobsurf.baselines.optimal``), both planned
-over the sweep's steps.
+over the sweep's steps; with passive orders also a market maker
+(``lobsurf.baselines.market_maker``) and a passive imbalance rule
+(``lobsurf.baselines.passive_imbalance``), both fitted on training rows.
 
 Each is a ``lobsurf.eval.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
 and a learned agent alike. Actions use the env's convention: 0 Hold, 1..n Buy
-order_sizes_lots[i-1], n+1..2n Sell them.
+order_sizes_lots[i-1], n+1..2n Sell them (and, with passive orders, the posts and cancels
+after them: lobsurf.sim.config). The market-order baselines use only the first 2n + 1, so
+they trade the same with passive orders on.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from lobsurf.data.dataset import gather_window
+from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 
 
@@ -41,9 +47,26 @@ class BaselineConfig:
     imbalance_fit_rows: int = 50_000
     """training rows (at most, in contiguous blocks) the fit sweeps each candidate over."""
     imbalance_fit_blocks: int = 16
-    """contiguous blocks, evenly spread over the training rows, that make up the fit rows."""
+    """contiguous blocks, evenly spread over the training rows, that make up the fit rows
+    (of every fitted baseline)."""
     imbalance_fit_envs: int = 64
-    """environments of the fit's sweep."""
+    """environments of the fit's sweep (of every fitted baseline)."""
+    passive_fit_rows: int = 20_000
+    """training rows (at most, in contiguous blocks) the fits of market_maker and
+    passive_imbalance sweep each candidate over (a step with resting orders costs several
+    market-order steps)."""
+    market_maker_inventory_limits: tuple[int, ...] = (1, 3)
+    """market_maker: candidate inventory limits (lots) of the fit; a quote that could take
+    |position| past the limit is pulled."""
+    market_maker_pull_quantiles: tuple[float, ...] = (0.25, 0.5, 0.8)
+    """market_maker: candidate imbalance pull thresholds of the fit, as quantiles of |I| on
+    the training rows (the threshold 1, never pull, is always a candidate too)."""
+    market_maker_stops_ticks: tuple[float, ...] = (math.inf, 4.0)
+    """market_maker: candidate stops of the fit: flatten at market once the open trade has
+    lost this many ticks per lot, marked at the mid net of its fees (inf: no stop)."""
+    passive_imbalance_threshold: float | None = None
+    """passive_imbalance: |I| at which it joins the favoured side; None: fitted on training
+    rows over ``imbalance_quantiles``."""
     bayes_imbalance_bins: int = 41
     """bayes: equal bins of the imbalance in [-1, 1] in the DP's state (odd: one centred on 0)."""
     bayes_mc_rows: int = 500_000
@@ -63,8 +86,19 @@ class BaselineConfig:
             raise ValueError(f"imbalance threshold must be in [0, 1], got {thr}")
         if not self.imbalance_quantiles or not all(0 <= q < 1 for q in self.imbalance_quantiles):
             raise ValueError("imbalance quantiles must be in [0, 1)")
-        if min(self.imbalance_fit_rows, self.imbalance_fit_blocks, self.imbalance_fit_envs) < 1:
-            raise ValueError("imbalance fit rows, blocks and envs must be >= 1")
+        if min(self.imbalance_fit_rows, self.imbalance_fit_blocks, self.imbalance_fit_envs,
+               self.passive_fit_rows) < 1:
+            raise ValueError("imbalance fit rows, blocks and envs and passive fit rows must be >= 1")
+        thr = self.passive_imbalance_threshold
+        if thr is not None and not 0 <= thr <= 1:
+            raise ValueError(f"passive imbalance threshold must be in [0, 1], got {thr}")
+        if not self.market_maker_inventory_limits or min(self.market_maker_inventory_limits) < 1:
+            raise ValueError("market maker inventory limits must be >= 1 lot")
+        if not all(0 <= q < 1 for q in self.market_maker_pull_quantiles):
+            raise ValueError("market maker pull quantiles must be in [0, 1)")
+        if not self.market_maker_stops_ticks or not all(
+                s > 0 for s in self.market_maker_stops_ticks):  # NaN fails too
+            raise ValueError("market maker stops must be > 0 ticks (inf: no stop)")
         if min(self.bayes_imbalance_bins, self.bayes_mc_rows) < 1:
             raise ValueError("bayes imbalance bins and Monte Carlo rows must be >= 1")
 
@@ -88,15 +122,21 @@ class HoldPolicy:
         return torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
 
 
+def market_actions(env: BatchedLobEnv) -> int:
+    """How many actions of the env's table are Hold and market orders (the first ones)."""
+    return 1 + 2 * len(env.cfg.order_sizes_lots)
+
+
 class RandomPolicy:
-    """Uniform over all actions, from its own seeded generator."""
+    """Uniform over Hold and the market orders, from its own seeded generator (the same
+    draws with passive orders on: it never posts)."""
 
     def __init__(self, cfg: BaselineConfig, device: torch.device | str) -> None:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(cfg.seed)
 
     def act(self, env: BatchedLobEnv) -> torch.Tensor:
-        return torch.randint(0, env.cfg.num_actions, (env.num_envs,), generator=self.generator,
+        return torch.randint(0, market_actions(env), (env.num_envs,), generator=self.generator,
                              device=env.device)
 
 
@@ -159,9 +199,13 @@ class OraclePolicy:
         return direction_to_action(direction, self.buy, self.sell)
 
 
-BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
+#: the baselines that trade market orders only (every simulator)
+MARKET_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
+#: the baselines that post resting orders (a simulator with passive orders only)
+PASSIVE_BASELINES = ("market_maker", "passive_imbalance")
+BASELINES = MARKET_BASELINES + PASSIVE_BASELINES
 #: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
-FITTED_BASELINES = ("imbalance",)
+FITTED_BASELINES = ("imbalance", "market_maker", "passive_imbalance")
 #: baselines planned over one sweep (``make_baseline`` needs ``sweep_rows``, ``sweep_envs``).
 PLANNED_BASELINES = ("bayes", "optimal")
 
@@ -196,6 +240,14 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
 
         return make_bayes(env, sweep_rows, sweep_envs, cfg.bayes_imbalance_bins,
                           cfg.bayes_mc_rows)
+    if name == "market_maker":
+        from lobsurf.baselines.market_maker import make_market_maker
+
+        return make_market_maker(env, cfg, train_rows)
+    if name == "passive_imbalance":
+        from lobsurf.baselines.passive_imbalance import make_passive_imbalance
+
+        return make_passive_imbalance(env, cfg, train_rows)
     if name == "hold":
         return HoldPolicy()
     if name == "random":
@@ -205,6 +257,12 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
     if name == "oracle":
         return OraclePolicy(cfg, env)
     raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
+
+
+def baseline_names(sim: SimConfig) -> tuple[str, ...]:
+    """Every baseline that trades under ``sim`` (``baseline:all``): the market-order ones,
+    and the passive ones where ``sim.passive_orders`` is on."""
+    return BASELINES if sim.passive_orders else MARKET_BASELINES
 
 
 def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: BaselineConfig,
