@@ -43,9 +43,13 @@ def test_baseline_all_with_passive_orders(store: str) -> None:
     assert code == 0, err
     passive = json.loads(out)
     pol = passive["policies"]
-    assert list(pol) == ["hold", "random", "momentum", "imbalance", "oracle", "optimal", *PASSIVE]
+    assert list(pol) == ["hold", "random", "momentum", "imbalance", "oracle", "optimal", *PASSIVE,
+                         "optimal_passive"]
     assert "baseline bayes left out" in err and "maker fee = the taker fee" in err
-    assert "optimal is the exact optimum of market orders" in passive["settings"]["ceiling_note"]
+    assert "optimal_passive that of market orders and one-lot resting orders" in passive[
+        "settings"]["ceiling_note"]
+    for name in pol:  # the passive optimum is at least every policy of the sweep
+        assert pol["optimal_passive"]["net_pnl"] >= pol[name]["net_pnl"] - 1e-9, name
     assert passive["settings"]["sim"]["passive_orders"] is True
     fitted = passive["settings"]["baselines"]
     assert {"inventory_limit", "pull_threshold", "stop_ticks", "best_training_net_pnl",
@@ -59,7 +63,8 @@ def test_baseline_all_with_passive_orders(store: str) -> None:
     assert list(market) == ["hold", "random", "momentum", "imbalance", "oracle", "bayes",
                             "optimal"]
     for name in ("hold", "random", "momentum", "imbalance", "oracle", "optimal"):
-        same = {k: v for k, v in pol[name].items() if k not in PASSIVE_METRICS}
+        same = {k: v for k, v in pol[name].items()
+                if k not in (*PASSIVE_METRICS, "capture_passive")}
         assert same == {k: v for k, v in market[name].items() if k != "capture_bayes"}, name
         assert "maker_lots" not in market[name]
 

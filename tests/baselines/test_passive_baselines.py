@@ -124,8 +124,8 @@ def test_they_need_passive_orders_and_join_baseline_all_only_with_them() -> None
         with pytest.raises(ValueError, match="needs passive orders"):
             make_baseline(name, env, BaselineConfig(), torch.arange(4))
     assert baseline_names(market) == MARKET_BASELINES
-    assert baseline_names(SIM) == BASELINES == MARKET_BASELINES + ("market_maker",
-                                                                  "passive_imbalance")
+    assert baseline_names(SIM) == BASELINES == MARKET_BASELINES + (
+        "market_maker", "passive_imbalance", "optimal_passive")
 
 
 def test_a_market_maker_round_trip_earns_the_spread() -> None:

@@ -37,9 +37,10 @@ def market():
 
 
 def planted(book, cut: int):
-    """``book`` with every row from ``cut`` on changed: sizes tripled, prints doubled."""
+    """``book`` with every row from ``cut`` on changed: bid sizes tripled (the imbalance
+    moves), prints doubled."""
     changed = {}
-    for name, factor in (("bid_sz", 3), ("ask_sz", 3), ("sell_trade_sz", 2), ("buy_trade_sz", 2)):
+    for name, factor in (("bid_sz", 3), ("sell_trade_sz", 2), ("buy_trade_sz", 2)):
         column = getattr(book, name).clone()
         column[cut:] *= factor
         changed[name] = column

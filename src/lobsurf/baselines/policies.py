@@ -202,12 +202,12 @@ class OraclePolicy:
 #: the baselines that trade market orders only (every simulator)
 MARKET_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
 #: the baselines that post resting orders (a simulator with passive orders only)
-PASSIVE_BASELINES = ("market_maker", "passive_imbalance")
+PASSIVE_BASELINES = ("market_maker", "passive_imbalance", "optimal_passive")
 BASELINES = MARKET_BASELINES + PASSIVE_BASELINES
 #: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
 FITTED_BASELINES = ("imbalance", "market_maker", "passive_imbalance")
 #: baselines planned over one sweep (``make_baseline`` needs ``sweep_rows``, ``sweep_envs``).
-PLANNED_BASELINES = ("bayes", "optimal")
+PLANNED_BASELINES = ("bayes", "optimal", "optimal_passive")
 
 
 def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
@@ -244,6 +244,10 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
         from lobsurf.baselines.market_maker import make_market_maker
 
         return make_market_maker(env, cfg, train_rows)
+    if name == "optimal_passive":
+        from lobsurf.baselines.optimal_passive import make_optimal_passive
+
+        return make_optimal_passive(env, sweep_rows, sweep_envs)
     if name == "passive_imbalance":
         from lobsurf.baselines.passive_imbalance import make_passive_imbalance
 
@@ -270,9 +274,18 @@ def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: 
                    sweep_envs: int | None = None) -> dict:
     """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
     to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``.
-    ``bayes`` is left out, with one line on stderr, where it has no ceiling to plan (real
-    data has no known law; resting orders)."""
-    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
-
+    ``bayes`` and ``optimal_passive`` are left out, with one line on stderr each, where they
+    have no ceiling to plan (``without_unplannable``)."""
     return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
-            for name in without_bayes_where_no_ceiling(names, env.book, env.cfg)}
+            for name in without_unplannable(names, env.book, env.cfg)}
+
+
+def without_unplannable(names, book, sim: SimConfig) -> list[str]:
+    """``names`` less the ceilings that cannot plan under ``sim`` on ``book``, each with one
+    line on stderr saying why: ``bayes`` (real data has no known law; resting orders) and
+    ``optimal_passive`` (the probabilistic queue model; no one-lot order size)."""
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
+    from lobsurf.baselines.optimal_passive import without_passive_optimum_where_none
+
+    return without_passive_optimum_where_none(without_bayes_where_no_ceiling(names, book, sim),
+                                              sim)

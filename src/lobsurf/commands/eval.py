@@ -37,12 +37,9 @@ POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one 
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
                "baseline:oracle | baseline:bayes (the causal ceiling of a synthetic store) | "
                "baseline:optimal (the exact optimum of the sweep's market orders) | with "
-               "--passive-orders also baseline:market_maker | baseline:passive_imbalance, or "
-               "baseline:all (every baseline of the simulator)")
-#: what the ceilings do not cover with passive orders (the output says it)
-PASSIVE_CEILING_NOTE = ("optimal is the exact optimum of market orders; resting orders can "
-                        "earn the spread it pays, and no ceiling of trading with them is "
-                        "computed (docs/ceilings.md)")
+               "--passive-orders also baseline:market_maker | baseline:passive_imbalance | "
+               "baseline:optimal_passive (the exact optimum with one-lot resting orders, "
+               "risk_averse queue), or baseline:all (every baseline of the simulator)")
 SPLITS = ("heldout", "all", "random", "train")
 #: fee_bps above this is refused: a fee of more than the whole notional of every fill.
 MAX_FEE_BPS = 10_000.0
@@ -266,7 +263,9 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
     settings = {"store": str(args.store), "device": str(book.device),
                 "instrument_id": args.instrument_id, "baselines": {**asdict(base), **fitted}}
     if sim.passive_orders and "optimal" in policies:
-        settings["ceiling_note"] = PASSIVE_CEILING_NOTE
+        from lobsurf.baselines.optimal_passive import passive_ceiling_note
+
+        settings["ceiling_note"] = passive_ceiling_note("optimal_passive" in policies)
     with step_progress(tiling.steps, "eval", args.progress) as advance:
         return evaluate_policies(book, rows, policies, sim, sweep_cfg, split_info=info,
                                  settings=settings, progress=advance)
@@ -390,7 +389,7 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
+    from lobsurf.baselines.policies import without_unplannable
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
@@ -417,8 +416,10 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     with status(f"eval: loading {args.store}", args.progress):
         book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
-    if "baseline:bayes" not in args.policy:  # baseline:all: the ceiling where there is one
-        names = without_bayes_where_no_ceiling(names, book, sim)
+    # baseline:all: the ceilings where there are some (one named is planned, or refused)
+    implicit = [n for n in names if f"baseline:{n}" not in args.policy]
+    dropped = set(implicit) - set(without_unplannable(implicit, book, sim))
+    names = [n for n in names if n not in dropped]
     from lobsurf.sim.fees import holding_rows
 
     given = "--fee-per-lot / --fee-bps" + (

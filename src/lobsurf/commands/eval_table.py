@@ -5,7 +5,7 @@ from __future__ import annotations
 
 #: metrics shown as fractions (three decimals) rather than money
 FRACTIONS = ("win_rate", "hold_fraction", "turnover", "sharpe_per_trade", "sharpe_per_day",
-             "capture", "capture_bayes", "maker_share", "fill_rate")
+             "capture", "capture_bayes", "capture_passive", "maker_share", "fill_rate")
 
 
 def cell(key: str, value) -> str:
