@@ -19,7 +19,7 @@ from lobsurf.baselines.policies import BaselineConfig, make_baseline, make_basel
 from lobsurf.data.dataset import load_book_tensors
 from lobsurf.data.synth import write_synth_store
 from lobsurf.eval.evaluate import eval_split, evaluate_policies
-from lobsurf.eval.sweep import SweepConfig, sweep
+from lobsurf.backtest.sweep import SweepConfig, sweep
 from lobsurf.presets import TRADEABLE
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv

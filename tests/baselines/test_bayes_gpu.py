@@ -13,7 +13,7 @@ from lobsurf.baselines.bayes import make_bayes
 from lobsurf.data.dataset import load_book_tensors
 from lobsurf.data.synth import write_synth_store
 from lobsurf.eval.evaluate import eval_split
-from lobsurf.eval.sweep import SweepConfig, sweep, tile_rows
+from lobsurf.backtest.sweep import SweepConfig, sweep, tile_rows
 from lobsurf.presets import TRADEABLE
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv

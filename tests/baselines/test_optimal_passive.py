@@ -12,8 +12,8 @@ import torch
 from lobsurf.baselines.optimal import make_optimal
 from lobsurf.baselines.optimal_passive import (_actions, make_optimal_passive,
                                                plan_optimal_passive)
-from lobsurf.eval.metrics import compute_metrics
-from lobsurf.eval.sweep import SweepConfig, sweep
+from lobsurf.backtest.metrics import compute_metrics
+from lobsurf.backtest.sweep import SweepConfig, sweep
 from lobsurf.sim import BatchedLobEnv, SimConfig
 from tests.sim.passive_books import queue_market
 

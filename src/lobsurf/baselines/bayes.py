@@ -35,7 +35,7 @@ import torch
 from lobsurf.baselines.bayes_model import LawModel, law_model, law_of, observed_state
 from lobsurf.baselines.optimal import sweep_schedule
 from lobsurf.data.dataset import BookTensors
-from lobsurf.eval.sweep import tile_rows
+from lobsurf.backtest.sweep import tile_rows
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 

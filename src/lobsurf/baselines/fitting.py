@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from lobsurf.data.dataset import BookTensors
-from lobsurf.eval.policy import Policy
+from lobsurf.backtest.policy import Policy
 from lobsurf.sim.config import SimConfig
 
 
@@ -32,7 +32,7 @@ def training_net_pnl(book: BookTensors, rows: torch.Tensor, candidates: Sequence
                      sim: SimConfig, num_envs: int) -> list[float]:
     """Net PnL (currency) of each candidate policy over one sweep of ``rows`` (training
     rows only) under ``sim``, in the candidates' order."""
-    from lobsurf.eval.sweep import SweepConfig, sweep
+    from lobsurf.backtest.sweep import SweepConfig, sweep
 
     policies = {str(i): policy for i, policy in enumerate(candidates)}
     records, _ = sweep(book, rows, policies, sim, SweepConfig(num_envs=num_envs))

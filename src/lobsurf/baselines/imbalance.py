@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lobsurf.baselines.actions import buy_sell_actions
+from lobsurf.baselines.config import BaselineConfig
 from lobsurf.baselines.fitting import contiguous_sample, training_net_pnl
-from lobsurf.baselines.policies import BaselineConfig, buy_sell_actions
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv

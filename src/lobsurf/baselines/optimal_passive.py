@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from lobsurf.baselines.optimal import BID_SIDE, ASK_SIDE, _fill_tables, sweep_schedule
-from lobsurf.eval.sweep import tile_rows
+from lobsurf.backtest.sweep import tile_rows
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.queue import UNSEEN_QUEUE, Row, crossing, fill_row, visible_size

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lobsurf.baselines.config import BaselineConfig
 from lobsurf.baselines.fitting import contiguous_sample, training_net_pnl
 from lobsurf.baselines.imbalance import NEVER_TRADES, abs_imbalance_quantiles, top_imbalance
-from lobsurf.baselines.policies import BaselineConfig
 from lobsurf.baselines.quotes import PassiveActions, first_rule, flatten_actions, quotes
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig

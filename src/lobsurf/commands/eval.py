@@ -25,13 +25,13 @@ import json
 import sys
 from dataclasses import asdict
 
-from lobsurf.eval.evaluate import WARN_MIN_ROWS
-from lobsurf.sim.fees import announce_fees
 from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
 from lobsurf.commands.eval_table import cell, print_table
 from lobsurf.commands.passive_flags import PASSIVE_FLAGS, add_passive_arguments
 from lobsurf.errors import UserError
+from lobsurf.eval.evaluate import WARN_MIN_ROWS
 from lobsurf.progress import add_progress_flag, status
+from lobsurf.sim.fees import announce_fees
 
 POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lobsurf.baselines.policies import BaselineConfig
     from lobsurf.eval.evaluate import DEFAULT_TRAIN_FRACTION
     from lobsurf.data.labels import LabelConfig
-    from lobsurf.eval.backtest import BacktestConfig
+    from lobsurf.backtest.random_cursors import BacktestConfig
     from lobsurf.sim.config import SimConfig
 
     parser.formatter_class = DefaultsFormatter  # every default in --help
@@ -164,8 +164,8 @@ def parse_policies(texts: list[str], sim) -> list[str]:
 def configs(args: argparse.Namespace):
     """(SimConfig, BacktestConfig, SweepConfig, BaselineConfig, horizons) from the flags."""
     from lobsurf.baselines.policies import BaselineConfig
-    from lobsurf.eval.backtest import BacktestConfig
-    from lobsurf.eval.sweep import SweepConfig
+    from lobsurf.backtest.random_cursors import BacktestConfig
+    from lobsurf.backtest.sweep import SweepConfig
     from lobsurf.sim.config import SimConfig
 
     sizes = int_list(args.order_sizes, "--order-sizes", "whole lots")
@@ -243,7 +243,7 @@ def build_policies(names: list[str], env, base, train_rows, progress: bool,
 
 def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
     from lobsurf.eval.evaluate import evaluate_policies
-    from lobsurf.eval.sweep import tile_rows
+    from lobsurf.backtest.sweep import tile_rows
     from lobsurf.progress import step_progress
     from lobsurf.sim.env import BatchedLobEnv
 
@@ -272,7 +272,7 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
 
 
 def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
-    from lobsurf.eval.backtest import make_env, run_backtest
+    from lobsurf.backtest.random_cursors import make_env, run_backtest
     from lobsurf.progress import step_progress
 
     from lobsurf.baselines.policies import PLANNED_BASELINES
@@ -310,8 +310,8 @@ def run_folder_argument(args: argparse.Namespace):
     """The run folder named as the policy, or None when the policies are baselines."""
     from pathlib import Path
 
-    from lobsurf.training.run_folder import is_run_folder
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.recovery.run_folder import is_run_folder
+    from lobsurf.training.run.seed_group import is_seed_group
 
     if len(args.policy) == 1 and not args.policy[0].startswith("baseline:"):
         path = Path(args.policy[0])
@@ -331,8 +331,8 @@ def run_walk_forward(run_dir, args: argparse.Namespace) -> int:
     from lobsurf.devices import resolve_device
     from lobsurf.training.config import load_toml, resolve_run_config
     from lobsurf.training.data import default_store
-    from lobsurf.training.run_folder import CONFIG_NAME, require_run_folder
-    from lobsurf.training.walk_forward import WalkForwardConfig, walk_forward
+    from lobsurf.training.recovery.run_folder import CONFIG_NAME, require_run_folder
+    from lobsurf.eval.walk_forward import WalkForwardConfig, walk_forward
 
     require_run_folder(run_dir)
     try:
@@ -369,8 +369,8 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
     """``lobsurf eval RUN``: the run's agent (a seed group: each seed's) beside every baseline
     on held-out rows (``lobsurf.api.evaluate``), as JSON or as tables."""
     from lobsurf.api import evaluate
-    from lobsurf.training.evaluate import chosen_line
-    from lobsurf.training.evaluate_seeds import print_verdict
+    from lobsurf.eval.run import chosen_line
+    from lobsurf.eval.seed_verdict import print_verdict
 
     result = evaluate(run_dir, store=args.store, checkpoint=args.checkpoint,
                       split="heldout" if args.split == "random" else args.split,
@@ -395,7 +395,7 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.devices import resolve_device
 
     run_dir = run_folder_argument(args)
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.run.seed_group import is_seed_group
 
     if run_dir is not None and args.walk_forward is not None:
         if is_seed_group(run_dir):

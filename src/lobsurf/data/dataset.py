@@ -31,6 +31,7 @@ import torch
 
 from lobsurf.data.schema import LEVELS, TRADE_NONE_BUY, TRADE_NONE_SELL, UNDEF_PRICE
 from lobsurf.data.store import Store, StoreError
+from lobsurf.data.store.instrument import SESSIONS
 from lobsurf.data.trade_columns import TRADE_FIELDS, require_trades, row_trade_columns
 
 __all__ = ["ROW_FIELDS", "TRADE_FIELDS", "TRADE_NONE_BUY", "TRADE_NONE_SELL", "BookTensors",
@@ -79,6 +80,8 @@ class BookTensors:
             paid by resting orders' fills (negative: a rebate); None: not recorded.
         synth: the synthetic generator's config recorded in the store (``Manifest.synth``);
             None for real data.
+        size_unit: base-asset amount of one size unit ("lot"; 1 for whole lots).
+        market_hours: "sessions" or "24/7" (the store's instrument record).
     """
 
     ts_ns: torch.Tensor
@@ -107,6 +110,8 @@ class BookTensors:
     maker_fee_per_lot: float | None = None
     maker_fee_bps: float | None = None
     synth: dict | None = None
+    size_unit: float = 1.0
+    market_hours: str = SESSIONS
 
     def __post_init__(self) -> None:
         present = [getattr(self, name) is not None for name in TRADE_FIELDS]
@@ -290,6 +295,8 @@ def load_book_tensors(
         **({name: dev(name) for name in TRADE_FIELDS} if store.has_trades else {}),
         has_trades=store.has_trades,
         synth=manifest.synth,
+        size_unit=inst.size_unit,
+        market_hours=inst.market_hours,
     )
 
 

@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 
+from lobsurf.backtest.metrics import BacktestRecord, MetricsConfig, compute_metrics
+from lobsurf.backtest.policy import Policy
+from lobsurf.backtest.sweep import SweepConfig, Tiling, sweep
 from lobsurf.data.dataset import BookTensors
 from lobsurf.data.labels import LabelConfig
-from lobsurf.eval.metrics import BacktestRecord, MetricsConfig, compute_metrics
-from lobsurf.eval.policy import Policy
-from lobsurf.eval.sweep import SweepConfig, Tiling, sweep
 from lobsurf.sim.config import SimConfig
 
 
@@ -66,7 +66,7 @@ def eval_split(book: BookTensors, window: int, mode: str = "heldout",
         book: the device dataset.
         window: K, snapshots per observation window.
         mode: "heldout": the end rows after the purged time split of pretraining
-            (``lobsurf.pretrain.split.time_split``: purged by the window and the longest
+            (``lobsurf.data.split.time_split``: purged by the window and the longest
             label horizon); "all": every row with a full window (fitting is in-sample).
         horizons: label horizons (snapshots) the split is purged by.
         train_fraction: target share of rows before the cut.
@@ -74,7 +74,7 @@ def eval_split(book: BookTensors, window: int, mode: str = "heldout",
     Raises:
         lobsurf.errors.UserError: the book is too small to split.
     """
-    from lobsurf.pretrain.split import time_split
+    from lobsurf.data.split import time_split
 
     if mode == "heldout":
         split = time_split(book, window, min(horizons), max(horizons), train_fraction)
