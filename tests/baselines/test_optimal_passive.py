@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lobsurf.baselines.optimal import make_optimal
-from lobsurf.baselines.optimal_passive import (_actions, make_optimal_passive,
+from lobsurf.baselines.optimal_passive import (plan_actions, make_optimal_passive,
                                                plan_optimal_passive)
 from lobsurf.backtest.metrics import compute_metrics
 from lobsurf.backtest.sweep import SweepConfig, sweep
@@ -23,7 +23,7 @@ BOOK = queue_market(1200, 11, segments=2, move_prob=0.15)  # sessions [0, 600), 
 def brute_force(sim: SimConfig, start: int, steps: int) -> tuple[float, float]:
     """(best net PnL over every sequence of the plan's actions, best over market orders
     only) of ``steps`` decisions from ``start``, each sequence in its own env."""
-    actions = [a for a, *_ in _actions(BatchedLobEnv(BOOK, 1, sim))]
+    actions = [a for a, *_ in plan_actions(BatchedLobEnv(BOOK, 1, sim))]
     sequences = torch.tensor(list(itertools.product(actions, repeat=steps)))
     env = BatchedLobEnv(BOOK, len(sequences), sim)
     env.reset()

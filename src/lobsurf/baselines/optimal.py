@@ -99,7 +99,7 @@ class OptimalPlan:
         return int(self.actions.shape[0])
 
 
-def _fill_tables(env: BatchedLobEnv, cursor: torch.Tensor, last: torch.Tensor,
+def market_fill_tables(env: BatchedLobEnv, cursor: torch.Tensor, last: torch.Tensor,
                  sides: torch.Tensor, want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # Walk 0..Q lots (want: [2B, Q+1]) on both sides (sides: [2] bid, ask) of each env's
     # fill row: filled, value [B, 2, Q+1]. Mirrors env.step: on an episode's last step the
@@ -149,7 +149,7 @@ def plan_optimal(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) -> Optim
     env_index = torch.arange(num_envs, device=device)[:, None, None]
     for t in range(tiling.steps - 1, -1, -1):
         last, active = sched.last[t], sched.active[t]
-        filled_q, value_q = _fill_tables(env, sched.cursor[t], last, sides, want)
+        filled_q, value_q = market_fill_tables(env, sched.cursor[t], last, sides, want)
         tgt = torch.where(last[:, None, None], 0, target[None])  # [B, P, A]
         order = tgt - position[None, :, None]
         n, buy = order.abs(), (order > 0).long()

@@ -38,15 +38,14 @@ from dataclasses import dataclass
 
 import torch
 
-from lobsurf.baselines.optimal import BID_SIDE, ASK_SIDE, _fill_tables, sweep_schedule
 from lobsurf.backtest.sweep import tile_rows
+from lobsurf.baselines.optimal import (ASK_SIDE, BID_SIDE, market_fill_tables,
+                                       sweep_schedule)
+from lobsurf.baselines.optimal_passive_states import (POST_LOTS, OrderStates, StepTables,
+                                                      forward_step)
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.sim.queue import UNSEEN_QUEUE, Row, crossing, fill_row, visible_size
-from lobsurf.sim.tables import PassiveTables
 
-#: lots of every post the plan makes
-POST_LOTS = 1
 #: envs whose step the backward induction computes at once (grouped by how many states
 #: they hold, so few pad to the busiest env's count)
 CHUNK_ENVS = 8
@@ -87,22 +86,6 @@ def without_passive_optimum_where_none(names: Sequence[str], sim: SimConfig) -> 
 
 
 @dataclass
-class OrderStates:
-    """The resting orders an env may hold at one decision, [B, S, 2] (side 0 the bid, 1 the
-    ask; slot 0: none, and padding): lots (0 or 1), normalized price (asks negated, as
-    lobsurf.sim.queue reads them), queue ahead."""
-
-    remaining: torch.Tensor
-    price: torch.Tensor
-    queue: torch.Tensor
-
-    @staticmethod
-    def none(envs: int, device: torch.device) -> OrderStates:
-        zero = torch.zeros(envs, 1, 2, dtype=torch.int64, device=device)
-        return OrderStates(zero, zero.clone(), zero.double())
-
-
-@dataclass
 class StepPlan:
     """The best actions of one step, env by env: env b's block of ``actions`` starts at
     ``offset[b]`` and holds [W_b, W_b, P] int8 (the bid's slot, the ask's slot, position +
@@ -133,113 +116,6 @@ class PassivePlan:
     position_limit: int
 
 
-def _row(pt: PassiveTables, rows: torch.Tensor, slots: int) -> Row:
-    """The normalized rows [B] as ``fill_row`` reads them, repeated for ``slots`` per env."""
-    rows = rows.clamp(max=pt.last_row)
-
-    def rep(x: torch.Tensor) -> torch.Tensor:
-        return x.repeat_interleave(slots, 0)
-
-    return Row(rep(pt.book_px[rows] * pt.side_sign), rep(pt.book_sz[rows]),
-               rep(pt.trade_px[rows]), rep(pt.trade_sz[rows]))
-
-
-def _meet(rem: torch.Tensor, queue: torch.Tensor, price: torch.Tensor, pt: PassiveTables,
-          cursor: torch.Tensor, first: int, stop: int
-          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Orders [B, S, 2] through rows cursor + first .. cursor + stop - 1: (lots left, queue
-    ahead, lots filled), under ``risk_averse`` (the sizes before a row do not matter)."""
-    envs, slots = rem.shape[:2]
-    rem, queue, price = rem.reshape(-1, 2), queue.reshape(-1, 2), price.reshape(-1, 2)
-    filled = torch.zeros_like(rem)
-    unused = torch.zeros_like(rem)
-    for k in range(first, stop):
-        f = fill_row(rem, queue, price, unused, unused.bool(), _row(pt, cursor + k, slots),
-                     "risk_averse", 1)
-        rem, queue, filled = f.remaining, f.queue, filled + f.filled
-    shape = (envs, slots, 2)
-    return rem.reshape(shape), queue.reshape(shape), filled.reshape(shape)
-
-
-def _slots(env_of: torch.Tensor, price: torch.Tensor, queue: torch.Tensor, envs: int
-           ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Distinct (price, queue) per env among candidates [K] -> (slot of each candidate,
-    from 1; the distinct keys [U, 3] (env, price, queue) sorted by env; slots used + 1)."""
-    keys = torch.stack((env_of.double(), price.double(), queue), 1)
-    if len(keys) == 0:
-        return (torch.zeros(0, dtype=torch.int64, device=price.device),
-                torch.zeros(0, 4, dtype=torch.float64, device=price.device), 1)
-    unique, inverse = torch.unique(keys, dim=0, return_inverse=True)
-    env_u = unique[:, 0].long()
-    first = torch.searchsorted(env_u, torch.arange(envs, device=price.device))
-    slot = torch.arange(len(unique), device=price.device) - first[env_u] + 1
-    return slot[inverse], torch.cat((unique, slot[:, None].double()), 1), int(slot.max()) + 1
-
-
-@dataclass
-class _Step:
-    """One step's side tables, [B, S, 2] per slot (or [B, 2] for the new post): the
-    rows before arrival (lots left, lots filled), the kept order's next slot and fill after
-    arrival, the new post's next slot, fill and whether it can post."""
-
-    alive: torch.Tensor
-    fill_pre: torch.Tensor
-    keep_next: torch.Tensor
-    fill_keep: torch.Tensor
-    new_next: torch.Tensor
-    fill_new: torch.Tensor
-    can_post: torch.Tensor
-    new_price: torch.Tensor
-
-
-def _forward(env: BatchedLobEnv, cursor: torch.Tensor, last: torch.Tensor,
-             active: torch.Tensor, states: OrderStates) -> tuple[_Step, OrderStates]:
-    """The side tables of one step and the order states of the next decision."""
-    pt, cfg = env.tables.passive, env.cfg
-    lat, stride, envs = cfg.latency_rows, cfg.stride, cursor.shape[0]
-    rem_pre, q_pre, fill_pre = _meet(states.remaining, states.queue, states.price, pt, cursor,
-                                     1, lat + 1)
-    rem_keep, q_keep, fill_keep = _meet(rem_pre, q_pre, states.price, pt, cursor, lat + 1,
-                                        stride + 1)
-    decision, arrival = _row(pt, cursor, 1), _row(pt, cursor + lat, 1)
-    best = decision.px[:, :, 0].long()  # [B, 2] normalized best prices the policy sees
-    size, seen = visible_size(best, arrival.px, arrival.sz)
-    q_new = torch.where(seen, size.double(), UNSEEN_QUEUE)
-    rem_new, q_new, fill_new = _meet(torch.full_like(best, POST_LOTS)[:, None], q_new[:, None],
-                                     best[:, None], pt, cursor, lat + 1, stride + 1)
-    can_post = ~crossing(best, arrival.px) & (active & ~last)[:, None]
-    goes_on = ~last[:, None, None]
-    kept = (rem_pre > 0) & (rem_keep > 0) & goes_on
-    new = can_post[:, None] & (rem_new > 0)
-    slots = states.remaining.shape[1]
-    env_index = torch.arange(envs, device=cursor.device)
-    keep_next, new_next = torch.zeros_like(rem_keep), torch.zeros_like(rem_new)
-    sides, width = [], 1
-    for side in (BID_SIDE, ASK_SIDE):
-        cand = torch.cat((kept[:, :, side], new[:, :, side]), 1)  # [B, S + 1]
-        price = torch.cat((states.price[:, :, side], best[:, side, None]), 1)
-        queue = torch.cat((q_keep[:, :, side], q_new[:, :, side]), 1)
-        where = cand.nonzero()
-        slot, keys, used = _slots(env_index[where[:, 0]], price[cand], queue[cand], envs)
-        nxt = torch.zeros_like(cand, dtype=torch.int64)
-        nxt[cand] = slot
-        keep_next[:, :, side], new_next[:, :, side] = nxt[:, :slots], nxt[:, slots:]
-        sides.append(keys)
-        width = max(width, used)
-    out = OrderStates(torch.zeros(envs, width, 2, dtype=torch.int64, device=cursor.device),
-                      torch.zeros(envs, width, 2, dtype=torch.int64, device=cursor.device),
-                      torch.zeros(envs, width, 2, dtype=torch.float64, device=cursor.device))
-    for side, keys in enumerate(sides):
-        b, s = keys[:, 0].long(), keys[:, 3].long()
-        out.remaining[b, s, side] = POST_LOTS
-        out.price[b, s, side] = keys[:, 1].long()
-        out.queue[b, s, side] = keys[:, 2]
-    step = _Step(alive=rem_pre > 0, fill_pre=fill_pre, keep_next=keep_next,
-                 fill_keep=fill_keep, new_next=new_next[:, 0], fill_new=fill_new[:, 0],
-                 can_post=can_post, new_price=best)
-    return step, out
-
-
 class _Money:
     """Cash of fills in currency: market orders at the taker fee, resting orders at the
     maker fee (``FeeModel``: per lot + per tick x lot of value)."""
@@ -261,7 +137,7 @@ class _Money:
         return (-sign * value_f) * self.tick_value - fee
 
 
-def _actions(env: BatchedLobEnv) -> list[tuple[int, str, int]]:
+def plan_actions(env: BatchedLobEnv) -> list[tuple[int, str, int]]:
     """(action index, what it does, its signed market lots or its side) of every action the
     plan considers: "market" (Hold is 0 lots), "post" one lot or "cancel" on a side."""
     sizes = env.cfg.order_sizes_lots
@@ -280,7 +156,7 @@ def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table.reshape(envs, -1).gather(1, index.reshape(envs, -1)).reshape(index.shape)
 
 
-def _backward(env: BatchedLobEnv, money: _Money, step: _Step, states: OrderStates,
+def _backward(env: BatchedLobEnv, money: _Money, step: StepTables, states: OrderStates,
               value_next: torch.Tensor, last: torch.Tensor, active: torch.Tensor,
               walks: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """V_t [B, S, S, P] and the best actions [B, S, S, P] of one step (module docstring):
@@ -342,7 +218,7 @@ def _backward(env: BatchedLobEnv, money: _Money, step: _Step, states: OrderState
     none = (0, 0, 0.0)
     best = torch.full(shape, -torch.inf, dtype=torch.float64, device=device)
     choice = torch.zeros(shape, dtype=torch.int64, device=device)
-    for index, kind, arg in _actions(env):
+    for index, kind, arg in plan_actions(env):
         if kind == "market":  # clipped so position + resting bid <= L >= resting ask - position
             target = torch.minimum(pos_pre + arg, limit - alive[0])
             order = torch.maximum(target, alive[1] - limit) - pos_pre
@@ -387,7 +263,7 @@ def plan_optimal_passive(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) 
     states = [OrderStates.none(num_envs, book.device)]
     steps = []
     for t in range(tiling.steps):
-        step, nxt = _forward(env, sched.cursor[t], sched.last[t], sched.active[t], states[-1])
+        step, nxt = forward_step(env, sched.cursor[t], sched.last[t], sched.active[t], states[-1])
         steps.append(step)
         states.append(nxt)
     money, limit = _Money(env), cfg.position_limit_lots
@@ -396,7 +272,7 @@ def plan_optimal_passive(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) 
     value = torch.zeros(num_envs, 1, 1, 2 * limit + 1, dtype=torch.float64, device=book.device)
     plans: list[StepPlan] = []
     for t in range(tiling.steps - 1, -1, -1):
-        walks = _fill_tables(env, sched.cursor[t], sched.last[t], sides, want)
+        walks = market_fill_tables(env, sched.cursor[t], sched.last[t], sides, want)
         value, plan = _backward_in_chunks(env, money, steps[t], states[t], value, sched.last[t],
                                           sched.active[t], walks)
         plans.append(plan)
@@ -405,7 +281,7 @@ def plan_optimal_passive(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) 
                        steps=plans[::-1], position_limit=limit)
 
 
-def _backward_in_chunks(env: BatchedLobEnv, money: _Money, step: _Step, states: OrderStates,
+def _backward_in_chunks(env: BatchedLobEnv, money: _Money, step: StepTables, states: OrderStates,
                         value_next: torch.Tensor, last: torch.Tensor, active: torch.Tensor,
                         walks: tuple[torch.Tensor, torch.Tensor]
                         ) -> tuple[torch.Tensor, StepPlan]:
@@ -420,7 +296,7 @@ def _backward_in_chunks(env: BatchedLobEnv, money: _Money, step: _Step, states: 
     blocks, start = [], 0
     for chunk in order.split(CHUNK_ENVS):
         w = int(width[chunk].max())  # host read: the chunk's shape
-        part = _Step(**{k: (v[chunk, :w] if v.dim() == 3 else v[chunk])
+        part = StepTables(**{k: (v[chunk, :w] if v.dim() == 3 else v[chunk])
                         for k, v in vars(step).items()})
         own = OrderStates(states.remaining[chunk, :w], states.price[chunk, :w],
                           states.queue[chunk, :w])
