@@ -187,6 +187,23 @@ def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: 
             for name in without_unplannable(names, env.book, env.cfg)}
 
 
+def baseline_settings(cfg: BaselineConfig, policies: dict, sim: SimConfig) -> dict:
+    """What an evaluation reports of its baselines: ``{"baselines": cfg's fields and what
+    the fitted and planned ones chose (``imbalance_threshold``, ``market_maker_fitted``,
+    ``bayes_expected_net_pnl``, ...)}``, and with passive orders and ``optimal`` swept the
+    ``ceiling_note`` saying what the ceilings cover."""
+    from dataclasses import asdict
+
+    from lobsurf.baselines.optimal_passive import passive_ceiling_note
+
+    fitted = {f"{name}_{key}": getattr(p, key) for name, p in policies.items()
+              for key in ("threshold", "expected_net_pnl", "fitted") if hasattr(p, key)}
+    out: dict = {"baselines": {**asdict(cfg), **fitted}}
+    if sim.passive_orders and "optimal" in policies:
+        out["ceiling_note"] = passive_ceiling_note("optimal_passive" in policies)
+    return out
+
+
 def without_unplannable(names, book, sim: SimConfig) -> list[str]:
     """``names`` less the ceilings that cannot plan under ``sim`` on ``book``, each with one
     line on stderr saying why: ``bayes`` (real data has no known law; resting orders) and

@@ -258,14 +258,10 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
              "trades; use a larger store")
     policies = build_policies(names, env, base, train_rows, args.progress, rows,
                               sweep_cfg.num_envs)
-    fitted = {f"{name}_{key}": getattr(p, key) for name, p in policies.items()
-              for key in ("threshold", "expected_net_pnl", "fitted") if hasattr(p, key)}
-    settings = {"store": str(args.store), "device": str(book.device),
-                "instrument_id": args.instrument_id, "baselines": {**asdict(base), **fitted}}
-    if sim.passive_orders and "optimal" in policies:
-        from lobsurf.baselines.optimal_passive import passive_ceiling_note
+    from lobsurf.baselines.policies import baseline_settings
 
-        settings["ceiling_note"] = passive_ceiling_note("optimal_passive" in policies)
+    settings = {"store": str(args.store), "device": str(book.device),
+                "instrument_id": args.instrument_id, **baseline_settings(base, policies, sim)}
     with step_progress(tiling.steps, "eval", args.progress) as advance:
         return evaluate_policies(book, rows, policies, sim, sweep_cfg, split_info=info,
                                  settings=settings, progress=advance)

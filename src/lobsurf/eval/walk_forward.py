@@ -125,14 +125,14 @@ def _train_fold(cfg: RunConfig, fold_dir: Path, data: TrainingData, device: str,
 def _evaluate_fold(fold_dir: Path, data: TrainingData, k: int, wf: WalkForwardConfig,
                    device: str, progress: bool) -> dict[str, Any]:
     from lobsurf.progress import step_progress
-    from lobsurf.eval.run import RUN_BASELINES, agent_policy, load_run
+    from lobsurf.eval.run import agent_policy, load_run, run_baselines
 
     cfg, payload, ckpt = load_run(fold_dir)
     rows = data.split.test_rows
     env = BatchedLobEnv(data.book, 1, cfg.sim)
     base = BaselineConfig(momentum_lookback_rows=min(BaselineConfig().momentum_lookback_rows,
                                                      cfg.sim.window - 1))
-    policies = make_baselines(RUN_BASELINES, env, base, data.split.train_rows, rows, wf.num_envs)
+    policies = make_baselines(run_baselines(cfg.sim), env, base, data.split.train_rows, rows, wf.num_envs)
     policies["agent"] = agent_policy(cfg, payload, env, wf.policy, device)
     info = {"mode": "walk_forward", "fold": k, "train_segments": [0, k], "test_segment": k,
             "train_stop_row": data.train_stop, "train_rows": len(data.split.train_rows)}
