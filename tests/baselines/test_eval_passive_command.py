@@ -42,6 +42,7 @@ def test_baseline_all_with_passive_orders(store: str) -> None:
                               *ARGS)
     assert code == 0, err
     passive = json.loads(out)
+    json.dumps(passive, allow_nan=False)  # strict JSON: no stop is null, not Infinity
     pol = passive["policies"]
     assert list(pol) == ["hold", "random", "momentum", "imbalance", "oracle", "optimal", *PASSIVE,
                          "optimal_passive"]
@@ -70,9 +71,9 @@ def test_baseline_all_with_passive_orders(store: str) -> None:
 
 
 def test_flags_reach_the_simulator_and_the_table_says_what_the_ceiling_covers(store) -> None:
-    code, out, err = run_main("baseline:hold", "baseline:optimal", "--store", store, "--passive-orders", "--queue-model",
-                              "probabilistic", "--queue-power", "2", "--maker-fee-per-lot",
-                              "-0.5", *ARGS)
+    code, out, err = run_main("baseline:hold", "baseline:optimal", "--store", store,
+                              "--passive-orders", "--queue-model", "probabilistic",
+                              "--queue-power", "2", "--maker-fee-per-lot", "-0.5", *ARGS)
     assert code == 0, err
     assert "maker fee -0.50 per lot + 0 bps, a rebate" in err
     assert "passive orders on" in out.splitlines()[0]
@@ -109,3 +110,22 @@ def test_the_random_split_reports_the_resting_orders(store) -> None:
     assert all(key in pol["random"] for key in PASSIVE_METRICS)
     assert pol["random"]["maker_lots"] == 0 and pol["random"]["maker_share"] == 0.0
     assert pol["hold"]["posted_lots"] == 0 and pol["hold"]["fill_rate"] is None
+
+
+def test_the_passive_optimum_where_it_cannot_plan(store) -> None:
+    """Named under the probabilistic queue it is refused in one line; in baseline:all it is
+    left out with one line saying why."""
+    from lobsurf.baselines.policies import baseline_names, without_unplannable
+    from lobsurf.sim import SimConfig
+    from tests.sim.passive_books import queue_market
+
+    code, _, err = run_main("baseline:optimal_passive", "--store", store, "--passive-orders",
+                            "--queue-model", "probabilistic", *ARGS)
+    assert code != 0 and "needs the risk_averse queue model" in err
+    assert len(err.strip().splitlines()) == 1
+    sim = SimConfig(passive_orders=True, queue_model="probabilistic")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        kept = without_unplannable(list(baseline_names(sim)), queue_market(100, 1), sim)
+    assert "optimal_passive" not in kept and {"market_maker", "passive_imbalance"} <= set(kept)
+    assert "baseline optimal_passive left out: it needs the risk_averse" in err.getvalue()

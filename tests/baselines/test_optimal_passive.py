@@ -5,6 +5,7 @@ value over pieces, gaps and episode ends, and it is at least the market-order op
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -138,3 +139,26 @@ def test_what_it_refuses() -> None:
             make_optimal_passive(env, ROWS, 5)
     with pytest.raises(ValueError, match="needs a sweep"):
         make_optimal_passive(BatchedLobEnv(BOOK, 1, SWEEP), None, None)
+
+
+def test_it_bounds_every_baseline_that_posts_one_lot() -> None:
+    """On its sweep the passive optimum earns at least the market-order optimum (so every
+    market-order policy) and the passive baselines (one-lot posts), with a maker rebate
+    that makes posting pay."""
+    from lobsurf.baselines.market_maker import MarketMakerParams, MarketMakerPolicy
+    from lobsurf.baselines.policies import BaselineConfig, make_baselines
+
+    env = BatchedLobEnv(BOOK, 1, SWEEP)
+    rows = torch.arange(610, 900)
+    cfg = BaselineConfig(imbalance_threshold=0.3, passive_imbalance_threshold=0.2)
+    names = ("imbalance", "optimal", "passive_imbalance", "optimal_passive")
+    policies = make_baselines(names, env, cfg, None, rows, 5)
+    policies["market_maker"] = MarketMakerPolicy(MarketMakerParams(2, 1.0, math.inf), cfg, env)
+    records, _ = sweep(BOOK, rows, policies, SWEEP, SweepConfig(5))
+    pnl = {name: compute_metrics(r)["net_pnl"] for name, r in records.items()}
+    for name in ("market_maker", "passive_imbalance"):  # they did post and fill
+        assert compute_metrics(records[name])["maker_lots"] > 0, name
+    best = pnl.pop("optimal_passive")
+    assert best == pytest.approx(policies["optimal_passive"].value, rel=1e-9)
+    assert all(best >= v - 1e-9 for v in pnl.values()), (best, pnl)
+    assert best > pnl["optimal"]

@@ -5,7 +5,7 @@ thresholds and seeds of lobsurf.baselines.policies, the searches of the fitted b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,11 @@ class BaselineConfig:
             raise ValueError("market maker stops must be > 0 ticks (inf: no stop)")
         if min(self.bayes_imbalance_bins, self.bayes_mc_rows) < 1:
             raise ValueError("bayes imbalance bins and Monte Carlo rows must be >= 1")
+
+    def as_json(self) -> dict:
+        """The settings as an evaluation reports them: JSON has no infinity, so a stop of
+        inf (none) is null."""
+        out = asdict(self)
+        out["market_maker_stops_ticks"] = [s if math.isfinite(s) else None
+                                           for s in self.market_maker_stops_ticks]
+        return out

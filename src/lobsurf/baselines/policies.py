@@ -192,13 +192,11 @@ def baseline_settings(cfg: BaselineConfig, policies: dict, sim: SimConfig) -> di
     the fitted and planned ones chose (``imbalance_threshold``, ``market_maker_fitted``,
     ``bayes_expected_net_pnl``, ...)}``, and with passive orders and ``optimal`` swept the
     ``ceiling_note`` saying what the ceilings cover."""
-    from dataclasses import asdict
-
     from lobsurf.baselines.optimal_passive import passive_ceiling_note
 
     fitted = {f"{name}_{key}": getattr(p, key) for name, p in policies.items()
               for key in ("threshold", "expected_net_pnl", "fitted") if hasattr(p, key)}
-    out: dict = {"baselines": {**asdict(cfg), **fitted}}
+    out: dict = {"baselines": {**cfg.as_json(), **fitted}}
     if sim.passive_orders and "optimal" in policies:
         out["ceiling_note"] = passive_ceiling_note("optimal_passive" in policies)
     return out

@@ -148,6 +148,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def parse_policies(texts: list[str], sim) -> list[str]:
     """``baseline:NAME`` arguments → baseline names (``baseline:all``: every one that trades
     under ``sim``: the passive ones with passive orders only), in order."""
+    from lobsurf.baselines.optimal_passive import why_no_passive_optimum
     from lobsurf.baselines.policies import BASELINES, PASSIVE_BASELINES, baseline_names
 
     names: list[str] = []
@@ -157,6 +158,8 @@ def parse_policies(texts: list[str], sim) -> list[str]:
             raise UserError(f"unknown policy {text!r}; {POLICY_HELP}")
         if name in PASSIVE_BASELINES and not sim.passive_orders:
             raise UserError(f"{text} posts resting orders: add --passive-orders")
+        if name == "optimal_passive" and (why := why_no_passive_optimum(sim)) is not None:
+            raise UserError(f"{text} {why}")
         names += list(baseline_names(sim)) if name == "all" else [name]
     return list(dict.fromkeys(names))  # each once
 
@@ -298,7 +301,7 @@ def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
     settings = {"store": str(args.store), "device": str(book.device),
                 "instrument_id": args.instrument_id, "sim": asdict(sim),
                 "num_envs": run_cfg.num_envs, "steps_per_env": run_cfg.steps,
-                "steps": run_cfg.num_envs * run_cfg.steps, "baselines": asdict(base)}
+                "steps": run_cfg.num_envs * run_cfg.steps, "baselines": base.as_json()}
     return {"policies": results, "split": {"mode": "random"}, "settings": settings}
 
 
