@@ -55,10 +55,13 @@ def test_the_fits_read_training_rows_only(market) -> None:
     policy = MarketMakerPolicy(MarketMakerParams(2, 1.0, math.inf), CFG, BatchedLobEnv(book, 1, s))
     assert training_net_pnl(book, split.rows, [policy], s, 8) != training_net_pnl(
         other, split.rows, [policy], s, 8)
-    mm, mm_other = (fit_market_maker(b, split.train_rows, s, CFG) for b in (book, other))
-    assert mm.candidates == mm_other.candidates and mm.params == mm_other.params
+    # through the baselines' entry point, as the evaluation builds them
+    mm, mm_other = (make_baseline("market_maker", BatchedLobEnv(b, 1, s), CFG, split.train_rows)
+                    for b in (book, other))
+    assert mm.fit.candidates == mm_other.fit.candidates and mm.params == mm_other.params
     pi, pi_other = (fit_passive_imbalance(b, split.train_rows, s, CFG) for b in (book, other))
     assert pi.candidates == pi_other.candidates and pi.threshold == pi_other.threshold
+    assert len({pnl for _, pnl in mm.fit.candidates}) > 1  # the fit has something to see
 
 
 @pytest.mark.slow
