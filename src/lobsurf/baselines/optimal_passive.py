@@ -14,14 +14,18 @@ Every order that may rest at step t was posted at some earlier step of the episo
 states a side can be in at step t are the distinct (price, queue) of the orders posted at
 steps 0..t-1 still unfilled (a forward pass over the sweep's schedule enumerates them, per
 env; orders that meet at the same price and queue merge). On the bundled market at one
-decision every 10 rows that is at most about 25 per side (docs/ceilings.md). The net PnL
-of a sweep is additive over steps (every episode ends flat: the sum of the fills' cash
-flows minus their fees, maker and taker), so backward induction over (p, bid, ask) is
-exact, as for ``baseline:optimal``: each step follows the simulator's order of events
-(lobsurf.sim.passive: the rows before the action arrives fill the resting orders, then a
-cancel or the market order, clipped by the position limit counting the resting orders,
-or a post at the decision row's best price behind the arrival row's size, refused where it
-would cross, then the rows after it).
+decision every 10 rows the busiest env holds 32 per side at a step on average, 52 at most
+(docs/ceilings.md). The net PnL of a sweep is additive over steps (every episode ends
+flat: the sum of the fills' cash flows minus their fees, maker and taker), so backward
+induction over (p, bid, ask) is exact, as for ``baseline:optimal``: each step follows the
+simulator's order of events (lobsurf.sim.passive: the rows before the action arrives fill
+the resting orders, then a cancel or the market order, clipped by the position limit
+counting the resting orders, or a post at the decision row's best price behind the
+arrival row's size, refused where it would cross, then the rows after it;
+``lobsurf.baselines.optimal_passive_states``).
+
+Time: the bundled market's held-out session at one decision every 10 rows (157 steps of
+64 envs) plans in about 1.5 minutes on a 2-core CPU (docs/ceilings.md).
 
 The actions it plans over: Hold, every market order, Post bid and Post ask of one lot,
 Cancel bid, Cancel ask (larger posts are left out: the plan is the optimum of the
