@@ -42,9 +42,10 @@ CASES = {  # name: (stride, latency, sizes, limit, maker fee per lot, steps)
     "s2-l2-two-sizes": (2, 2, (1, 2), 2, -2.0, 4),
     "s4-l1-rebate": (4, 1, (2, 1), 3, -4.0, 4),
     "s1-l0-at-the-limit": (1, 0, (1,), 1, -20.0, 5),  # rebates worth holding at the limit
+    "s1-l0-limit-1": (1, 0, (1,), 1, -3.0, 5),  # market orders clipped by a resting order
 }
 #: decision rows where a resting order beats every market-order sequence in some case
-STARTS = (71, 196, 470, 871, 1102)
+STARTS = (57, 71, 196, 470, 871, 1102)
 
 
 def check_against_brute_force(name: str, start: int) -> tuple[float, float]:
@@ -62,7 +63,7 @@ def check_against_brute_force(name: str, start: int) -> tuple[float, float]:
 
 @pytest.mark.parametrize("name,start,posting_pays", [
     ("s1-l0", 470, True), ("s3-l1", 196, True), ("s1-l0-at-the-limit", 470, True),
-    ("s1-l0-at-the-limit", 71, False)])
+    ("s1-l0-at-the-limit", 71, False), ("s1-l0-limit-1", 57, True)])
 def test_the_plan_equals_brute_force(name: str, start: int, posting_pays: bool) -> None:
     best, best_market = check_against_brute_force(name, start)
     assert (best > best_market) == posting_pays  # where posting pays, the plan must find it
@@ -162,3 +163,32 @@ def test_it_bounds_every_baseline_that_posts_one_lot() -> None:
     assert best == pytest.approx(policies["optimal_passive"].value, rel=1e-9)
     assert all(best >= v - 1e-9 for v in pnl.values()), (best, pnl)
     assert best > pnl["optimal"]
+
+
+def test_the_replay_tells_orders_at_one_price_apart_by_their_queue() -> None:
+    """Where two states of a side rest at the same price with different queues ahead and the
+    plan acts differently in them, the replay takes the action of the one the env holds."""
+    env = BatchedLobEnv(BOOK, 5, SWEEP)
+    policy = make_optimal_passive(env, ROWS, 5)
+    plan, p = policy.plan, 2 * policy.plan.position_limit + 1
+    found = 0
+    for t, (states, step) in enumerate(zip(plan.states, plan.steps)):
+        for b in range(5):
+            width, offset = int(step.width[b]), int(step.offset[b])
+            table = step.actions[offset:offset + width * width * p].reshape(width, width, p)
+            bids = [s for s in range(1, width) if int(states.remaining[b, s, 0]) > 0]
+            for s1, s2 in itertools.combinations(bids, 2):
+                same_price = int(states.price[b, s1, 0]) == int(states.price[b, s2, 0])
+                flat = plan.position_limit
+                if not same_price or int(table[s1, 0, flat]) == int(table[s2, 0, flat]):
+                    continue
+                for slot in (s1, s2):  # the env holds this bid, nothing on the ask, flat
+                    env.passive_state.remaining.zero_()
+                    env.passive_state.remaining[b, 0] = 1
+                    env.passive_state.price_ticks[b, 0] = int(states.price[b, slot, 0])
+                    env.passive_state.queue_ahead[b, 0] = float(states.queue[b, slot, 0])
+                    env.state.position.zero_()
+                    policy.t = t
+                    assert int(policy.act(env)[b]) == int(table[slot, 0, flat])
+                found += 1
+    assert found > 0  # the sweep has such pairs to tell apart
