@@ -136,3 +136,35 @@ def test_random_cursor_backtest_summary_by_hand() -> None:
     assert s == {"net_pnl": 8.5, "gross_pnl": 12.5, "fees": 4.0, "trades": 2, "wins": 1,
                  "win_rate": 0.5, "hold_fraction": 0.5, "pnl_per_trade": 4.25, "steps": 8,
                  "turnover_lots": 4, "unfilled_lots": 0, "envs": 1}
+
+
+def test_passive_metrics_by_hand() -> None:
+    """Resting orders through the real sweep (one lot, latency 1): a bid then an ask fill
+    (one trade of one tick, two maker rebates of 0.25); a bid that would cross when it
+    arrives is refused; the last bid rests unfilled and the sweep's end cancels it."""
+    from tests.sim.passive_books import NO_BUY, NO_SELL, hand_book as passive_book
+
+    book = passive_book([100] * 5 + [99] * 4, [[2]] * 9, [[2]] * 9,
+                        [NO_SELL, NO_SELL, (100, 3)] + [NO_SELL] * 6,
+                        [NO_BUY] * 4 + [(101, 3)] + [NO_BUY] * 4)
+    sim = SimConfig(window=1, latency_rows=1, order_sizes_lots=(1,), passive_orders=True,
+                    fee_per_lot=FEE, fee_bps=0.0, maker_fee_per_lot=-0.25, maker_fee_bps=0.0)
+    post_bid, post_ask = 3, 4
+    script = [post_bid, post_ask, HOLD, HOLD, post_bid, post_bid, HOLD, HOLD]
+    records, _ = sweep(book, torch.arange(8), {"s": Scripted(script)}, sim, SweepConfig(1))
+    m = compute_metrics(records["s"])
+    assert (m["trades"], m["net_pnl"], m["fees"]) == (1, TICK_VALUE + 0.5, -0.5)
+    assert (m["maker_lots"], m["maker_share"], m["maker_fees"]) == (2, 1.0, -0.5)
+    assert (m["posted_lots"], m["fill_rate"], m["rejected_posts"]) == (3, 2 / 3, 1)
+    assert list(m)[-6:] == ["maker_lots", "maker_share", "maker_fees", "posted_lots",
+                            "fill_rate", "rejected_posts"]
+
+
+def test_passive_metrics_undefined_without_fills_or_posts() -> None:
+    from lobsurf.backtest.metrics import PassiveTotals, passive_metrics
+
+    none = passive_metrics(PassiveTotals(0, 0, 0.0, 2), turnover_lots=0)
+    assert (none["maker_share"], none["fill_rate"], none["rejected_posts"]) == (None, None, 2)
+    some = passive_metrics(PassiveTotals(posted_lots=4, maker_lots=1, maker_fees=0.3,
+                                         rejected_posts=0), turnover_lots=5)
+    assert (some["maker_share"], some["fill_rate"], some["maker_fees"]) == (0.2, 0.25, 0.3)

@@ -93,3 +93,32 @@ def test_eval_run_on_a_synthetic_store_shows_the_causal_ceiling(tiny_run, tmp_pa
     for name in ("agent", "hold", "optimal"):
         assert pol[name]["capture_bayes"] == pytest.approx(pol[name]["net_pnl"]
                                                            / pol["bayes"]["net_pnl"])
+
+
+@pytest.mark.slow
+def test_a_run_with_passive_orders_is_swept_beside_the_passive_baselines(tiny_toml, tmp_path,
+                                                                        capsys):
+    """The baselines beside the agent follow the run's simulator: with resting orders the
+    passive baselines and their optimum join (fitted on the run's training rows), bayes
+    stays out, and the output says what the ceilings cover."""
+    from dataclasses import replace
+
+    from lobsurf.data.synth import write_synth_store
+    from lobsurf.presets import PRESETS
+
+    store = write_synth_store(tmp_path / "syn", replace(PRESETS["tradeable"],
+                                                        snapshots_per_day=2_000, days=2))
+    run = tmp_path / "run"
+    assert train("--store", store.path, "--config", tiny_toml, "--out", run,
+                 "--set", "sim.passive_orders=true", "--set", "sim.maker_fee_per_lot=-0.5") == 0
+    capsys.readouterr()
+    result = evaluate(capsys, run)
+    pol = result["policies"]
+    assert set(pol) == {"agent", "hold", "random", "momentum", "imbalance", "oracle", "optimal",
+                        "market_maker", "passive_imbalance", "optimal_passive"}
+    assert "market_maker_fitted" in result["settings"]["baselines"]
+    assert "optimal_passive" in result["settings"]["ceiling_note"]
+    assert all("maker_lots" in m for m in pol.values())
+    best = pol["optimal_passive"]["net_pnl"]
+    assert all(m["net_pnl"] <= best + 1e-6 for m in pol.values())
+    assert pol["optimal_passive"]["capture_passive"] == 1.0

@@ -62,6 +62,11 @@ def test_a_saved_run_evaluates_its_chosen_policy_as_before(saved_run, capsys):
     result = json.loads(capsys.readouterr().out)
     want = json.loads((SAVED / "expected.json").read_text())["eval"]
     assert result["chosen"]["policy"] == "checkpoint" and result["chosen"]["source"] == "chosen"
+    # the run's evaluation reports the threshold its imbalance fit chose (it said None, "fit
+    # on training rows", before), as lobsurf eval baseline:... does; the rows are the same
+    assert want["settings"]["baselines"].pop("imbalance_threshold") is None
+    fitted = result["settings"]["baselines"]["imbalance_threshold"]
+    assert 0 <= fitted <= 1
     same(result, want)
 
 

@@ -42,6 +42,21 @@ class MetricsConfig:
                              "bootstrap_chunk_draws >= 1")
 
 
+@dataclass(frozen=True)
+class PassiveTotals:
+    """The resting orders of one policy over a sweep, summed over its envs
+    (``lobsurf.sim.state.PassiveStats``)."""
+
+    posted_lots: int
+    """lots of the orders that joined a queue (refused posts not counted)."""
+    maker_lots: int
+    """lots filled while resting."""
+    maker_fees: float
+    """maker fees of those fills (currency; negative: rebates earned)."""
+    rejected_posts: int
+    """posts refused because they would have crossed the book when they arrived."""
+
+
 @dataclass
 class BacktestRecord:
     """What one policy did over a sweep, in time order (host numpy arrays).
@@ -66,6 +81,8 @@ class BacktestRecord:
         trade_step: [n] int64 index into the step arrays of the step that closed each
             trade (None when not recorded); a sweep's step i lies in piece i // T.
         around_the_clock: the instrument trades 24/7, so a year has 365 trading days.
+        passive: what the resting orders did (``PassiveTotals``), None without passive
+            orders (the summary then has no passive metrics).
     """
 
     trade_pnl: np.ndarray
@@ -82,6 +99,7 @@ class BacktestRecord:
     step_filled_lots: np.ndarray | None = None
     trade_step: np.ndarray | None = None
     around_the_clock: bool = False
+    passive: PassiveTotals | None = None
 
 
 def _ratio(mean: float, sd: float) -> float | None:
@@ -160,4 +178,19 @@ def compute_metrics(rec: BacktestRecord, cfg: MetricsConfig = MetricsConfig()) -
         "turnover": rec.turnover_lots / steps if steps else None,
         "avg_holding_steps": float(np.mean(rec.trade_holding_steps)) if n else None,
         "unfilled_lots": int(rec.unfilled_lots),
+        **(passive_metrics(rec.passive, rec.turnover_lots) if rec.passive else {}),
+    }
+
+
+def passive_metrics(p: PassiveTotals, turnover_lots: int) -> dict:
+    """The resting orders' metrics (docs/metrics.md, "Passive orders"): maker lots and their
+    share of all lots filled, maker fees, posted lots and the share of them filled, refused
+    posts."""
+    return {
+        "maker_lots": int(p.maker_lots),
+        "maker_share": p.maker_lots / turnover_lots if turnover_lots else None,
+        "maker_fees": float(p.maker_fees),
+        "posted_lots": int(p.posted_lots),
+        "fill_rate": p.maker_lots / p.posted_lots if p.posted_lots else None,
+        "rejected_posts": int(p.rejected_posts),
     }

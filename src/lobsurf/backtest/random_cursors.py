@@ -5,7 +5,8 @@ check on random cursors behind ``lobsurf eval --split random``.)
 
 Cursors are drawn by the simulator's seeded generator over all the store's segments, so a
 run is reproducible from (store, SimConfig, policy seed). On the last step every env's
-position is closed at market, so every trade is counted and PnL is fully realized.
+position is closed at market, so every trade is counted and PnL is fully realized. With
+passive orders the summary also has the resting orders' metrics (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lobsurf.backtest.metrics import passive_metrics
 from lobsurf.backtest.policy import Policy
+from lobsurf.backtest.sweep import passive_totals
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
@@ -55,5 +58,7 @@ def run_backtest(env: BatchedLobEnv, policy: Policy, run: BacktestConfig,
         if progress is not None:
             progress(1)
     summary = summarize(env.stats, env.tick_value)
+    if env.passive_stats is not None:
+        summary |= passive_metrics(passive_totals(env), summary["turnover_lots"])
     summary["envs"] = run.num_envs
     return summary

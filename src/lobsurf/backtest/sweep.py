@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lobsurf.backtest.metrics import NS_PER_DAY, BacktestRecord
+from lobsurf.backtest.metrics import NS_PER_DAY, BacktestRecord, PassiveTotals
 from lobsurf.backtest.policy import Policy
 from lobsurf.data.dataset import BookTensors
 from lobsurf.data.store.instrument import AROUND_THE_CLOCK
@@ -216,7 +216,19 @@ def _record(env: BatchedLobEnv, buf: _Buffers, tiling: Tiling, days: torch.Tenso
         turnover_lots=int(stats.turnover_lots.sum()),
         unfilled_lots=int(stats.unfilled_lots.sum()),
         around_the_clock=around_the_clock,
+        passive=passive_totals(env),
     )
+
+
+def passive_totals(env: BatchedLobEnv) -> PassiveTotals | None:
+    """The env's resting-order counts summed over its envs (host read, once); None without
+    passive orders."""
+    ps = env.passive_stats
+    if ps is None:
+        return None
+    return PassiveTotals(posted_lots=int(ps.posted_lots.sum()), maker_lots=int(ps.maker_lots.sum()),
+                         maker_fees=float(ps.maker_fees.sum()),
+                         rejected_posts=int(ps.rejected_posts.sum()))
 
 
 def sweep(book: BookTensors, rows: torch.Tensor, policies: dict[str, Policy], sim: SimConfig,

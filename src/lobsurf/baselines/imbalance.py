@@ -7,8 +7,8 @@ I < -threshold, and keep the position otherwise (Hold).
 
 Fit: the candidates are quantiles (``BaselineConfig.imbalance_quantiles``) of |I| over the
 training rows; each candidate trades a contiguous sample of the training rows in one
-deterministic sweep (``lobsurf.backtest.sweep``) with the simulator's own costs, and the one
-with the highest net PnL wins. When none makes money the threshold is 1, which never
+deterministic sweep with the simulator's own costs (``lobsurf.baselines.fitting``), and
+the one with the highest net PnL wins. When none makes money the threshold is 1, which never
 trades (|I| < 1 always): on training data the honest choice is then to stay out.
 """
 
@@ -20,6 +20,7 @@ import torch
 
 from lobsurf.baselines.actions import buy_sell_actions
 from lobsurf.baselines.config import BaselineConfig
+from lobsurf.baselines.fitting import contiguous_sample, training_net_pnl
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
@@ -33,6 +34,14 @@ def top_imbalance(book: BookTensors, rows: torch.Tensor) -> torch.Tensor:
     b = book.bid_sz[rows, 0].double()
     a = book.ask_sz[rows, 0].double()
     return (b - a) / (b + a).clamp(min=1)  # level 0 is always real; clamp guards a 0/0
+
+
+def abs_imbalance_quantiles(book: BookTensors, rows: torch.Tensor,
+                            quantiles: tuple[float, ...]) -> list[float]:
+    """The distinct ``quantiles`` of |I| over ``rows``, ascending (a fit's candidate
+    thresholds; a setup-time host read)."""
+    q = torch.tensor(quantiles, dtype=torch.float64, device=book.device)
+    return sorted(set(torch.quantile(top_imbalance(book, rows).abs(), q).tolist()))
 
 
 def order_actions(sizes: tuple[int, ...], max_order: int, device: torch.device) -> torch.Tensor:
@@ -85,19 +94,6 @@ class ImbalanceFit:
     fit_rows: int
 
 
-def contiguous_sample(rows: torch.Tensor, limit: int, blocks: int) -> torch.Tensor:
-    """At most ``limit`` of ``rows`` ([n] int64, sorted): the first limit/blocks of each of
-    ``blocks`` equal parts, so the sample keeps runs of consecutive rows (a policy holds
-    positions across rows) and still spans the whole range."""
-    if len(rows) <= limit:
-        return rows
-    part = len(rows) // blocks
-    take = min(part, limit // blocks)
-    starts = torch.arange(blocks, device=rows.device) * part
-    index = (starts[:, None] + torch.arange(take, device=rows.device)).reshape(-1)
-    return rows[index]
-
-
 def fit_imbalance_threshold(book: BookTensors, train_rows: torch.Tensor, sim: SimConfig,
                             cfg: BaselineConfig = BaselineConfig()) -> ImbalanceFit:
     """The candidate threshold with the best training net PnL in the simulator (module doc).
@@ -108,16 +104,12 @@ def fit_imbalance_threshold(book: BookTensors, train_rows: torch.Tensor, sim: Si
         sim: simulator settings of the evaluation (costs, latency, sizes).
         cfg: quantiles, sample size and envs of the fit.
     """
-    from lobsurf.backtest.sweep import SweepConfig, sweep
-
     rows = contiguous_sample(train_rows, cfg.imbalance_fit_rows, cfg.imbalance_fit_blocks)
-    q = torch.tensor(cfg.imbalance_quantiles, dtype=torch.float64, device=book.device)
-    levels = torch.quantile(top_imbalance(book, rows).abs(), q).tolist()  # setup-time read
-    candidates = sorted(set(levels))
+    candidates = abs_imbalance_quantiles(book, rows, cfg.imbalance_quantiles)
     template = BatchedLobEnv(book, 1, sim)
-    policies = {str(i): ImbalancePolicy(thr, cfg, template) for i, thr in enumerate(candidates)}
-    records, _ = sweep(book, rows, policies, sim, SweepConfig(num_envs=cfg.imbalance_fit_envs))
-    scored = [(thr, float(records[str(i)].trade_pnl.sum())) for i, thr in enumerate(candidates)]
+    pnl = training_net_pnl(book, rows, [ImbalancePolicy(thr, cfg, template) for thr in candidates],
+                           sim, cfg.imbalance_fit_envs)
+    scored = list(zip(candidates, pnl))
     best_thr, best_pnl = max(scored, key=lambda c: c[1])
     return ImbalanceFit(threshold=best_thr if best_pnl > 0 else NEVER_TRADES,
                         candidates=scored, fit_rows=len(rows))

@@ -22,6 +22,9 @@ float rounding of the per-trade sums).
 
 It reads the future (every row of the sweep), which no real policy can: its net PnL is
 the ceiling that ``capture`` (a policy's net PnL as a fraction of it) is measured against.
+With passive orders it still plans market orders only (it never posts, so its sweep is
+the same): it is the ceiling of market-order trading, not of trading with resting orders,
+which can earn the spread its market orders pay (docs/ceilings.md).
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class OptimalPlan:
         return int(self.actions.shape[0])
 
 
-def _fill_tables(env: BatchedLobEnv, cursor: torch.Tensor, last: torch.Tensor,
+def market_fill_tables(env: BatchedLobEnv, cursor: torch.Tensor, last: torch.Tensor,
                  sides: torch.Tensor, want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # Walk 0..Q lots (want: [2B, Q+1]) on both sides (sides: [2] bid, ask) of each env's
     # fill row: filled, value [B, 2, Q+1]. Mirrors env.step: on an episode's last step the
@@ -130,7 +133,9 @@ def plan_optimal(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) -> Optim
     sched = sweep_schedule(book, tiling, sim)
     device = book.device
     position = torch.arange(-limit, limit + 1, device=device)  # [P]
-    orders = env.order_table  # [A] signed lots of each action
+    # [A] signed lots of Hold and the market orders (with passive orders, the posts and
+    # cancels after them are left out: the plan is the optimum of market orders)
+    orders = env.order_table[:1 + 2 * len(sim.order_sizes_lots)]
     # target of (position, action) before the episode-end rule: [P, A]
     target = (position[:, None] + orders[None, :]).clamp(-limit, limit)
     per_lot, per_value_tick = env.fee_model.per_lot, env.fee_model.per_value_tick
@@ -144,7 +149,7 @@ def plan_optimal(env: BatchedLobEnv, rows: torch.Tensor, num_envs: int) -> Optim
     env_index = torch.arange(num_envs, device=device)[:, None, None]
     for t in range(tiling.steps - 1, -1, -1):
         last, active = sched.last[t], sched.active[t]
-        filled_q, value_q = _fill_tables(env, sched.cursor[t], last, sides, want)
+        filled_q, value_q = market_fill_tables(env, sched.cursor[t], last, sides, want)
         tgt = torch.where(last[:, None, None], 0, target[None])  # [B, P, A]
         order = tgt - position[None, :, None]
         n, buy = order.abs(), (order > 0).long()

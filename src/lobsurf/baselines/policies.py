@@ -2,12 +2,16 @@
 (``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle,
 the causal ceiling of a synthetic store (``lobsurf.baselines.bayes``, the best policy for its
 known law) and the exact optimum of a sweep (``lobsurf.baselines.optimal``), both planned
-over the sweep's steps.
+over the sweep's steps; with passive orders also a market maker
+(``lobsurf.baselines.market_maker``) and a passive imbalance rule
+(``lobsurf.baselines.passive_imbalance``), both fitted on training rows.
 
 Each is a ``lobsurf.backtest.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
 and a learned agent alike. Actions use the env's convention: 0 Hold, 1..n Buy
-order_sizes_lots[i-1], n+1..2n Sell them.
+order_sizes_lots[i-1], n+1..2n Sell them (and, with passive orders, the posts and cancels
+after them: lobsurf.sim.config). The market-order baselines use only the first 2n + 1, so
+they trade the same with passive orders on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from lobsurf.baselines.config import BaselineConfig
 from lobsurf.baselines.imbalance import make_imbalance
 from lobsurf.baselines.optimal import make_optimal
 from lobsurf.data.dataset import gather_window
+from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 
 
@@ -29,15 +34,21 @@ class HoldPolicy:
         return torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
 
 
+def market_actions(env: BatchedLobEnv) -> int:
+    """How many actions of the env's table are Hold and market orders (the first ones)."""
+    return 1 + 2 * len(env.cfg.order_sizes_lots)
+
+
 class RandomPolicy:
-    """Uniform over all actions, from its own seeded generator."""
+    """Uniform over Hold and the market orders, from its own seeded generator (the same
+    draws with passive orders on: it never posts)."""
 
     def __init__(self, cfg: BaselineConfig, device: torch.device | str) -> None:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(cfg.seed)
 
     def act(self, env: BatchedLobEnv) -> torch.Tensor:
-        return torch.randint(0, env.cfg.num_actions, (env.num_envs,), generator=self.generator,
+        return torch.randint(0, market_actions(env), (env.num_envs,), generator=self.generator,
                              device=env.device)
 
 
@@ -100,11 +111,15 @@ class OraclePolicy:
         return direction_to_action(direction, self.buy, self.sell)
 
 
-BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
+#: the baselines that trade market orders only (every simulator)
+MARKET_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
+#: the baselines that post resting orders (a simulator with passive orders only)
+PASSIVE_BASELINES = ("market_maker", "passive_imbalance", "optimal_passive")
+BASELINES = MARKET_BASELINES + PASSIVE_BASELINES
 #: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
-FITTED_BASELINES = ("imbalance",)
+FITTED_BASELINES = ("imbalance", "market_maker", "passive_imbalance")
 #: baselines planned over one sweep (``make_baseline`` needs ``sweep_rows``, ``sweep_envs``).
-PLANNED_BASELINES = ("bayes", "optimal")
+PLANNED_BASELINES = ("bayes", "optimal", "optimal_passive")
 
 
 def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
@@ -132,6 +147,18 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
 
         return make_bayes(env, sweep_rows, sweep_envs, cfg.bayes_imbalance_bins,
                           cfg.bayes_mc_rows)
+    if name == "market_maker":
+        from lobsurf.baselines.market_maker import make_market_maker
+
+        return make_market_maker(env, cfg, train_rows)
+    if name == "optimal_passive":
+        from lobsurf.baselines.optimal_passive import make_optimal_passive
+
+        return make_optimal_passive(env, sweep_rows, sweep_envs)
+    if name == "passive_imbalance":
+        from lobsurf.baselines.passive_imbalance import make_passive_imbalance
+
+        return make_passive_imbalance(env, cfg, train_rows)
     if name == "hold":
         return HoldPolicy()
     if name == "random":
@@ -143,14 +170,44 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
     raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
 
 
+def baseline_names(sim: SimConfig) -> tuple[str, ...]:
+    """Every baseline that trades under ``sim`` (``baseline:all``): the market-order ones,
+    and the passive ones where ``sim.passive_orders`` is on."""
+    return BASELINES if sim.passive_orders else MARKET_BASELINES
+
+
 def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: BaselineConfig,
                    train_rows: torch.Tensor | None = None, sweep_rows: torch.Tensor | None = None,
                    sweep_envs: int | None = None) -> dict:
     """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
     to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``.
-    ``bayes`` is left out, with one line on stderr, where it has no ceiling to plan (real
-    data has no known law; resting orders)."""
-    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
-
+    ``bayes`` and ``optimal_passive`` are left out, with one line on stderr each, where they
+    have no ceiling to plan (``without_unplannable``)."""
     return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
-            for name in without_bayes_where_no_ceiling(names, env.book, env.cfg)}
+            for name in without_unplannable(names, env.book, env.cfg)}
+
+
+def baseline_settings(cfg: BaselineConfig, policies: dict, sim: SimConfig) -> dict:
+    """What an evaluation reports of its baselines: ``{"baselines": cfg's fields and what
+    the fitted and planned ones chose (``imbalance_threshold``, ``market_maker_fitted``,
+    ``bayes_expected_net_pnl``, ...)}``, and with passive orders and ``optimal`` swept the
+    ``ceiling_note`` saying what the ceilings cover."""
+    from lobsurf.baselines.optimal_passive import passive_ceiling_note
+
+    fitted = {f"{name}_{key}": getattr(p, key) for name, p in policies.items()
+              for key in ("threshold", "expected_net_pnl", "fitted") if hasattr(p, key)}
+    out: dict = {"baselines": {**cfg.as_json(), **fitted}}
+    if sim.passive_orders and "optimal" in policies:
+        out["ceiling_note"] = passive_ceiling_note("optimal_passive" in policies)
+    return out
+
+
+def without_unplannable(names, book, sim: SimConfig) -> list[str]:
+    """``names`` less the ceilings that cannot plan under ``sim`` on ``book``, each with one
+    line on stderr saying why: ``bayes`` (real data has no known law; resting orders) and
+    ``optimal_passive`` (the probabilistic queue model; no one-lot order size)."""
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
+    from lobsurf.baselines.optimal_passive import without_passive_optimum_where_none
+
+    return without_passive_optimum_where_none(without_bayes_where_no_ceiling(names, book, sim),
+                                              sim)

@@ -26,6 +26,8 @@ import sys
 from dataclasses import asdict
 
 from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
+from lobsurf.commands.eval_table import cell, print_table
+from lobsurf.commands.passive_flags import PASSIVE_FLAGS, add_passive_arguments
 from lobsurf.errors import UserError
 from lobsurf.eval.evaluate import WARN_MIN_ROWS
 from lobsurf.progress import add_progress_flag, status
@@ -34,7 +36,10 @@ from lobsurf.sim.fees import announce_fees
 POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
                "baseline:oracle | baseline:bayes (the causal ceiling of a synthetic store) | "
-               "baseline:optimal (the exact optimum of the sweep), or baseline:all")
+               "baseline:optimal (the exact optimum of the sweep's market orders) | with "
+               "--passive-orders also baseline:market_maker | baseline:passive_imbalance | "
+               "baseline:optimal_passive (the exact optimum with one-lot resting orders, "
+               "risk_averse queue), or baseline:all (every baseline of the simulator)")
 SPLITS = ("heldout", "all", "random", "train")
 #: fee_bps above this is refused: a fee of more than the whole notional of every fill.
 MAX_FEE_BPS = 10_000.0
@@ -55,6 +60,7 @@ FLAGS = {
     "momentum lookback": "--lookback", "momentum threshold": "--threshold",
     "oracle horizon": "--horizon", "imbalance threshold": "--imbalance-threshold",
     "train_fraction": "--train-fraction", "horizons_snapshots": "--horizons",
+    **PASSIVE_FLAGS,
 }
 
 
@@ -124,6 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "--fee-per-lot; with one of the two given, the other is 0)")
     g.add_argument("--max-episode-steps", type=int, default=sim.max_episode_steps,
                    help="episode length, steps")
+    add_passive_arguments(g, sim)
     b = parser.add_argument_group("baselines")
     b.add_argument("--size-index", type=int, default=base.size_index,
                    help="order size (index into --order-sizes) traded by momentum, imbalance, oracle")
@@ -138,16 +145,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="oracle: snapshots ahead at which it reads the mid")
 
 
-def parse_policies(texts: list[str]) -> list[str]:
-    """``baseline:NAME`` arguments → baseline names (``baseline:all``: every one), in order."""
-    from lobsurf.baselines.policies import BASELINES
+def parse_policies(texts: list[str], sim) -> list[str]:
+    """``baseline:NAME`` arguments → baseline names (``baseline:all``: every one that trades
+    under ``sim``: the passive ones with passive orders only), in order."""
+    from lobsurf.baselines.optimal_passive import why_no_passive_optimum
+    from lobsurf.baselines.policies import BASELINES, PASSIVE_BASELINES, baseline_names
 
     names: list[str] = []
     for text in texts:
         kind, _, name = text.partition(":")
         if kind != "baseline" or (name not in BASELINES and name != "all"):
             raise UserError(f"unknown policy {text!r}; {POLICY_HELP}")
-        names += list(BASELINES) if name == "all" else [name]
+        if name in PASSIVE_BASELINES and not sim.passive_orders:
+            raise UserError(f"{text} posts resting orders: add --passive-orders")
+        if name == "optimal_passive" and (why := why_no_passive_optimum(sim)) is not None:
+            raise UserError(f"{text} {why}")
+        names += list(baseline_names(sim)) if name == "all" else [name]
     return list(dict.fromkeys(names))  # each once
 
 
@@ -166,7 +179,10 @@ def configs(args: argparse.Namespace):
         sim = SimConfig(window=args.window, stride=args.stride, latency_rows=args.latency_rows,
                         order_sizes_lots=sizes, position_limit_lots=args.position_limit,
                         fee_per_lot=args.fee_per_lot, fee_bps=args.fee_bps,
-                        max_episode_steps=args.max_episode_steps, seed=args.seed)
+                        max_episode_steps=args.max_episode_steps, seed=args.seed,
+                        passive_orders=args.passive_orders, queue_model=args.queue_model,
+                        queue_power=args.queue_power, maker_fee_per_lot=args.maker_fee_per_lot,
+                        maker_fee_bps=args.maker_fee_bps)
         sweep = SweepConfig(num_envs=args.envs)
         run = BacktestConfig(num_envs=args.envs, steps=args.steps)
         base = BaselineConfig(size_index=args.size_index, momentum_lookback_rows=args.lookback,
@@ -180,6 +196,9 @@ def configs(args: argparse.Namespace):
     if sim.fee_bps is not None and sim.fee_bps > MAX_FEE_BPS:
         raise UserError(f"--fee-bps {sim.fee_bps:g} is more than the whole notional of a fill; "
                         f"at most {MAX_FEE_BPS:g}")
+    if sim.maker_fee_bps is not None and abs(sim.maker_fee_bps) > MAX_FEE_BPS:
+        raise UserError(f"--maker-fee-bps {sim.maker_fee_bps:g} is more than the whole notional "
+                        f"of a fill; at most {MAX_FEE_BPS:g} either way")
     return sim, run, sweep, base, horizons
 
 
@@ -242,10 +261,10 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
              "trades; use a larger store")
     policies = build_policies(names, env, base, train_rows, args.progress, rows,
                               sweep_cfg.num_envs)
-    fitted = {f"{name}_{key}": getattr(p, key) for name, p in policies.items()
-              for key in ("threshold", "expected_net_pnl") if hasattr(p, key)}
+    from lobsurf.baselines.policies import baseline_settings
+
     settings = {"store": str(args.store), "device": str(book.device),
-                "instrument_id": args.instrument_id, "baselines": {**asdict(base), **fitted}}
+                "instrument_id": args.instrument_id, **baseline_settings(base, policies, sim)}
     with step_progress(tiling.steps, "eval", args.progress) as advance:
         return evaluate_policies(book, rows, policies, sim, sweep_cfg, split_info=info,
                                  settings=settings, progress=advance)
@@ -282,44 +301,8 @@ def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
     settings = {"store": str(args.store), "device": str(book.device),
                 "instrument_id": args.instrument_id, "sim": asdict(sim),
                 "num_envs": run_cfg.num_envs, "steps_per_env": run_cfg.steps,
-                "steps": run_cfg.num_envs * run_cfg.steps, "baselines": asdict(base)}
+                "steps": run_cfg.num_envs * run_cfg.steps, "baselines": base.as_json()}
     return {"policies": results, "split": {"mode": "random"}, "settings": settings}
-
-
-def _cell(key: str, value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return f"{value[0]:,.2f}..{value[1]:,.2f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if key in ("win_rate", "hold_fraction", "turnover", "sharpe_per_trade", "sharpe_per_day",
-               "capture", "capture_bayes"):
-        return f"{value:.3f}"
-    return f"{value:,.2f}"
-
-
-def print_table(result: dict) -> None:
-    """One row per metric, one column per policy."""
-    names = list(result["policies"])
-    split, settings = result["split"], result["settings"]
-    if split["mode"] == "random":
-        print(f"{settings['store']}: random cursors, {settings['num_envs']} envs x "
-              f"{settings['steps_per_env']} steps = {settings['steps']:,} steps")
-    else:
-        where = (f", cut at row {split['cut_row']:,} (train fraction {split['train_fraction']:g})"
-                 if split["mode"] == "heldout" else "")
-        stride = settings["sim"]["stride"]
-        per = "one per row" if stride == 1 else f"one every {stride} rows"
-        print(f"{settings['store']}: {split['mode']} sweep of {split['rows']:,} rows in "
-              f"{split['ranges']} range(s){where}: {settings['steps']:,} steps ({per}) "
-              f"on {settings['num_envs']} envs, up to {settings['steps_per_env']:,} each")
-    metrics = list(next(iter(result["policies"].values())))
-    cells = {(k, n): _cell(k, result["policies"][n][k]) for k in metrics for n in names}
-    width = max(len(c) for c in [*cells.values(), *names]) + 2
-    print(f"{'':<20}" + "".join(f"{n:>{width}}" for n in names))
-    for key in metrics:
-        print(f"{key:<20}" + "".join(f"{cells[key, n]:>{width}}" for n in names))
 
 
 def run_folder_argument(args: argparse.Namespace):
@@ -376,8 +359,8 @@ def run_walk_forward(run_dir, args: argparse.Namespace) -> int:
                                                           "capture mean")))
     for name, metrics in summary["spread"].items():
         s, cap = metrics["net_pnl"], metrics.get("capture", {}).get("mean")
-        cells = [_cell("net_pnl", s[k]) for k in ("mean", "sd", "min", "max")]
-        print(f"{name:<12}" + "".join(f"{c:>{width}}" for c in [*cells, _cell("capture", cap)]))
+        cells = [cell("net_pnl", s[k]) for k in ("mean", "sd", "min", "max")]
+        print(f"{name:<12}" + "".join(f"{c:>{width}}" for c in [*cells, cell("capture", cap)]))
     return 0
 
 
@@ -405,7 +388,7 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
+    from lobsurf.baselines.policies import without_unplannable
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
@@ -427,17 +410,21 @@ def run(args: argparse.Namespace) -> int:
     if args.split == "train":
         raise UserError("--split train sweeps a training run's own training rows; for "
                         "baselines use --split all or heldout")
-    names = parse_policies(args.policy)
     sim, run_cfg, sweep_cfg, base, horizons = configs(args)
+    names = parse_policies(args.policy, sim)
     device = resolve_device(args.device)
     with status(f"eval: loading {args.store}", args.progress):
         book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
-    if "baseline:bayes" not in args.policy:  # baseline:all: the ceiling where there is one
-        names = without_bayes_where_no_ceiling(names, book, sim)
+    # baseline:all: the ceilings where there are some (one named is planned, or refused)
+    implicit = [n for n in names if f"baseline:{n}" not in args.policy]
+    dropped = set(implicit) - set(without_unplannable(implicit, book, sim))
+    names = [n for n in names if n not in dropped]
     from lobsurf.sim.fees import holding_rows
 
-    sim = announce_fees(sim, book, holding_rows(max(horizons), sim.stride),
-                   "given: --fee-per-lot / --fee-bps", "--fee-per-lot / --fee-bps")
+    given = "--fee-per-lot / --fee-bps" + (
+        ", --maker-fee-per-lot / --maker-fee-bps" if sim.passive_orders else "")
+    sim = announce_fees(sim, book, holding_rows(max(horizons), sim.stride), f"given: {given}",
+                        given)
     check_fees(sim, book.tick_size * book.multiplier)
     if args.split == "random":
         result = run_random(book, names, args, sim, run_cfg, base, horizons)

@@ -13,7 +13,8 @@ policy)::
 exact optimum, ``lobsurf.baselines.optimal``) is among the policies, every policy's
 metrics get ``capture``: its net PnL as a fraction of the optimum's (None when the
 optimum is not positive); when ``bayes`` (the causal ceiling of a synthetic store,
-``lobsurf.baselines.bayes``) is, ``capture_bayes``: the same fraction of the ceiling's.
+``lobsurf.baselines.bayes``) is, ``capture_bayes``: the same fraction of the ceiling's;
+when ``optimal_passive`` (``lobsurf.baselines.optimal_passive``) is, ``capture_passive``.
 
 Metrics are defined in docs/metrics.md.
 """
@@ -114,14 +115,17 @@ def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dic
 
 
 #: metric → the policy whose net PnL it measures every policy's against: ``capture`` of the
-#: exact optimum, ``capture_bayes`` of the causal ceiling (synthetic stores).
-CAPTURE_REFERENCES = {"capture": "optimal", "capture_bayes": "bayes"}
+#: exact optimum, ``capture_bayes`` of the causal ceiling (synthetic stores),
+#: ``capture_passive`` of the exact optimum with one-lot resting orders (passive orders).
+CAPTURE_REFERENCES = {"capture": "optimal", "capture_bayes": "bayes",
+                      "capture_passive": "optimal_passive"}
 
 
 def add_capture(metrics: dict[str, dict[str, Any]]) -> None:
-    """Add ``capture`` = net_pnl / the optimum's net_pnl and ``capture_bayes`` = net_pnl /
-    the causal ceiling's to every policy's metrics (in place), each where its reference was
-    swept; None where the reference's net PnL is not > 0."""
+    """Add ``capture`` = net_pnl / the optimum's net_pnl, ``capture_bayes`` = net_pnl / the
+    causal ceiling's and ``capture_passive`` = net_pnl / the passive optimum's to every
+    policy's metrics (in place), each where its reference was swept; None where the
+    reference's net PnL is not > 0."""
     for key, reference in CAPTURE_REFERENCES.items():
         if reference not in metrics:
             continue

@@ -22,7 +22,7 @@ The result is ``lobsurf.eval.evaluate.evaluate_policies``'s dict with the agent 
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +33,8 @@ from lobsurf.agent.network import AgentNetwork
 from lobsurf.backtest.agent_policy import AgentPolicy, PolicyMode
 from lobsurf.backtest.metrics import BacktestRecord
 from lobsurf.backtest.sweep import SweepConfig, Tiling, sweep, tile_rows
-from lobsurf.baselines.policies import BaselineConfig, HoldPolicy, make_baselines
+from lobsurf.baselines.policies import (BaselineConfig, HoldPolicy, baseline_names,
+                                        baseline_settings, make_baselines)
 from lobsurf.data.dataset import BookTensors, load_book_tensors
 from lobsurf.data.split import time_split
 from lobsurf.data.store import Store
@@ -51,9 +52,14 @@ from lobsurf.training.selection.choice import CHOSEN_PT, NO_EDGE, load_chosen, r
 
 #: seed of the sampling policies' generator in evaluation (fixed: evaluations must agree)
 EVAL_SEED = 0
-#: the baselines swept beside the agent (optimal: the exact optimum its capture is measured
-#: by; bayes: the causal ceiling, on synthetic stores only)
-RUN_BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
+
+
+def run_baselines(sim: SimConfig) -> tuple[str, ...]:
+    """The baselines swept beside the agent: every one that trades in the run's simulator
+    (``baseline_names``; optimal: the exact optimum its capture is measured by; bayes: the
+    causal ceiling, on synthetic stores only; with passive orders also the passive
+    baselines and their optimum)."""
+    return baseline_names(sim)
 
 
 def load_run(run_dir: Path, checkpoint: str = "last") -> tuple[RunConfig, dict[str, Any], Path]:
@@ -241,12 +247,13 @@ def prepare_run_evaluation(run_dir: Path, store: str | None = None,
     # momentum reads OFI inside the observation window: its lookback fits the run's window
     base = BaselineConfig(momentum_lookback_rows=min(BaselineConfig().momentum_lookback_rows,
                                                      cfg.sim.window - 1))
-    policies = make_baselines(RUN_BASELINES, env, base, chosen.train_rows, chosen.rows,
+    policies = make_baselines(run_baselines(cfg.sim), env, base, chosen.train_rows, chosen.rows,
                               num_envs)
-    policies["agent"] = pick.agent(cfg, env, policy, device)
     settings = {"run": str(run_dir), "checkpoint": pick.name,
                 "trained_steps": pick.trained_steps, "store": str(store_path), "policy": policy,
-                "device": str(device), "own_store": own_store, "baselines": asdict(base)}
+                "device": str(device), "own_store": own_store,
+                **baseline_settings(base, policies, cfg.sim)}
+    policies["agent"] = pick.agent(cfg, env, policy, device)
     return RunEvaluation(book=book, rows=chosen.rows, policies=policies, sim=cfg.sim,
                          sweep=SweepConfig(num_envs), split_info=chosen.info, settings=settings,
                          chosen=pick.info)

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from lobsurf.backtest.sweep import SweepConfig
+from lobsurf.baselines.policies import BASELINES
 from lobsurf.errors import UserError
 from lobsurf.eval.aggregate import AggregateConfig, aggregate
 from lobsurf.eval.run import (
-    RUN_BASELINES,
     RunEvaluation,
     choose_policy,
     prepare_run_evaluation,
@@ -87,7 +87,7 @@ def verdict(result: dict[str, Any], group: Path,
                          **{k: m.get(k) for k in ("net_pnl", "capture", "capture_bayes",
                                                   "trades", "win_rate", "pnl_per_trade_ci")}})
     scores = {k: [s[k] for s in per_seed] for k in ("net_pnl", "capture", "capture_bayes")}
-    baselines = {name: result["policies"][name]["net_pnl"] for name in RUN_BASELINES
+    baselines = {name: result["policies"][name]["net_pnl"] for name in BASELINES
                  if name in result["policies"]}
     return {"per_seed": per_seed, **aggregate(scores, baselines, cfg)}
 
@@ -137,7 +137,7 @@ def print_verdict(result: dict[str, Any]) -> None:
         rows.append((str(s["seed"]), what, _money(s["net_pnl"]), _share(s["capture"]),
                      _share(s["capture_bayes"]), f"{s['trades']:,}", _share(s["win_rate"]),
                      _ci(s["pnl_per_trade_ci"], _money)))
-    for name in (n for n in RUN_BASELINES if n in pol):
+    for name in (n for n in BASELINES if n in pol):
         m = pol[name]
         rows.append(("", name, _money(m["net_pnl"]), _share(m.get("capture")),
                      _share(m.get("capture_bayes")), f"{m['trades']:,}", _share(m["win_rate"]),

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from lobsurf.backtest.sweep import SweepConfig, tile_rows
-from lobsurf.baselines.policies import BaselineConfig, make_baselines
+from lobsurf.baselines.policies import BaselineConfig, baseline_settings, make_baselines
 from lobsurf.data.dataset import BookTensors
 from lobsurf.data.folds import fold_block, max_folds
 from lobsurf.data.split import TimeSplit
@@ -125,19 +125,21 @@ def _train_fold(cfg: RunConfig, fold_dir: Path, data: TrainingData, device: str,
 def _evaluate_fold(fold_dir: Path, data: TrainingData, k: int, wf: WalkForwardConfig,
                    device: str, progress: bool) -> dict[str, Any]:
     from lobsurf.progress import step_progress
-    from lobsurf.eval.run import RUN_BASELINES, agent_policy, load_run
+    from lobsurf.eval.run import agent_policy, load_run, run_baselines
 
     cfg, payload, ckpt = load_run(fold_dir)
     rows = data.split.test_rows
     env = BatchedLobEnv(data.book, 1, cfg.sim)
     base = BaselineConfig(momentum_lookback_rows=min(BaselineConfig().momentum_lookback_rows,
                                                      cfg.sim.window - 1))
-    policies = make_baselines(RUN_BASELINES, env, base, data.split.train_rows, rows, wf.num_envs)
-    policies["agent"] = agent_policy(cfg, payload, env, wf.policy, device)
+    policies = make_baselines(run_baselines(cfg.sim), env, base, data.split.train_rows, rows,
+                              wf.num_envs)
     info = {"mode": "walk_forward", "fold": k, "train_segments": [0, k], "test_segment": k,
             "train_stop_row": data.train_stop, "train_rows": len(data.split.train_rows)}
     settings = {"run": str(fold_dir), "checkpoint": ckpt.name, "trained_steps": payload["step"],
-                "policy": wf.policy, "device": device}
+                "policy": wf.policy, "device": device,
+                **baseline_settings(base, policies, cfg.sim)}
+    policies["agent"] = agent_policy(cfg, payload, env, wf.policy, device)
     steps = tile_rows(data.book, rows, cfg.sim, wf.num_envs).steps
     # the bar starts once every policy is built (a fit cannot draw inside it)
     with step_progress(steps, f"fold {k} eval", progress) as advance:
