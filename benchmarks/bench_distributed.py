@@ -3,7 +3,8 @@
 One run measures every process count in ``--gpus`` (default 1,2): for each it starts that
 many processes through torchrun's API (``torch.distributed.run``, the launcher ``lobsurf
 train --gpus`` uses), each stepping the real training step (``lobsurf.agent.step.
-train_step`` with the gradient and controller all-reduces of ``lobsurf.training.distributed``)
+train_step`` with the gradient and controller all-reduces of
+``lobsurf.training.distributed.collective``)
 with B envs and learner batch B on its own GPU. Rank 0 times the steps between two
 barriers and writes one JSON row; the parent prints the table, the speedup over one GPU and
 the scaling efficiency. The store is synthetic (``lobsurf synth``'s generator, 2 days of
@@ -34,9 +35,10 @@ from lobsurf.agent.step import train_step
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.training.config import run_config_from_dict
 from lobsurf.training.data import load_training_data
-from lobsurf.training.distributed import (NVLS_OFF_ENV, init_collective, launched_by_torchrun,
+from lobsurf.training.distributed.collective import (NVLS_OFF_ENV, init_collective,
+                                                     launched_by_torchrun,
                                        shutdown, state_tensors)
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 
 #: environment variable that carries the parent's settings into the torchrun workers
 _ENV_ARGS = "LOBSURF_BENCH_ARGS"

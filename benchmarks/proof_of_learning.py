@@ -9,6 +9,9 @@ Scenarios (``--scenarios``, comma-separated; markets from ``lobsurf.presets``):
 * ``edge-cpu``: the bundled market (``tradeable``) at the CPU default's config and budget;
 * ``edge-gpu``: the bundled market with ``GPU_CONFIG``, the documented GPU configuration
   (at most 5 minutes on one H100 or H200);
+* ``edge-b1024``: the bundled market at B = 1024 for 10,000 steps (compute);
+* ``edge-b1024-12d``: the same market's law over 12 days instead of 4 (data);
+* ``fast-gpu``: ``tradeable-fast`` with ``GPU_CONFIG`` (a second market for the ceiling);
 * ``es``: the real CME ES session of ``../shared/data`` (``--es-dbn``) at the CPU default.
 
 Goals (exit code 1 when one fails; the tables are printed either way):
@@ -17,7 +20,13 @@ Goals (exit code 1 when one fails; the tables are printed either way):
   never loses beyond its interval), and its training-slice sweep wins at most
   ``GAUGE_MAX`` more often than its validation sweep (the memorisation gauge);
 * edge-gpu: IQM capture of the exact optimum >= ``CAPTURE_GOAL`` and at least edge-cpu's;
-* es: every seed holds or makes money held-out.
+* es: every seed holds or makes money held-out;
+* no decay (every edge scenario): each seed's validation capture at its last look is at
+  least ``KEEP_OF_PEAK`` of its best look;
+* no memorisation (edge-b1024): the gauge is at most ``GAUGE_MAX`` at every look;
+* compute and data buy skill: edge-b1024's IQM capture above edge-cpu's beyond both
+  intervals, edge-b1024-12d's above edge-b1024's likewise;
+* near the ceiling (edge-gpu, fast-gpu): IQM ``capture_bayes`` >= ``CEILING_SHARE``.
 
     python benchmarks/proof_of_learning.py --device cuda --seeds 3 --out proof
     python benchmarks/proof_of_learning.py --device cpu --seeds 2 --quick   # a smoke run
@@ -41,6 +50,10 @@ from pathlib import Path
 GPU_CONFIG = ["--envs", "256", "--steps", "8000", "--set", "train.precision=bf16"]
 #: goals: IQM capture on the bundled market, the memorisation gauge on the null market
 CAPTURE_GOAL, GAUGE_MAX = 0.40, 0.05
+#: goals: the last look keeps this share of the best look; the chosen agent's share of the
+#: causal ceiling (baseline:bayes)
+KEEP_OF_PEAK, CEILING_SHARE = 0.9, 0.9
+B1024 = ["--envs", "1024", "--steps", "10000", "--set", "train.precision=bf16"]
 #: per-scenario wall-clock limit (seconds); a run stopped by it keeps its checkpoints
 DEFAULT_LIMIT_S = 330
 
@@ -57,6 +70,9 @@ SCENARIOS = {
     "null-b1024": Scenario("null-b1024", "tradeable-null", ["--envs", "1024", "--steps", "10000"]),
     "edge-cpu": Scenario("edge-cpu", "tradeable"),
     "edge-gpu": Scenario("edge-gpu", "tradeable", GPU_CONFIG),
+    "edge-b1024": Scenario("edge-b1024", "tradeable", B1024),
+    "edge-b1024-12d": Scenario("edge-b1024-12d", "tradeable:days=12", B1024),
+    "fast-gpu": Scenario("fast-gpu", "tradeable-fast", GPU_CONFIG),
     "es": Scenario("es", "es"),
 }
 #: --quick: tiny markets and budgets (every code path, no meaning)
@@ -82,7 +98,7 @@ def lobsurf(args: list[str], limit_s: float | None = None, log: Path | None = No
 
 
 def make_store(root: Path, market: str, quick: bool, es_dbn: Path | None) -> Path:
-    store = root / f"{market}-store"
+    store = root / f"{market.replace(':', '-').replace('=', '')}-store"
     if (store / "manifest.json").is_file():
         return store
     if market == "es":
@@ -91,10 +107,10 @@ def make_store(root: Path, market: str, quick: bool, es_dbn: Path | None) -> Pat
         lobsurf(["ingest", str(es_dbn), "--out", str(store), "--multiplier", "50",
                  "--currency", "USD", "--fee-per-lot", "1.0", "--overwrite", "--no-progress"])
         return store
-    out = root / f"{market}-dbn"
-    printed = lobsurf(["synth", "--preset", market, "--out", str(out), "--no-progress",
-                       *(QUICK_SYNTH if quick else [])])
-    del printed
+    out = store.with_name(store.name.replace("-store", "-dbn"))
+    name, _, days = market.partition(":days=")
+    lobsurf(["synth", "--preset", name, "--out", str(out), "--no-progress",
+             *(QUICK_SYNTH if quick else []), *(["--days", days] if days else [])])
     files = sorted(str(p) for p in out.glob("*.dbn.zst"))
     lobsurf(["ingest", *files, "--out", str(store), "--multiplier", "50", "--currency", "USD",
              "--fee-per-lot", "1.0", "--overwrite", "--no-progress"])
@@ -130,6 +146,28 @@ def gauge(seed_dir: Path, step: int | None) -> float | None:
     return r["train_sweep_win_rate"] - r["val_win_rate"]
 
 
+def looks(seed_dir: Path) -> list[dict]:
+    """The validation records of one seed's run, in step order."""
+    path = seed_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("event") == "validation"]
+
+
+def curve(seed_dir: Path) -> dict:
+    """One seed's learning curve: capture at its last and best looks, the largest gauge."""
+    vals = [r for r in looks(seed_dir) if r.get("val_capture") is not None]
+    if not vals:
+        return {"last": None, "peak": None, "peak_step": None, "gauge_max": None}
+    best = max(vals, key=lambda r: r["val_capture"])
+    gauges = [r["train_sweep_win_rate"] - r["val_win_rate"] for r in vals
+              if r.get("train_sweep_win_rate") is not None and r.get("val_win_rate") is not None]
+    return {"last": vals[-1]["val_capture"], "last_step": vals[-1]["step"],
+            "peak": best["val_capture"], "peak_step": best["step"],
+            "gauge_max": max(gauges) if gauges else None}
+
+
 def seed_rows(result: dict) -> list[dict]:
     rows = []
     for e in result["seeds"]["per_seed"]:
@@ -137,7 +175,8 @@ def seed_rows(result: dict) -> list[dict]:
         rows.append({"seed": e["seed"], "policy": e.get("policy"), "step": step,
                      "net_pnl": e.get("net_pnl"), "trades": e.get("trades"),
                      "win_rate": e.get("win_rate"), "ci": e.get("pnl_per_trade_ci"),
-                     "capture": e.get("capture"), "gauge": gauge(Path(e["run"]), step)})
+                     "capture": e.get("capture"), "capture_bayes": e.get("capture_bayes"),
+                     "gauge": gauge(Path(e["run"]), step), **curve(Path(e["run"]))})
     return rows
 
 
@@ -152,11 +191,17 @@ def report(name: str, rows: list[dict], seeds: dict, wall_s: float) -> None:
         print(f"  seed {r['seed']}: {r['policy'] or '-':10s} step {fmt(r['step'], 'd'):>6} "
               f"net {fmt(r['net_pnl']):>10} trades {fmt(r['trades'], 'd'):>5} "
               f"win {fmt(r['win_rate'], '.3f')} PnL/trade CI {ci} capture "
-              f"{fmt(r['capture'], '.3f')} gauge {fmt(r['gauge'], '+.3f')}")
+              f"{fmt(r['capture'], '.3f')} of bayes {fmt(r['capture_bayes'], '.3f')} "
+              f"gauge {fmt(r['gauge'], '+.3f')}")
+        print(f"          validation capture: best {fmt(r['peak'], '.3f')} at "
+              f"{fmt(r['peak_step'], 'd')}, last {fmt(r['last'], '.3f')} at "
+              f"{fmt(r.get('last_step'), 'd')}; largest gauge {fmt(r['gauge_max'], '+.3f')}")
     for stat in ("iqm", "mean"):
         cap, cap_ci = seeds[stat].get("capture"), seeds[f"{stat}_ci"].get("capture")
         net, net_ci = seeds[stat].get("net_pnl"), seeds[f"{stat}_ci"].get("net_pnl")
-        print(f"  {stat}: net {fmt(net)} CI {net_ci}  capture {fmt(cap, '.3f')} CI {cap_ci}")
+        bay = seeds[stat].get("capture_bayes")
+        print(f"  {stat}: net {fmt(net)} CI {net_ci}  capture {fmt(cap, '.3f')} CI {cap_ci}"
+              f"  of bayes {fmt(bay, '.3f')}")
     probs = ", ".join(f"{b} {fmt(v.get('net_pnl'), '.2f')}" for b, v in
                       seeds.get("prob_improvement", {}).items())
     print(f"  P(agent > baseline): {probs}")
@@ -179,6 +224,26 @@ def check(name: str, rows: list[dict], seeds: dict, results: dict) -> list[str]:
         if cpu is not None and iqm < (cpu["iqm"].get("capture") or 0.0):
             failures.append(f"edge-gpu: IQM capture {iqm:.3f} below edge-cpu's "
                             f"{cpu['iqm'].get('capture'):.3f}")
+    if name.startswith(("edge", "fast")):
+        for r in rows:
+            if r["peak"] is not None and r["peak"] > 0 and r["last"] < KEEP_OF_PEAK * r["peak"]:
+                failures.append(f"{name} seed {r['seed']}: decays: last look {r['last']:.3f} "
+                                f"< {KEEP_OF_PEAK} x best {r['peak']:.3f}")
+    if name == "edge-b1024":
+        for r in rows:
+            if r["gauge_max"] is not None and r["gauge_max"] > GAUGE_MAX:
+                failures.append(f"{name} seed {r['seed']}: memorises: gauge up to "
+                                f"{r['gauge_max']:+.3f} > {GAUGE_MAX}")
+    for more, less in (("edge-b1024", "edge-cpu"), ("edge-b1024-12d", "edge-b1024")):
+        if name == more and less in results:
+            lo, hi = seeds["iqm_ci"].get("capture"), results[less]["iqm_ci"].get("capture")
+            if not (lo and hi and lo[0] > hi[1]):
+                failures.append(f"{more}: IQM capture CI {lo} not above {less}'s {hi}")
+    if name in ("edge-gpu", "fast-gpu"):
+        share = seeds["iqm"].get("capture_bayes")
+        if share is None or share < CEILING_SHARE:
+            failures.append(f"{name}: IQM capture of the causal ceiling {share} < "
+                            f"{CEILING_SHARE}")
     if name == "es":
         for r in rows:
             if r["policy"] != "hold" and (r["net_pnl"] or 0) < 0:
@@ -205,6 +270,7 @@ def main() -> int:
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         raise SystemExit(f"unknown scenarios {sorted(unknown)}; choose from {list(SCENARIOS)}")
+    names = [n for n in SCENARIOS if n in names]  # comparisons read earlier scenarios
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     stores = {SCENARIOS[n].market: make_store(root, SCENARIOS[n].market, args.quick,

@@ -14,10 +14,10 @@ import pytest
 import lobsurf
 import lobsurf.api
 from lobsurf.cli import build_parser, main
-from lobsurf.data.store.ingest import summarize
+from lobsurf.data.store.summary import summarize
 from lobsurf.data.synth import SynthConfig, write_synth
 from lobsurf.errors import UserError
-from lobsurf.training.run_folder import is_run_folder, read_metrics
+from lobsurf.training.recovery.run_folder import is_run_folder, read_metrics
 from tests.agent.conftest import TINY
 from tests.conftest import random_walk_books, write_store
 
@@ -45,7 +45,7 @@ def tiny_run(tmp_path_factory) -> lobsurf.api.Run:
 def test_import_is_light_and_names_the_api():
     code = ("import sys, lobsurf; fns = (lobsurf.ingest, lobsurf.evaluate, lobsurf.train); "
             "assert all(map(callable, fns)); assert 'torch' not in sys.modules, 'torch'; "
-            "import lobsurf.training.loop, lobsurf.api; "  # the package is lobsurf.training
+            "import lobsurf.training.run.loop, lobsurf.api; "  # the package is lobsurf.training
             "assert lobsurf.train is lobsurf.api.train")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
@@ -61,7 +61,7 @@ def test_ingest_gives_the_store_the_command_builds(tmp_path, capsys):
     assert json.dumps(summarize(store.manifest)) == cli
     money = json.loads(cli)["instruments"][0]
     assert (money["multiplier"], money["fee_per_lot"], money["fee_bps"]) == (50, 1, 0)
-    with pytest.raises(UserError, match="format must be auto, dbn or lobster"):
+    with pytest.raises(UserError, match="format must be one of auto, dbn, lobster, binance, tardis"):
         lobsurf.ingest(files, tmp_path / "c", format="csv")
 
 
@@ -73,7 +73,7 @@ def test_train_returns_the_run(tiny_run):
 
 
 def test_evaluate_is_what_eval_json_prints(tiny_run, capsys):
-    from lobsurf.training.evaluate import evaluate_run
+    from lobsurf.eval.run import evaluate_run
 
     result = lobsurf.evaluate(tiny_run, envs=16)
     assert json.dumps(result) == json.dumps(evaluate_run(tiny_run.path, num_envs=16))

@@ -24,7 +24,7 @@ def test_no_side_stream_on_cpu_or_when_switched_off() -> None:
 
 def test_cpu_train_state_has_no_branch(tiny_store) -> None:
     from lobsurf.training.data import load_training_data
-    from lobsurf.training.loop import build_state
+    from lobsurf.training.run.state import build_state
     from tests.agent.conftest import tiny_config
 
     cfg = tiny_config(tiny_store.path)
@@ -55,7 +55,7 @@ def test_learner_streams_priority(tiny_store) -> None:
     """On CUDA both side streams (the learner's, the target net's) run at the device's
     highest priority, above the step's own stream where the collect runs."""
     from lobsurf.training.data import load_training_data
-    from lobsurf.training.loop import build_state
+    from lobsurf.training.run.state import build_state
     from tests.agent.conftest import tiny_config
 
     cfg = tiny_config(tiny_store.path)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from lobsurf.training.config import RunConfig
 
 PathLike = str | os.PathLike
-#: a run's acting policies in evaluation (lobsurf.training.agent_policy)
+#: a run's acting policies in evaluation (lobsurf.backtest.agent_policy)
 POLICIES = ("greedy", "thompson", "pi")
 
 
@@ -67,22 +67,26 @@ class Run:
 
 
 def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
-           format: Literal["auto", "dbn", "lobster"] = "auto",
+           format: Literal["auto", "dbn", "lobster", "binance", "tardis"] = "auto",
            multiplier: float | None = None, currency: str | None = None,
            fee_per_lot: float | None = None, fee_bps: float | None = None,
            maker_fee_per_lot: float | None = None, maker_fee_bps: float | None = None,
            tick_size: float | None = None, definitions: PathLike | None = None,
            instrument_id: int | None = None, gap_seconds: float | None = None,
-           chunk_records: int | None = None, overwrite: bool = False,
-           progress: bool = False) -> Store:
-    """Build a snapshot store from DBN (MBP-10 or MBO) or LOBSTER files: ``lobsurf ingest``.
+           chunk_records: int | None = None, size_unit: str | float | None = None,
+           overwrite: bool = False, progress: bool = False) -> Store:
+    """Build a snapshot store from DBN (MBP-10 or MBO), LOBSTER, Binance recordings or
+    Tardis CSV files: ``lobsurf ingest``.
 
     Args:
-        paths: input files (or one), ingested in the order given (sort them by time).
+        paths: input files (or one), ingested in the order given (sort them by time; the
+            files of one Binance or Tardis stream are put in time order).
         out: the store folder to create.
-        format: "auto" (from the file name and signature), "dbn" or "lobster".
+        format: "auto" (from the file name and contents), "dbn", "lobster", "binance" or
+            "tardis".
         multiplier: contract multiplier, currency per price unit per lot (None: from
-            ``definitions``, else 1 marked unknown, with a warning).
+            ``definitions``, else 1 marked unknown, with a warning); for Binance and Tardis
+            per one unit of the source's quantity (1 for spot and linear futures, known).
         currency: price currency (None: from ``definitions``, else unknown).
         fee_per_lot: fee per lot filled, currency, recorded for training and evaluation.
         fee_bps: fee in basis points of filled notional, recorded likewise (with one of the
@@ -97,6 +101,8 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
         instrument_id: keep only this instrument (None: the first seen in each file).
         gap_seconds: a capture-time gap longer than this starts a new segment.
         chunk_records: records processed at a time (bounds memory).
+        size_unit: Binance / Tardis: the quantity step in base-asset amount (e.g.
+            "0.00001"), the unit sizes are stored in (None: inferred, printed).
         overwrite: replace an existing store at ``out``.
         progress: progress bars on stderr when it is a terminal.
 
@@ -104,18 +110,22 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
         The store, opened (``store.manifest``: what was kept and skipped).
     """
     from lobsurf.data.store import Store
-    from lobsurf.data.store.ingest import IngestConfig, money_warnings
+    from lobsurf.data.store.ingest import IngestConfig
     from lobsurf.data.store.ingest import ingest as build_store
+    from lobsurf.data.store.summary import money_warnings
     from lobsurf.progress import byte_progress
 
-    if format not in ("auto", "dbn", "lobster"):
-        raise UserError(f"format must be auto, dbn or lobster, got {format!r}")
+    from lobsurf.data.store.inputs import FORMATS
+
+    if format not in FORMATS:
+        raise UserError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     given = {"gap_threshold_s": gap_seconds, "chunk_records": chunk_records,
              "tick_size": tick_size, "multiplier": multiplier, "currency": currency,
              "definitions": definitions, "instrument_id": instrument_id,
              "fee_per_lot": fee_per_lot, "fee_bps": fee_bps,
-             "maker_fee_per_lot": maker_fee_per_lot, "maker_fee_bps": maker_fee_bps}
+             "maker_fee_per_lot": maker_fee_per_lot, "maker_fee_bps": maker_fee_bps,
+             "size_unit": None if size_unit is None else str(size_unit)}
     numbers = {"gap_threshold_s": "gap_seconds", "tick_size": "tick_size",
                "multiplier": "multiplier", "fee_per_lot": "fee_per_lot", "fee_bps": "fee_bps",
                "maker_fee_per_lot": "maker_fee_per_lot", "maker_fee_bps": "maker_fee_bps"}
@@ -123,9 +133,12 @@ def ingest(paths: PathLike | Iterable[PathLike], out: PathLike, *,
         if given[field] is not None:  # 50 and 50.0 alike, in the manifest too
             given[field] = _number(given[field], argument)
     cfg = IngestConfig(**{k: v for k, v in given.items() if v is not None})  # else defaults
+    notes: list[str] = []  # said after the progress bar is gone
     with byte_progress(progress) as update:
         manifest = build_store(files, out, cfg, fmt=format, overwrite=overwrite,
-                               progress=update)
+                               progress=update, warn=notes.append)
+    for line in notes:
+        _say("ingest", line)
     for line in money_warnings(manifest):
         _warn("ingest", line)
     return Store.open(out)
@@ -152,7 +165,7 @@ def train(config: RunConfig | Mapping[str, Any] | PathLike | None = None, *,
         steps: total training steps (train.steps).
         envs: parallel environments (train.envs).
         seeds: train this many runs, seeds train.seed + k, into ``out``/seed_S
-            (lobsurf.training.seeds); ``evaluate`` then gives the verdict over them.
+            (lobsurf.training.run.seed_group); ``evaluate`` then gives the verdict over them.
         device: "auto" (CUDA when available), "cpu" or "cuda" (train.device).
         overwrite: replace an existing training run in ``out``.
         progress: a progress bar on stderr when it is a terminal.
@@ -169,8 +182,8 @@ def train(config: RunConfig | Mapping[str, Any] | PathLike | None = None, *,
     Raises:
         UserError: a bad setting (naming its key), folder or store.
     """
-    from lobsurf.training.job import DEFAULT_RUNS_DIR, flag_overrides, train_one
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.run.job import DEFAULT_RUNS_DIR, flag_overrides, train_one
+    from lobsurf.training.run.seed_group import is_seed_group
 
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if device not in (None, "auto", "cpu", "cuda"):
@@ -191,7 +204,7 @@ def train(config: RunConfig | Mapping[str, Any] | PathLike | None = None, *,
     if seeds is not None or (resume and is_seed_group(run_dir)):
         return _train_group(run_dir, config_file, [*config_sets, *overrides], shortcuts,
                             seeds, resume=resume, overwrite=overwrite, progress=progress)
-    from lobsurf.training.distributed import shutdown
+    from lobsurf.training.distributed.collective import shutdown
 
     try:
         result, status = train_one(config_file, [*config_sets, *overrides,
@@ -230,9 +243,9 @@ def evaluate(run: Run | PathLike, *, store: PathLike | Store | None = None,
         and for a seed group ``seeds``, the verdict over seeds.
     """
     from lobsurf.devices import resolve_device
-    from lobsurf.eval.sweep import SweepConfig
-    from lobsurf.training.run_folder import require_run_folder
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.backtest.sweep import SweepConfig
+    from lobsurf.training.recovery.run_folder import require_run_folder
+    from lobsurf.training.run.seed_group import is_seed_group
 
     path = Path(os.fspath(run))
     group = is_seed_group(path)
@@ -250,7 +263,7 @@ def evaluate(run: Run | PathLike, *, store: PathLike | Store | None = None,
                                progress)
     from lobsurf.eval.evaluate import WARN_MIN_ROWS
     from lobsurf.progress import status, step_progress
-    from lobsurf.training.evaluate import prepare_run_evaluation
+    from lobsurf.eval.run import prepare_run_evaluation
 
     with status(f"eval: loading {path} and its data", progress):
         plan = prepare_run_evaluation(path, store, policy, split, device, envs,
@@ -266,7 +279,7 @@ def evaluate(run: Run | PathLike, *, store: PathLike | Store | None = None,
 def _evaluate_group(group: Path, store: str | None, split: str, checkpoint: str,
                     policy: str, device: str, envs: int, progress: bool) -> dict[str, Any]:
     from lobsurf.progress import status, step_progress
-    from lobsurf.training.evaluate_seeds import prepare_group_evaluation, verdict
+    from lobsurf.eval.seed_verdict import prepare_group_evaluation, verdict
 
     if split != "heldout":
         raise UserError(f"--split {split}: a seed group is evaluated on its held-out rows; "
@@ -282,8 +295,8 @@ def _say_run_fees(run_dir: Path, plan) -> None:
     # the fee the run trained with (its config.toml), over the run's holding horizon
     from lobsurf.sim.fees import announce_fees
     from lobsurf.sim.fees import holding_rows
-    from lobsurf.training.run_folder import CONFIG_NAME
-    from lobsurf.training.saved_config import load_run_config
+    from lobsurf.training.recovery.run_folder import CONFIG_NAME
+    from lobsurf.training.recovery.saved_config import load_run_config
 
     labels = load_run_config(run_dir).labels
     announce_fees(plan.sim, plan.book, holding_rows(labels.max_horizon, plan.sim.stride),
@@ -296,9 +309,9 @@ def _train_group(group: Path, config_file: str | None, sets: list[str],
                  overwrite: bool, progress: bool) -> Run:
     # A seed group is kept as a `lobsurf train` command line per seed (seeds.json), so the
     # arguments are written as one and each seed runs through the train command.
-    from lobsurf.training.job import train_keywords
-    from lobsurf.training.interrupts import SIGNAL_EXIT_BASE
-    from lobsurf.training.seeds import read_group, train_seeds
+    from lobsurf.training.run.job import train_keywords
+    from lobsurf.training.faults.interrupts import SIGNAL_EXIT_BASE
+    from lobsurf.training.run.seed_group import read_group, train_seeds
 
     argv = ["train", "--resume" if resume else "--out", str(group)]
     if config_file:
@@ -388,3 +401,10 @@ def _warn(command: str, message: str) -> None:
     import sys
 
     print(f"lobsurf {command}: warning: {message}", file=sys.stderr)
+
+
+def _say(command: str, message: str) -> None:
+    """A line for the user on stderr (a warning when it starts with "warning:")."""
+    import sys
+
+    print(f"lobsurf {command}: {message}", file=sys.stderr)

@@ -21,7 +21,7 @@ from lobsurf.errors import UserError
 #: subcommand → one-line help. The module is lobsurf.commands.<name with - as _>.
 COMMANDS = {
     "synth": "write synthetic MBP-10 data as genuine DBN files",
-    "ingest": "build a snapshot store from DBN MBP-10/MBO or LOBSTER files",
+    "ingest": "build a snapshot store from DBN MBP-10/MBO, LOBSTER, Binance or Tardis files",
     "info": "summarise a snapshot store",
     "eval": "evaluate a trained run (lobsurf eval RUN) or baselines on held-out rows",
     "pretrain": "supervised pretraining of the encoder and auxiliary heads",

@@ -1,5 +1,6 @@
 """Torch device choice for the commands: the default, and one clear error for a bad one;
-TF32 for CUDA runs; device values copied to the host without a host sync (``HostCopy``).
+TF32 for CUDA runs; device values copied to the host without a host sync (``HostCopy``);
+the device's name as a run or a benchmark records it.
 
 Kept apart from the commands so each one checks ``--device`` the same way before it loads
 data (a misspelt device or ``cuda`` on a CPU-only build must not end in a traceback).
@@ -46,6 +47,18 @@ def enable_tf32() -> None:
     import torch
 
     torch.set_float32_matmul_precision("high")
+
+
+def device_name(device: torch.device | str) -> str:
+    """The device as a run records it: the GPU's name, or the CPU's with its threads."""
+    import platform
+
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 class HostCopy:

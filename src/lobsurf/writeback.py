@@ -3,7 +3,7 @@ copies them into its state tensors here, in place, so a captured CUDA graph keep
 and writing stable addresses.
 
 Why the split: a compiled piece must not write its inputs in place (torch 2.13's CPU Inductor
-silently drops an in-place write to a 0-d CPU input: lobsurf.training.compile), and a write per
+silently drops an in-place write to a 0-d CPU input: lobsurf.training.speed.compile), and a write per
 field is a kernel per field. Here the copies are batched: one ``torch._foreach_copy_`` per
 (destination dtype, source dtype) group, a single multi-tensor launch on CUDA for, say,
 every controller and metric sum a phase moved. The copy is exact, so an eager step computes

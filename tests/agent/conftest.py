@@ -10,7 +10,7 @@ import torch
 
 from lobsurf.training.config import run_config_from_dict
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 
 TINY = {
     "sim": {"window": 8, "max_episode_steps": 50},
@@ -19,7 +19,10 @@ TINY = {
     "network": {"q_hidden": 16},
     "replay": {"capacity": 512},
     "learner": {"learning_starts": 4},
-    "train": {"envs": 8, "steps": 20, "log_every": 5, "checkpoint_every": 10},
+    # 15 validation trades in each half: the tiny store's validation slice (at
+    # data.validation_fraction 0.2) has 39 decision rows
+    "train": {"envs": 8, "steps": 20, "log_every": 5, "checkpoint_every": 10,
+              "min_validation_trades": 15},
     # validation off: the simulator trains on every row before the held-out purge (the
     # tests of validation and model choice turn it on: tests/training/test_validation.py)
     "data": {"normalizer_rows": 500, "validation_fraction": 0.0},

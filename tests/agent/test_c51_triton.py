@@ -83,7 +83,7 @@ def test_kernel_matches_the_float64_loop(dtype, gamma_kind, padded):
 @needs_kernel
 def test_per_sample_values_read_at_their_strides():
     # in the step, reward, done and a per-row gamma are columns of the replay's packed rows
-    # (lobsurf.agent.replay.unpack): views with a row stride, read as such
+    # (lobsurf.agent.transitions.unpack): views with a row stride, read as such
     q, reward, done, z = _inputs(b=6)
     gamma = torch.linspace(0.5, 0.99, 6)
     packed = torch.stack((torch.zeros(6), reward, done.float(), gamma, torch.ones(6)), 1)
@@ -190,7 +190,7 @@ def test_the_step_with_the_kernel_learns_as_the_plain_step(tiny_store):
     # the kernel on CUDA only (train.kernels), so CPU keeps PyTorch
     from lobsurf.agent.step import train_step
     from lobsurf.training.data import load_training_data
-    from lobsurf.training.loop import build_state, step_config
+    from lobsurf.training.run.state import build_state, step_config
     from tests.agent.conftest import assert_same_learning, tiny_config
 
     cfgs = [tiny_config(tiny_store.path)] * 2

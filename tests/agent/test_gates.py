@@ -17,7 +17,7 @@ from lobsurf.agent.gates import (apply_gates, exploration_slots, move_probabilit
 from lobsurf.agent.step import train_step
 from tests.agent.conftest import tiny_config
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 
 
 def gate_reference(proposed, conf, p_up, p_down, lots, threshold, active, slots, cfg):

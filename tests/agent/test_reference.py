@@ -21,7 +21,7 @@ import torch
 from lobsurf.agent.reference import reference_step
 from lobsurf.agent.step import train_step
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 from tests.agent.conftest import tiny_config
 
 #: steps each side runs (TINY's learning starts after 4)
@@ -115,7 +115,7 @@ def test_a_production_loss_without_importance_weights_is_caught(tiny_store, monk
         kernels.loss_terms = unweighted
         return kernels
 
-    monkeypatch.setattr("lobsurf.training.loop.eager_kernels", planted)
+    monkeypatch.setattr("lobsurf.training.run.state.eager_kernels", planted)
     with pytest.raises(AssertionError, match="loss_q|weights|parameter|online"):
         _run_both(tiny_store, steps=12)
 

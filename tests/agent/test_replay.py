@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from lobsurf.agent.config import ReplayConfig
-from lobsurf.agent.replay import PrioritizedReplay, Transitions
+from lobsurf.agent.replay import PrioritizedReplay
+from lobsurf.agent.transitions import Transitions
 
 
 def batch(n: int, start: int = 0) -> Transitions:

@@ -13,10 +13,11 @@ import torch
 
 from lobsurf.agent.learn import losses
 from lobsurf.agent.optim import TensorAdam
-from lobsurf.agent.replay import Sample, Transitions
+from lobsurf.agent.replay import Sample
 from lobsurf.agent.step import train_step
+from lobsurf.agent.transitions import Transitions
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
 from tests.agent.conftest import tiny_config
 
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from lobsurf.backtest.random_cursors import BacktestConfig, make_env, run_backtest
 from lobsurf.baselines.policies import (BaselineConfig, HoldPolicy, MomentumPolicy, make_baseline,
                                         order_flow_imbalance)
-from lobsurf.eval.backtest import BacktestConfig, make_env, run_backtest
 from lobsurf.sim import SimConfig
 from lobsurf.sim.books import book_from_arrays, random_walk_book
 

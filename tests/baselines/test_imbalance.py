@@ -12,8 +12,8 @@ from lobsurf.baselines.imbalance import (NEVER_TRADES, ImbalancePolicy, contiguo
                                          fit_imbalance_threshold, order_actions, top_imbalance)
 from lobsurf.baselines.policies import BASELINES, BaselineConfig, make_baseline
 from lobsurf.data.dataset import load_book_tensors
+from lobsurf.data.split import time_split
 from lobsurf.data.synth import write_synth_store
-from lobsurf.pretrain.split import time_split
 from lobsurf.presets import PRESETS
 from lobsurf.sim import SimConfig
 from lobsurf.sim.books import book_from_arrays, random_walk_book

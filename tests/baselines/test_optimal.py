@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from lobsurf.backtest.metrics import compute_metrics
+from lobsurf.backtest.sweep import SweepConfig, schedule, sweep, tile_rows
 from lobsurf.baselines.optimal import make_optimal, plan_optimal
 from lobsurf.baselines.policies import BaselineConfig, make_baselines
 from lobsurf.data.dataset import load_book_tensors
-from lobsurf.eval.metrics import compute_metrics
-from lobsurf.eval.sweep import SweepConfig, schedule, sweep, tile_rows
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from tests.conftest import TICK_FIXED, random_walk_books, write_store

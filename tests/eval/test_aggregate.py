@@ -84,3 +84,44 @@ def test_aggregate_with_an_undefined_capture_and_too_few_seeds():
         aggregate({"net_pnl": [1.0], "capture": [0.1]}, {"hold": 0.0})
     with pytest.raises(ValueError):
         AggregateConfig(ci_level=1.0)
+
+
+#: six seeds' scores: 6^6 = 46,656 equally likely resamples, enumerated by the reference
+SIX = np.array([-40.0, 3.0, 10.0, 25.0, 60.0, 180.0])
+#: how far (in probability) the 2,000-resample percentile may sit from the exact quantile
+QUANTILE_SLACK = 0.03
+
+
+def exact_bootstrap(x: np.ndarray, statistic) -> np.ndarray:
+    """``statistic`` ([R, n] rows -> [R]) over every ordered resample of ``x`` (all n^n of
+    them, each as likely as any other): the bootstrap distribution itself, no random draw."""
+    n = len(x)
+    index = np.stack(np.meshgrid(*[np.arange(n)] * n, indexing="ij"), -1).reshape(-1, n)
+    return statistic(x[index])
+
+
+def _iqm_rows(rows: np.ndarray) -> np.ndarray:
+    # sorted rows of six: a quarter (int(1.5) = 1) trimmed from each end, plainly
+    rows = np.sort(rows, axis=1)
+    return rows[:, 1:-1].mean(axis=1)
+
+
+def assert_percentile_interval(got: list[float], exact: np.ndarray, level: float) -> None:
+    """``got`` lies within QUANTILE_SLACK (in probability) of the exact ends at ``level``."""
+    tail = (1 - level) / 2
+    for end, q in zip(got, (tail, 1 - tail)):
+        lo, hi = np.quantile(exact, [max(q - QUANTILE_SLACK, 0), min(q + QUANTILE_SLACK, 1)])
+        assert lo <= end <= hi, (level, q, end, lo, hi)
+
+
+@pytest.mark.parametrize("level", [0.5, 0.95])
+def test_the_intervals_are_at_the_configured_level(level):
+    cfg = AggregateConfig(ci_level=level)
+    out = aggregate({"net_pnl": list(SIX), "capture": list(SIX / 200)}, {"momentum": 20.0}, cfg)
+    assert out["ci_level"] == level
+    means = exact_bootstrap(SIX, lambda rows: rows.mean(axis=1))
+    assert_percentile_interval(out["mean_ci"]["net_pnl"], means, level)
+    assert_percentile_interval(out["mean_ci"]["capture"], means / 200, level)
+    assert_percentile_interval(out["iqm_ci"]["net_pnl"], exact_bootstrap(SIX, _iqm_rows), level)
+    beats = exact_bootstrap(SIX, lambda rows: (rows > 20.0).mean(axis=1))
+    assert_percentile_interval(out["prob_improvement"]["momentum"]["net_pnl_ci"], beats, level)

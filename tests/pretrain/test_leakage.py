@@ -20,12 +20,12 @@ import torch
 
 from lobsurf.data.dataset import BookTensors, gather_window, load_book_tensors
 from lobsurf.data.labels import LabelConfig, compute_labels
+from lobsurf.data.split import time_split
 from lobsurf.models.config import EncoderConfig
 from lobsurf.pretrain.checkpoint import load_checkpoint
 from lobsurf.pretrain.config import PretrainConfig
 from lobsurf.pretrain.loop import build_optimizer, pretrain, train_step
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.pretrain.split import time_split
 
 K, HORIZONS = 8, (5, 20)
 #: Held-out sizes are multiplied by this (on top of mirroring the book), so any statistic

@@ -13,13 +13,13 @@ import torch
 from lobsurf.cli import main
 from lobsurf.data.dataset import gather_window, load_book_tensors
 from lobsurf.data.labels import LabelConfig, compute_labels
+from lobsurf.data.split import evenly_spaced, time_split, validation_tail
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.models.config import EncoderConfig
 from lobsurf.pretrain.checkpoint import load_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_from_dict, config_to_dict
 from lobsurf.pretrain.loop import build_optimizer, pretrain, train_step, validation_loss
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.pretrain.split import evenly_spaced, time_split, validation_tail
 
 SHORT, LONG = 10, 50
 

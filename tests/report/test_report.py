@@ -14,7 +14,7 @@ import pytest
 from lobsurf.cli import main
 from lobsurf.report.build import REPORT_DIR, ReportConfig, build_report
 from lobsurf.report.run_data import load_run_data
-from lobsurf.training.run_folder import METRICS_NAME, prepare_run_folder
+from lobsurf.training.recovery.run_folder import METRICS_NAME, prepare_run_folder
 from tests.report.chromium import images_loaded, loaded_dom, screenshot
 
 FIGURES = {"equity.png", "training.png", "actions.png", "position.png"}

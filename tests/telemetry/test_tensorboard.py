@@ -10,7 +10,7 @@ import pytest
 
 from lobsurf.errors import UserError
 from lobsurf.telemetry.tensorboard import TB_DIR, TensorBoardLog, mirror_metrics_file, scalars, tag_for
-from lobsurf.training.run_folder import METRICS_NAME, MetricsLog, prepare_run_folder
+from lobsurf.training.recovery.run_folder import METRICS_NAME, MetricsLog, prepare_run_folder
 
 RECORDS = [
     {"event": "run_start", "config": {"train": {"steps": 10}}, "device": "cpu",

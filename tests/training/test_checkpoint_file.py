@@ -1,4 +1,4 @@
-"""The checkpoint file's layout (lobsurf.training.checkpoint_file): every tensor comes back
+"""The checkpoint file's layout (lobsurf.training.recovery.checkpoint_file): every tensor comes back
 exactly, with its dtype, shape and own storage; the packed bytes are the state at ``pack``;
 files of the earlier single-torch.save layout still load; bad files are refused."""
 
@@ -9,7 +9,8 @@ import io
 import pytest
 import torch
 
-from lobsurf.training.checkpoint_file import ALIGN, MAGIC, TENSOR_REF, pack, unpack, unpack_file
+from lobsurf.training.recovery.checkpoint_file import (ALIGN, MAGIC, TENSOR_REF, pack, unpack,
+                                                      unpack_file)
 
 WRITE = 1000  # a chunk size that splits buffers mid-way
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lobsurf.training.checkpoint_file import pack, unpack
+from lobsurf.training.recovery.checkpoint_file import pack, unpack
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -10,7 +10,7 @@ import torch
 
 from lobsurf.agent.step import train_step
 from lobsurf.bench.phases import timed_phases
-from lobsurf.training.compile import COMPILED_METHODS, CompileConfig, compile_networks_, compiled
+from lobsurf.training.speed.compile import COMPILED_METHODS, CompileConfig, compile_networks_, compiled
 
 
 def _losses_after(state, data, scfg, steps: int) -> list[torch.Tensor]:

@@ -24,10 +24,10 @@ from torch._dynamo.utils import counters
 
 from lobsurf.agent.step import eager_kernels, train_step
 from lobsurf.bench.phases import timed_phases
-from lobsurf.training.compile import (COMPILED_KERNELS, CompileConfig, compile_networks_,
-                                   compiled, compiled_kernels)
-from lobsurf.training.loop import build_state, step_config
 from lobsurf.training.data import load_training_data
+from lobsurf.training.run.state import build_state, step_config
+from lobsurf.training.speed.compile import (COMPILED_KERNELS, CompileConfig, compile_networks_,
+                                   compiled, compiled_kernels)
 from tests.agent.conftest import tiny_config
 
 #: collect-only steps (replay fill, gates in warm-up) then learning steps; the gates turn

@@ -10,9 +10,10 @@ import torch
 from lobsurf.agent.replay import PrioritizedReplay
 from lobsurf.agent.step import train_step
 from lobsurf.cli import build_parser
-from lobsurf.training.job import train_keywords
 from lobsurf.sim.env import BatchedLobEnv
-from lobsurf.training.cuda_graph import (
+from lobsurf.training.run.job import train_keywords
+from lobsurf.training.run.job import flag_overrides
+from lobsurf.training.speed.cuda_graph import (
     GraphConfig,
     GraphedStep,
     fingerprint_changes,
@@ -20,8 +21,7 @@ from lobsurf.training.cuda_graph import (
     state_fingerprint,
     step_generators,
 )
-from lobsurf.training.job import flag_overrides
-from lobsurf.training.loop import _graph_enabled
+from lobsurf.training.speed.cuda_graph import graph_enabled
 
 
 def _learning_steps(state, data, scfg, n):
@@ -41,7 +41,7 @@ def test_graph_refused_on_cpu_with_the_reason(tiny_setup) -> None:
 def test_loop_ignores_cuda_graph_on_cpu(tiny_setup, capsys) -> None:
     cfg = tiny_setup[0]
     assert cfg.train.cuda_graph  # on by default
-    assert _graph_enabled(cfg, "cpu", None) is False
+    assert graph_enabled(cfg, "cpu", None) is False
     assert capsys.readouterr().err == ""  # no complaint on CPU
 
 
@@ -97,7 +97,7 @@ def test_one_generator_takes_the_default_ones_place_during_capture(monkeypatch) 
     # a capture registers the default generator too; with one step generator, that one
     # stands in for it while capturing (one registered state: two fills a replay, not
     # four), and the default's own state comes back afterwards, also after an error
-    from lobsurf.training import cuda_graph
+    from lobsurf.training.speed import cuda_graph
 
     fake, g, h = _FakeDefault(), torch.Generator(), torch.Generator()
     monkeypatch.setattr(torch.cuda, "default_generators", (fake,))
@@ -170,21 +170,21 @@ def test_a_host_counter_is_caught(tiny_setup, monkeypatch) -> None:
 
 
 def test_train_compile_compiles_both_networks(tiny_store) -> None:
-    from lobsurf.training.compile import compiled
+    from lobsurf.training.speed.compile import compiled
     from lobsurf.training.data import load_training_data
-    from lobsurf.training.loop import _build
+    from lobsurf.training.run.state import build_run_state
     from tests.agent.conftest import tiny_config
 
     for on, want in ((False, False), (True, True), ("auto", False)):  # auto: CUDA only
         cfg = tiny_config(tiny_store.path, train={"compile": on})
-        state = _build(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu", None, 0)
+        state = build_run_state(cfg, load_training_data(cfg, "cpu", tiny_store.path), "cpu", None, 0)
         for net in (state.online, state.target):
             assert compiled(net) is want
             assert all(not k.startswith("_orig_mod") for k in net.state_dict())
 
 
 def test_compile_auto_means_cuda_in_one_process() -> None:
-    from lobsurf.training.compile import compile_config, compile_wanted
+    from lobsurf.training.speed.compile import compile_config, compile_wanted
     from lobsurf.training.config import TrainConfig
 
     auto = TrainConfig()
@@ -204,7 +204,7 @@ def test_a_failed_compilation_says_how_to_train_without_it(tiny_store, tiny_toml
                                                           monkeypatch, capsys) -> None:
     from torch._dynamo.exc import TorchDynamoException
 
-    from lobsurf.training.compile import CompileConfig
+    from lobsurf.training.speed.compile import CompileConfig
     from tests.training.test_train_command import train
 
     class Refused(TorchDynamoException):

@@ -18,12 +18,12 @@ import torch
 
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.step import train_step
-from lobsurf.training.cuda_graph import step_generators
 from lobsurf.training.data import load_training_data
-from lobsurf.training.guard import DivergenceGuard
-from lobsurf.training.compile import compiled_kernels
-from lobsurf.training.loop import (
-    _build, _graphed_step, _guarded_step, build_state, step_config)
+from lobsurf.training.faults.guard import DivergenceGuard
+from lobsurf.training.run.state import build_run_state, build_state, step_config
+from lobsurf.training.run.step import graphed_step, guarded_step
+from lobsurf.training.speed.compile import compiled_kernels
+from lobsurf.training.speed.cuda_graph import step_generators
 from tests.agent.conftest import tiny_config
 
 pytestmark = pytest.mark.gpu
@@ -43,17 +43,18 @@ def _run(store, graphed: bool, precision: str = "fp32", compiled: bool = False,
                       train={"envs": 32, "precision": precision, "compile": compiled},
                       replay={"capacity": 4096})
     data = load_training_data(cfg, "cuda", store)
-    state, scfg, guard = _build(cfg, data, "cuda", None, 0), step_config(cfg), DivergenceGuard("cuda")
+    state = build_run_state(cfg, data, "cuda", None, 0)
+    scfg, guard = step_config(cfg), DivergenceGuard("cuda")
     if not overlap:
         state.branch = state.learner_branch = None
-    runner = _graphed_step(state, data.train_book, scfg, guard, "cuda") if graphed else None
+    runner = graphed_step(state, data.train_book, scfg, guard, "cuda") if graphed else None
     per_step = []
     for step in range(STEPS):
         learning = step >= LEARNING_STARTS
         if runner is not None and learning:
             runner()
         else:
-            _guarded_step(state, data.train_book, scfg, guard, learning)
+            guarded_step(state, data.train_book, scfg, guard, learning)
         per_step.append(torch.stack([getattr(state.metrics, k) for k in LOSSES]).clone())
     torch.cuda.synchronize()
     return state, torch.stack(per_step), runner, guard
@@ -132,13 +133,13 @@ def test_eager_step_makes_no_host_sync(tiny_store) -> None:
     data = load_training_data(cfg, "cuda", tiny_store.path)
     state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
     for step in range(4):  # first calls make handles and gradients
-        _guarded_step(state, data.train_book, scfg, guard, step >= 2)
+        guarded_step(state, data.train_book, scfg, guard, step >= 2)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         train_step(state, data.train_book, scfg, learning=False)
         for _ in range(3):
-            _guarded_step(state, data.train_book, scfg, guard, True)
+            guarded_step(state, data.train_book, scfg, guard, True)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert int(state.step_count) == 8
@@ -150,7 +151,7 @@ def _after_six_replays(tiny_store):
     cfg = tiny_config(tiny_store.path, learner={"learning_starts": 0}, train={"envs": 32})
     data = load_training_data(cfg, "cuda", tiny_store.path)
     state, scfg, guard = build_state(cfg, data, "cuda"), step_config(cfg), DivergenceGuard("cuda")
-    runner = _graphed_step(state, data.train_book, scfg, guard, "cuda")
+    runner = graphed_step(state, data.train_book, scfg, guard, "cuda")
     for _ in range(6):
         runner()
     return state, guard, runner
@@ -169,9 +170,9 @@ def test_metric_sums_read_between_replays(tiny_store) -> None:
 
 
 def test_a_deferred_readout_takes_no_host_sync_and_reads_its_own_step(tiny_store) -> None:
-    """The loop's deferred readout (lobsurf.training.readout): taken between replays without a
+    """The loop's deferred readout (lobsurf.training.run.readout): taken between replays without a
     host sync, finished after the next replay, it holds the sums of its own step."""
-    from lobsurf.training.readout import Readout
+    from lobsurf.training.run.readout import Readout
 
     state, guard, runner = _after_six_replays(tiny_store)
     torch.cuda.synchronize()

@@ -15,7 +15,7 @@ import pytest
 
 from lobsurf.cli import main
 from lobsurf.training.data import DEFAULT_CACHE_NAME
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.recovery.run_folder import read_metrics
 
 
 @pytest.fixture

@@ -27,13 +27,13 @@ from lobsurf.agent.learn import learn_from
 from lobsurf.agent.replay import Sample
 from lobsurf.agent.step import train_step
 from lobsurf.errors import UserError
-from lobsurf.training.checkpoint import checkpoint_path, load_payload, rank_shard_path
 from lobsurf.training.data import load_training_data
-from lobsurf.training.distributed import Collective
-from lobsurf.training.launch import check_gpus, strip_gpus, torchrun_args
-from lobsurf.training.loop import build_state, step_config
-from lobsurf.training.rank_shards import load_shard, restore_rank_
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.distributed.collective import Collective
+from lobsurf.training.distributed.torchrun import check_gpus, strip_gpus, torchrun_args
+from lobsurf.training.recovery.checkpoint import checkpoint_path, load_payload, rank_shard_path
+from lobsurf.training.recovery.rank_shards import load_shard, restore_rank_
+from lobsurf.training.recovery.run_folder import read_metrics
+from lobsurf.training.run.state import build_state, step_config
 from tests.agent.conftest import tiny_config
 from tests.training.test_train_command import TIMING_KEYS, train
 

@@ -12,7 +12,7 @@ from lobsurf.data.schema import LEVELS, SnapshotChunk
 from lobsurf.data.store import Instrument, Store, StoreWriter
 from lobsurf.sim.fees import DEFAULT_FEE_BPS, resolve_fees
 from lobsurf.training.config import RunConfig, load_toml, resolve_run_config, run_config_to_toml
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.recovery.run_folder import read_metrics
 from tests.training.test_train_command import train
 
 CENT_FIXED = 10_000_000  # a tick of 0.01 in fixed point (1e-9 units)

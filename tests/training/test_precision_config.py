@@ -6,7 +6,7 @@ import pytest
 
 from lobsurf.errors import UserError
 from lobsurf.training.config import TrainConfig, run_config_from_dict
-from lobsurf.training.loop import step_config
+from lobsurf.training.run.state import step_config
 
 
 def test_precision_defaults_to_fp32_and_reaches_the_step():

@@ -17,8 +17,8 @@ import pytest
 import tomli_w
 import torch
 
-from lobsurf.training import faults
-from lobsurf.training.checkpoint import (list_checkpoints, load_payload, marker_path,
+from lobsurf.training.recovery import pause_points
+from lobsurf.training.recovery.checkpoint import (list_checkpoints, load_payload, marker_path,
                                       verify_checkpoint)
 from tests.agent.conftest import TINY
 from tests.training.test_train_command import TIMING_KEYS, _tensors, train
@@ -52,7 +52,7 @@ def one_cpu_thread():
 
 def spawn(args, pause: str, marker) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    env[faults.ENV_PAUSE], env[faults.ENV_PAUSE_FILE] = pause, str(marker)
+    env[pause_points.ENV_PAUSE], env[pause_points.ENV_PAUSE_FILE] = pause, str(marker)
     return subprocess.Popen([*CLI, "train", "--no-progress", "--device", "cpu", *map(str, args)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -66,7 +66,7 @@ def wait_paused(proc: subprocess.Popen, marker) -> None:
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail("pause point not reached")
-        time.sleep(faults.POLL_S)
+        time.sleep(pause_points.POLL_S)
     marker.unlink()
 
 

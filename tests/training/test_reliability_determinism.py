@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.recovery.run_folder import read_metrics
 from tests.training.test_train_command import TIMING_KEYS, train
 
 

@@ -9,10 +9,10 @@ import os
 import pytest
 import torch
 
-import lobsurf.training.checkpoint as checkpoint
+import lobsurf.training.recovery.checkpoint as checkpoint
 from lobsurf.errors import UserError
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.run_folder import MetricsLog
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
+from lobsurf.training.recovery.run_folder import MetricsLog
 from tests.training.test_reliability_crash import assert_same_run
 from tests.training.test_train_command import train
 
@@ -58,7 +58,7 @@ def _fail_metrics_after_first_checkpoint(monkeypatch):
         state["full"] = True
         return path
     monkeypatch.setattr(MetricsLog, "write", write)
-    monkeypatch.setattr("lobsurf.training.loop.save_checkpoint", save)
+    monkeypatch.setattr("lobsurf.training.run.loop.save_checkpoint", save)
     return "metrics.jsonl"
 
 
@@ -118,7 +118,7 @@ def test_background_writer_returns_at_once_runs_one_write_at_a_time_and_raises_l
     import threading
     import time
 
-    from lobsurf.training.checkpoint import CheckpointWriter
+    from lobsurf.training.recovery.checkpoint import CheckpointWriter
 
     release, order = threading.Event(), []
 
@@ -156,9 +156,9 @@ def test_background_checkpoints_serialise_on_the_loops_thread(tiny_store, tiny_t
     # the metrics file's fsync first (the checkpoint records its size), then the checkpoint.
     import threading
 
-    from lobsurf.training.checkpoint_file import map_tensors
+    from lobsurf.training.recovery.checkpoint_file import map_tensors
 
-    from lobsurf.training.run_folder import MetricsLog
+    from lobsurf.training.recovery.run_folder import MetricsLog
 
     real_save, real_write = torch.save, checkpoint._HashingWriter.write
     real_sync, events = MetricsLog.sync, []

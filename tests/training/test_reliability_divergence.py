@@ -14,10 +14,10 @@ import torch
 import lobsurf.agent.learn as agent_learn
 from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.step import train_step
-from lobsurf.training import loop
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.guard import DivergenceGuard
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.faults.guard import DivergenceGuard
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
+from lobsurf.training.recovery.run_folder import read_metrics
+from lobsurf.training.run import step as run_step
 from tests.agent.conftest import tiny_setup  # noqa: F401 (fixture)
 from tests.agent.test_step import no_host_sync
 from tests.training.test_train_command import train
@@ -45,14 +45,14 @@ def inject_after_step(monkeypatch, at_call: int, spoil, times: int = 1):
     """Spoil the state after the ``at_call``-th step of this process and the ``times - 1``
     steps after it (bounded, so a run without a rollback budget still ends)."""
     calls = {"n": 0}
-    real = loop.train_step
+    real = run_step.train_step
 
     def step(state, *args, **kwargs):
         real(state, *args, **kwargs)
         calls["n"] += 1
         if at_call <= calls["n"] < at_call + times:
             spoil(state)
-    monkeypatch.setattr(loop, "train_step", step)
+    monkeypatch.setattr(run_step, "train_step", step)
 
 
 def inject_nan_loss(monkeypatch, at_call: int):
@@ -145,10 +145,10 @@ def test_deferred_log_readouts_write_the_records_and_rollbacks_of_immediate_ones
 
 def test_a_log_steps_readout_is_finished_after_the_next_step(tiny_store, tiny_toml, tmp_path,
                                                               monkeypatch):
-    from lobsurf.training.readout import Readout
+    from lobsurf.training.run.readout import Readout
 
     calls, finished = {"n": 0}, {}
-    real_step, real_finish = loop.train_step, Readout.finish
+    real_step, real_finish = run_step.train_step, Readout.finish
 
     def step(*args, **kwargs):
         real_step(*args, **kwargs)
@@ -157,7 +157,7 @@ def test_a_log_steps_readout_is_finished_after_the_next_step(tiny_store, tiny_to
     def finish(self):
         finished.setdefault(self.step, calls["n"])
         return real_finish(self)
-    monkeypatch.setattr(loop, "train_step", step)
+    monkeypatch.setattr(run_step, "train_step", step)
     monkeypatch.setattr(Readout, "finish", finish)
     assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", tmp_path / "r") == 0
     # log every 5, checkpoint every 10 (finished at once: a checkpoint needs the guard)
@@ -210,7 +210,7 @@ def test_the_guard_names_the_earliest_quantity_compiled_or_not(tiny_setup, compi
     # lobsurf train compiles the guard's arithmetic (compile_guard_) with the step: either
     # way a spoiled controller, parameter, gradient or loss is named, and when several go
     # bad in one step the earliest in causal order (loss, gradient, parameter, controller)
-    from lobsurf.training.compile import CompileConfig, compile_guard_
+    from lobsurf.training.speed.compile import CompileConfig, compile_guard_
 
     cfg, data, state, scfg = tiny_setup
     for step in range(6):

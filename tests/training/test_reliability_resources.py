@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 
 from lobsurf.errors import UserError
-from lobsurf.training.resources import (GIB, USABLE_FRACTION, check_fits, memory_estimate,
+from lobsurf.training.faults.resources import (GIB, USABLE_FRACTION, check_fits, memory_estimate,
                                      store_rows)
 from tests.agent.conftest import tiny_setup  # noqa: F401 (fixture)
 from tests.training.test_train_command import train

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from lobsurf.training.checkpoint import list_checkpoints
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.recovery.checkpoint import list_checkpoints
+from lobsurf.training.recovery.run_folder import read_metrics
 from tests.training.test_reliability_crash import (assert_same_run, one_cpu_thread,  # noqa: F401
                                                 spawn, wait_paused)
 from tests.training.test_train_command import train

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -13,8 +14,8 @@ import pytest
 import tomli_w
 
 from lobsurf.cli import main
-from lobsurf.training.run_folder import is_run_folder, read_metrics
-from lobsurf.training.seeds import (
+from lobsurf.training.recovery.run_folder import is_run_folder, read_metrics
+from lobsurf.training.run.seed_group import (
     SEEDS_NAME,
     _side_by_side,
     is_seed_group,
@@ -74,7 +75,8 @@ def test_eval_of_a_seed_group_gives_the_verdict(group, capsys):
     nets = [s["net_pnl"] for s in per_seed]
     assert nets == [result["policies"][f"seed_{s}"]["net_pnl"] for s in (3, 4)]
     for key in ("iqm", "mean"):
-        assert set(v[key]) == {"net_pnl", "capture"}
+        assert set(v[key]) == {"net_pnl", "capture", "capture_bayes"}
+        assert v[key]["capture_bayes"] is None  # a random-walk store: no ceiling
         # two seeds: the IQM is their mean, and every interval lies between them
         assert v[key]["net_pnl"] == pytest.approx(sum(nets) / 2)
         lo, hi = v[f"{key}_ci"]["net_pnl"]
@@ -136,3 +138,47 @@ def test_side_by_side_processes(tiny_store, tiny_toml, tmp_path):
     for s in (0, 1):
         assert read_metrics(seed_dir(run, s) / "metrics.jsonl")[-1]["event"] == "run_end"
         assert (run / "logs" / f"seed_{s}.log").is_file()
+
+
+def _hand_made_group_result(nets: list[float]) -> dict:
+    """A group sweep's result as ``evaluate_seed_group`` has it before the verdict."""
+    policies = {name: {"net_pnl": 20.0, "capture": 0.1, "trades": 9, "win_rate": 0.5,
+                       "pnl_per_trade_ci": [1.0, 3.0]} for name in BASELINES}
+    chosen = []
+    for seed, net in enumerate(nets):
+        policies[f"seed_{seed}"] = {"net_pnl": net, "capture": net / 200, "trades": 5,
+                                    "win_rate": 0.6, "pnl_per_trade_ci": [749.8, 1273.7]}
+        chosen.append({"seed": seed, "policy": "checkpoint", "step": 1000 * (seed + 1)})
+    return {"policies": policies, "chosen": chosen, "split": {"rows": 12345},
+            "settings": {"run": "RUN"}}
+
+
+@pytest.mark.parametrize("level", [0.5, 0.95])
+def test_the_verdict_is_at_the_configured_level(level, tmp_path):
+    from lobsurf.eval.aggregate import AggregateConfig
+    from lobsurf.eval.seed_verdict import verdict
+    from tests.eval.test_aggregate import SIX, assert_percentile_interval, exact_bootstrap
+
+    v = verdict(_hand_made_group_result(list(SIX)), tmp_path, AggregateConfig(ci_level=level))
+    assert v["ci_level"] == level
+    means = exact_bootstrap(SIX, lambda rows: rows.mean(axis=1))
+    assert_percentile_interval(v["mean_ci"]["net_pnl"], means, level)
+    beats = exact_bootstrap(SIX, lambda rows: (rows > 20.0).mean(axis=1))
+    assert_percentile_interval(v["prob_improvement"]["hold"]["net_pnl_ci"], beats, level)
+
+
+def test_the_per_seed_table_gives_every_column_room(tmp_path, capsys):
+    from lobsurf.eval.seed_verdict import print_verdict, verdict
+
+    result = _hand_made_group_result([100.0, 2500.0, 37.5])
+    result["seeds"] = verdict(result, tmp_path)
+    print_verdict(result)
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["seed", "policy"])
+    table = lines[head:head + 1 + 3 + len(BASELINES)]
+    # a win rate and its neighbouring interval are apart, and the columns line up (right-
+    # aligned: every line as long as the header, its cells GUTTER spaces or more apart)
+    assert "0.600   [749.80, 1,273.70]" in table[1] and "0.600[" not in "".join(lines)
+    assert len({len(line) for line in table}) == 1, table
+    for line in table[:4]:
+        assert len(re.split(r" {3,}", line.strip())) == 8, line

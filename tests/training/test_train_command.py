@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lobsurf.cli import main
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload
+from lobsurf.training.recovery.run_folder import read_metrics
 
 TIMING_KEYS = {"wall_s", "steps_per_s", "env_steps_per_s"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lobsurf.telemetry.tensorboard import TB_DIR, scalars
-from lobsurf.training.run_folder import read_metrics
+from lobsurf.training.recovery.run_folder import read_metrics
 from tests.telemetry.test_tensorboard import read_scalars
 from tests.training.test_train_command import train
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -13,15 +14,17 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.step import train_step
 from lobsurf.cli import main
 from lobsurf.errors import UserError
-from lobsurf.training.checkpoint import list_checkpoints, load_payload
-from lobsurf.training.checkpoint_file import unpack_file
-from lobsurf.training.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, is_candidate, load_chosen
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
-from lobsurf.training.run_folder import read_metrics
-from lobsurf.training.saved_config import load_run_config
-from lobsurf.training.validate import Validator
+from lobsurf.training.recovery.checkpoint import list_checkpoints, load_payload, write_packed_atomic
+from lobsurf.training.recovery.checkpoint_file import unpack_file
+from lobsurf.training.recovery.run_folder import read_metrics
+from lobsurf.training.recovery.saved_config import load_run_config
+from lobsurf.training.run.state import build_state, step_config
+from lobsurf.training.selection import validate as validate_module
+from lobsurf.training.selection.choice import CHOSEN_JSON, CHOSEN_PT, ModelChoice, load_chosen
+from lobsurf.training.selection.validate import Validator
 from tests.agent.conftest import tiny_config
+from tests.training.test_choice import edge
 from tests.training.test_train_command import train
 
 #: validation on, every 5 steps of the tiny run (20 steps, checkpoints at 10 and 20)
@@ -30,7 +33,10 @@ VALIDATED = ("--set", "data.validation_fraction=0.2", "--set", "train.validate_e
 LOSING = ("--set", "sim.fee_per_lot=1000.0")
 RECORD_KEYS = {"event", "step", "val_net_pnl", "val_trades", "val_win_rate",
                "val_pnl_per_trade", "val_pnl_per_trade_ci", "val_capture",
-               "train_sweep_win_rate", "train_sweep_net_pnl", "best_step", "chosen"}
+               "train_sweep_win_rate", "train_sweep_net_pnl", "val_choice_trades",
+               "val_choice_net_pnl", "val_confirm_trades", "val_confirm_net_pnl",
+               "val_confirm_pnl_per_trade_ci", "candidate", "confirmed", "best_step",
+               "chosen"}
 
 
 def validations(run) -> list[dict]:
@@ -102,10 +108,15 @@ def test_a_validation_every_validate_every_steps_and_hold_chosen(hold_run):
         assert RECORD_KEYS <= set(r)
         assert r["chosen"] == "hold" and r["best_step"] is None
         assert r["val_optimal_net_pnl"] >= 0
+        # the halves split the slice's trades
+        assert r["val_choice_trades"] + r["val_confirm_trades"] == r["val_trades"]
+        assert r["val_choice_net_pnl"] + r["val_confirm_net_pnl"] == pytest.approx(
+            r["val_net_pnl"])
     assert any(r["val_trades"] > 0 for r in records)  # it traded, and lost
     chosen = json.loads((run / CHOSEN_JSON).read_text())
     assert chosen["policy"] == "hold" and not (run / CHOSEN_PT).exists()
-    assert "no checkpoint beat hold on validation beyond its 95 % CI" in chosen["reason"]
+    assert "no checkpoint made money on the choice half" in chosen["reason"]
+    assert chosen["false_edge_rate"] == 0.025 and "confirmed once" in chosen["rule"]
     assert "no edge found on validation" in out
     end = read_metrics(run / "metrics.jsonl")[-1]
     assert end["event"] == "run_end" and end["stopped"] == "steps"
@@ -116,12 +127,32 @@ def test_eval_trades_hold_when_hold_is_chosen(hold_run, capsys):
     run, _ = hold_run
     result = evaluate(capsys, run)
     assert result["chosen"]["policy"] == "hold" and result["chosen"]["source"] == "chosen"
-    assert "no checkpoint beat hold" in result["chosen"]["reason"]
+    assert "no checkpoint made money on the choice half" in result["chosen"]["reason"]
     agent = result["policies"]["agent"]
     assert agent["trades"] == 0 and agent["net_pnl"] == 0 and agent["hold_fraction"] == 1.0
     assert result["settings"]["checkpoint"] == "hold"
     assert main(["eval", str(run), "--no-progress", "--envs", "16"]) == 0
     assert "no edge found on validation" in capsys.readouterr().out
+
+
+def test_a_choice_saved_by_the_earlier_rule_still_evaluates(hold_run, capsys):
+    # chosen.json and chosen.pt as the rule that judged each validation alone wrote them
+    run, _ = hold_run
+    ckpt = load_payload(next(p for p in list_checkpoints(run) if p.name == "step_00000010.pt"))
+    write_packed_atomic(run / CHOSEN_PT, {
+        "format": "lobsurf-chosen", "version": 1, "step": 10, "online": ckpt["online"],
+        "controllers": ckpt["controllers"], "config": {},
+        "validation": {"net_pnl": 5.0, "trades": 40, "pnl_per_trade_ci": [0.1, 0.4]}})
+    reason = ("beat hold on validation beyond its 95 % CI: step 10, net PnL 5.00 over 40 "
+              "trades, PnL per trade CI [0.10, 0.40]")
+    (run / CHOSEN_JSON).write_text(json.dumps({
+        "policy": "checkpoint", "step": 10, "reason": reason, "validations": 4,
+        "validated_to_step": 20,
+        "validation": {"net_pnl": 5.0, "trades": 40, "pnl_per_trade_ci": [0.1, 0.4]}}))
+    old = evaluate(capsys, run)
+    assert old["chosen"] == {"policy": "checkpoint", "step": 10, "source": "chosen",
+                             "reason": reason}
+    assert old["settings"]["checkpoint"] == CHOSEN_PT and old["settings"]["trained_steps"] == 10
 
 
 def test_eval_checkpoint_last_and_step(hold_run, capsys):
@@ -171,9 +202,11 @@ def test_resume_keeps_the_patience_count(tiny_store, tiny_toml, tmp_path):
 
 @pytest.fixture
 def every_one_a_candidate(monkeypatch):
-    """The candidate rule replaced so that a tiny run chooses a checkpoint (the rule itself:
-    test_the_candidate_rule)."""
-    monkeypatch.setattr("lobsurf.training.choice.is_candidate", lambda metrics, min_trades: True)
+    """The rule replaced so that a tiny run chooses a checkpoint (the rule itself:
+    tests/training/test_choice.py)."""
+    monkeypatch.setattr("lobsurf.training.selection.choice.is_candidate",
+                        lambda metrics, min_trades: True)
+    monkeypatch.setattr("lobsurf.training.selection.choice.is_confirmed", lambda *args: True)
 
 
 def test_the_chosen_checkpoint_is_evaluated_and_survives_a_resume(
@@ -184,7 +217,7 @@ def test_the_chosen_checkpoint_is_evaluated_and_survives_a_resume(
     assert train("--store", tiny_store.path, "--config", tiny_toml, "--out", straight,
                  *options) == 0
     records = validations(straight)
-    best = max(records, key=lambda r: r["val_net_pnl"])
+    best = max(records, key=lambda r: r["val_choice_net_pnl"])
     assert records[-1]["best_step"] == best["step"]
     chosen = json.loads((straight / CHOSEN_JSON).read_text())
     assert chosen["policy"] == "checkpoint" and chosen["step"] == best["step"]
@@ -214,47 +247,16 @@ def test_the_chosen_checkpoint_is_evaluated_and_survives_a_resume(
         assert torch.equal(got["online"][name], want["online"][name]), name
 
 
-def _metrics(net: float, trades: int, ci: list[float] | None) -> dict:
-    return {"net_pnl": net, "trades": trades, "pnl_per_trade_ci": ci, "win_rate": 0.5}
-
-
-def test_the_candidate_rule():
-    assert is_candidate(_metrics(100.0, 40, [0.5, 4.0]), 30)
-    assert not is_candidate(_metrics(100.0, 40, [-0.5, 4.0]), 30)  # CI reaches hold's 0
-    assert not is_candidate(_metrics(100.0, 40, [0.0, 4.0]), 30)  # not beyond it
-    assert not is_candidate(_metrics(100.0, 2, [10.0, 90.0]), 30)  # too few trades
-    assert not is_candidate(_metrics(0.0, 0, None), 30)
-
-
 def _weights():
     return {"w": torch.arange(4.0)}, ControllerState.bootstrap("cpu").as_dict()
 
 
-def test_model_choice_keeps_the_best_candidate_and_counts_patience():
-    choice = ModelChoice(min_trades=30, patience=2)
-    assert not choice.update(5, _metrics(900.0, 5, [1.0, 9.0]), _weights)  # too few trades
-    assert choice.info()["policy"] == "hold" and "step 5" in choice.info()["reason"]
-    assert choice.update(10, _metrics(100.0, 40, [0.5, 4.0]), _weights)
-    assert choice.best_step == 10 and choice.since_best == 0
-    assert not choice.update(15, _metrics(50.0, 40, [0.2, 2.0]), _weights)  # lower PnL
-    assert not choice.update(20, _metrics(500.0, 40, [-1.0, 20.0]), _weights)  # CI reaches 0
-    assert choice.best_step == 10 and choice.since_best == 2 and choice.stopped
-    info = choice.info()
-    assert info["policy"] == "checkpoint" and info["step"] == 10
-    assert info["validated_to_step"] == 20
-    again = ModelChoice(min_trades=30, patience=2)
-    again.load_state_dict(choice.state_dict())
-    assert again.state_dict() == choice.state_dict()
-    again.load_state_dict(None)
-    assert again.info() is None and again.best is None
-
-
 def test_a_failed_write_leaves_the_previous_chosen_policy_whole(tmp_path, monkeypatch):
     choice = ModelChoice(min_trades=2, patience=0)
-    choice.update(10, _metrics(100.0, 40, [0.5, 4.0]), _weights)
+    choice.update(10, edge(100.0), _weights)
     choice.write_files(tmp_path, {})
     assert load_chosen(tmp_path, 10)["step"] == 10
-    choice.update(20, _metrics(200.0, 40, [0.5, 4.0]), _weights)
+    choice.update(20, edge(200.0), _weights)
 
     class Torn:  # a disk that fills after the first chunk of the new file
         def __init__(self, packed):
@@ -264,7 +266,7 @@ def test_a_failed_write_leaves_the_previous_chosen_policy_whole(tmp_path, monkey
             yield next(iter(self.packed.chunks(size)))
             raise OSError(28, "No space left on device")
 
-    from lobsurf.training import checkpoint
+    from lobsurf.training.recovery import checkpoint
 
     real_pack = checkpoint.pack
     monkeypatch.setattr(checkpoint, "pack", lambda payload: Torn(real_pack(payload)))
@@ -299,7 +301,7 @@ def test_a_rollback_takes_the_choice_back_to_its_checkpoint(
     assert [r["step"] for r in validations(run)] == [5, 10, 15, 20]
     chosen = json.loads((run / CHOSEN_JSON).read_text())
     assert chosen["validations"] == 4 and chosen["validated_to_step"] == 20
-    best = max(validations(run), key=lambda r: r["val_net_pnl"])
+    best = max(validations(run), key=lambda r: r["val_choice_net_pnl"])
     assert chosen["step"] == best["step"]
 
 
@@ -314,3 +316,52 @@ def test_two_processes_validate_on_rank_0_and_stop_together(tiny_store, tiny_tom
     end = read_metrics(run / "metrics.jsonl")[-1]
     assert end["stopped"] == "patience" and end["step"] == 10  # every rank stopped there
     assert json.loads((run / CHOSEN_JSON).read_text())["policy"] == "hold"
+
+
+def _hand_made_q_(state, buy: int) -> None:
+    """Q's output layer set by hand: mean weights 0, so its logits are its bias. Every action
+    but ``buy`` puts all its mass on the middle atom (E[Q] = 0); ``buy`` puts 0.55 on the top
+    atom and 0.45 on the bottom one (E[Q] = 0.1 on atoms -1 .. 1): argmax E[Q] is ``buy``,
+    while a Thompson sample of it is negative 45 % of the time and its P(return > 0), 0.55,
+    is below a gate threshold of 0.99. The noise scales are large and the noise is drawn, so
+    noisy weights would scramble every logit."""
+    layer = state.online.q_out
+    atoms = state.online.cfg.num_atoms
+    bias = torch.full((state.online.num_actions, atoms), -30.0)
+    bias[:, atoms // 2] = 30.0
+    bias[buy] = -30.0
+    bias[buy, -1], bias[buy, 0] = 30.0, 30.0 - math.log(0.55 / 0.45)
+    with torch.no_grad():
+        layer.weight_mu.zero_()
+        layer.bias_mu.copy_(bias.reshape(-1))
+        layer.weight_sigma.fill_(50.0)
+        layer.bias_sigma.fill_(50.0)
+        state.online.resample_noise_(torch.Generator().manual_seed(1))
+        state.controllers.gate_threshold.fill_(0.99)
+    assert float(layer.eps_out.abs().sum()) > 0
+
+
+def test_the_validation_sweep_is_greedy_at_mean_weights_without_gates(tiny_store, monkeypatch):
+    cfg = tiny_config(tiny_store.path, data={"validation_fraction": 0.2})
+    data = load_training_data(cfg, "cpu", tiny_store.path)
+    state = build_state(cfg, data, "cpu")
+    buy = 1  # the simulator's actions: hold, then one buy per order size, then the sells
+    _hand_made_q_(state, buy)
+    swept = []
+    real_sweep = validate_module.sweep
+
+    def recording_sweep(book, rows, policies, *args, **kwargs):
+        records, tiling = real_sweep(book, rows, policies, *args, **kwargs)
+        swept.append(records["agent"])
+        return records, tiling
+
+    monkeypatch.setattr(validate_module, "sweep", recording_sweep)
+    validator = Validator(cfg, data, "cpu")
+    first = validator(state)
+    val_actions, train_actions = (r.step_action for r in swept)
+    # argmax E[Q] at the mean weights is buy, at every step of both sweeps
+    assert len(val_actions) > 30 and len(train_actions) > 30
+    assert (val_actions == buy).all() and (train_actions == buy).all()
+    # deterministic: a second sweep of the same checkpoint gives the same results
+    assert validator(state) == first
+    assert all((a.step_action == b.step_action).all() for a, b in zip(swept[:2], swept[2:]))

@@ -126,7 +126,7 @@ def c51_target_triton(target_q: torch.Tensor, reward: torch.Tensor, done: torch.
     mean = torch.empty(b, num_actions, dtype=torch.float32, device=target_q.device)
     out = torch.empty(b, num_atoms, dtype=torch.float32, device=target_q.device)
     # the per-sample values are read at their strides: in the step they are columns of
-    # the replay's packed rows (lobsurf.agent.replay.unpack), and a copy to unit stride
+    # the replay's packed rows (lobsurf.agent.transitions.unpack), and a copy to unit stride
     # would be a kernel on the critical path; the support is read at unit stride
     z = z.contiguous()
     gamma_rows = gamma if per_row else reward  # unread with a float gamma

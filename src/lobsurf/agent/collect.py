@@ -28,10 +28,11 @@ from lobsurf.agent.gates import (GateResult, apply_gates, exploration_slots,
                                  gate_threshold_values, move_probabilities, profit_confidence)
 from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentOutput, agent_state_features
-from lobsurf.agent.replay import PrioritizedReplay, Transitions, write_plan
+from lobsurf.agent.replay import PrioritizedReplay, write_plan
 from lobsurf.agent.reward import mark_shaping, reward_pipeline_values
 from lobsurf.agent.state import (Acted, CollectUpdates, Observation, StepConfig, StepTables,
                                  TrainState)
+from lobsurf.agent.transitions import Transitions
 from lobsurf.data.dataset import BookTensors
 from lobsurf.models.feature_table import book_window
 from lobsurf.models.precision import at_least_fp32, float_outputs, forward_precision

@@ -30,9 +30,10 @@ from lobsurf.agent.flat import FlatParameters
 from lobsurf.agent.metrics import MetricSums, added
 from lobsurf.agent.network import AgentOutput
 from lobsurf.agent.policy import agreement, alpha_tau_values, pi_loss, value_loss
-from lobsurf.agent.replay import Sample, Transitions, n_step_values, priority_values
+from lobsurf.agent.replay import Sample, n_step_values, priority_values
 from lobsurf.agent.state import (GradientSync, LearnerInputs, LearnUpdates, Losses, StepConfig,
                                  TrainState)
+from lobsurf.agent.transitions import Transitions
 from lobsurf.data.dataset import BookTensors, Window
 from lobsurf.data.labels import Labels
 from lobsurf.models.feature_table import FeatureRows, book_window

@@ -4,7 +4,7 @@ The step adds into named 0-d float64 sums (no host sync): ``added`` gives the ne
 the step writes back in place with its other state (lobsurf.writeback); ``take_`` stacks them
 into one device tensor and zeroes the sums (device ops), ``means`` turns its host copy into
 the logged means; ``read_and_reset`` does both with one transfer (a host sync). The training
-loop copies the stack without a sync (lobsurf.training.readout). Every key is defined in
+loop copies the stack without a sync (lobsurf.training.run.readout). Every key is defined in
 docs/training.md.
 """
 

@@ -20,7 +20,8 @@ from lobsurf.agent.flat import FlatParameters
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
 from lobsurf.agent.optim import TensorAdam
-from lobsurf.agent.replay import PrioritizedReplay, Sample, Transitions, WritePlan
+from lobsurf.agent.replay import PrioritizedReplay, Sample, WritePlan
+from lobsurf.agent.transitions import Transitions
 from lobsurf.data.dataset import Window
 from lobsurf.data.labels import Labels
 from lobsurf.models.feature_table import FeatureRows
@@ -72,7 +73,7 @@ class StepTables:
 
 @dataclass
 class TrainState:
-    """Everything a step reads and writes (checkpointed by lobsurf.training.checkpoint, except
+    """Everything a step reads and writes (checkpointed by lobsurf.training.recovery.checkpoint, except
     ``tables`` and ``labels``, which the config and data rebuild)."""
 
     online: AgentNetwork
@@ -181,7 +182,8 @@ class LearnUpdates(NamedTuple):
 
 
 class GradientSync(Protocol):
-    """The collectives a step needs (lobsurf.training.distributed.Collective; None: one process)."""
+    """The collectives a step needs (lobsurf.training.distributed.collective.Collective;
+    None: one process)."""
 
     def grads_(self, params: list[torch.Tensor], flat: torch.Tensor | None = None) -> None: ...
     def controllers_(self, ctl: ControllerState) -> None: ...
@@ -193,7 +195,7 @@ class GradientSync(Protocol):
 class StepKernels:
     """The pure tensor functions the step calls through ``TrainState.kernels``: the eager
     functions (``lobsurf.agent.step.eager_kernels``: the CPU path), or compiled versions of
-    the same functions (``lobsurf.training.compile``). Each returns new values; the step does
+    the same functions (``lobsurf.training.speed.compile``). Each returns new values; the step does
     the in-place writes."""
 
     observe: Callable[..., Observation]

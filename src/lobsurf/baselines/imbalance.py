@@ -7,7 +7,7 @@ I < -threshold, and keep the position otherwise (Hold).
 
 Fit: the candidates are quantiles (``BaselineConfig.imbalance_quantiles``) of |I| over the
 training rows; each candidate trades a contiguous sample of the training rows in one
-deterministic sweep (``lobsurf.eval.sweep``) with the simulator's own costs, and the one
+deterministic sweep (``lobsurf.backtest.sweep``) with the simulator's own costs, and the one
 with the highest net PnL wins. When none makes money the threshold is 1, which never
 trades (|I| < 1 always): on training data the honest choice is then to stay out.
 """
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lobsurf.baselines.policies import BaselineConfig, buy_sell_actions
+from lobsurf.baselines.actions import buy_sell_actions
+from lobsurf.baselines.config import BaselineConfig
 from lobsurf.data.dataset import BookTensors
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
@@ -107,7 +108,7 @@ def fit_imbalance_threshold(book: BookTensors, train_rows: torch.Tensor, sim: Si
         sim: simulator settings of the evaluation (costs, latency, sizes).
         cfg: quantiles, sample size and envs of the fit.
     """
-    from lobsurf.eval.sweep import SweepConfig, sweep
+    from lobsurf.backtest.sweep import SweepConfig, sweep
 
     rows = contiguous_sample(train_rows, cfg.imbalance_fit_rows, cfg.imbalance_fit_blocks)
     q = torch.tensor(cfg.imbalance_quantiles, dtype=torch.float64, device=book.device)

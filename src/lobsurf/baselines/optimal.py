@@ -3,7 +3,7 @@ one sweep of the recorded book, and the policy that replays it.
 
 The simulator's rules (``lobsurf.sim.env``, docs/sim_assumptions.md) make the problem a
 finite, deterministic control problem once the sweep's schedule is fixed (which row each
-env trades at each step and which steps end an episode; ``lobsurf.eval.sweep.schedule``
+env trades at each step and which steps end an episode; ``lobsurf.backtest.sweep.schedule``
 and the env's own episode clock). Its state is the position p in [-L, L] lots; an action
 moves it to clamp(p + order, -L, L) (0 on an episode's last step: the forced close); the
 move walks the opposite side of the book at row cursor + latency_rows, level by level,
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lobsurf.backtest.sweep import Tiling, schedule, tile_rows
 from lobsurf.data.dataset import BookTensors
-from lobsurf.eval.sweep import Tiling, schedule, tile_rows
 from lobsurf.sim.config import SimConfig
 from lobsurf.sim.env import BatchedLobEnv
 from lobsurf.sim.matching import walk_levels
@@ -56,7 +56,7 @@ class SweepSchedule:
 
 
 def sweep_schedule(book: BookTensors, tiling: Tiling, sim: SimConfig) -> SweepSchedule:
-    """Follow ``lobsurf.eval.sweep.sweep``'s schedule and the env's episode clock.
+    """Follow ``lobsurf.backtest.sweep.sweep``'s schedule and the env's episode clock.
 
     An episode ends where the env's ``step`` says so: at a segment's end, after
     ``max_episode_steps`` steps, or where the sweep forces it (a gap, a piece's end).

@@ -1,8 +1,10 @@
 """Baseline policies: hold, random, momentum (order-flow imbalance), top-of-book imbalance
-(``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle
-and the exact optimum of a sweep (``lobsurf.baselines.optimal``, planned over its rows).
+(``lobsurf.baselines.imbalance``, threshold fitted on training rows), a future-peeking oracle,
+the causal ceiling of a synthetic store (``lobsurf.baselines.bayes``, the best policy for its
+known law) and the exact optimum of a sweep (``lobsurf.baselines.optimal``), both planned
+over the sweep's steps.
 
-Each is a ``lobsurf.eval.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
+Each is a ``lobsurf.backtest.policy.Policy``: ``act(env) -> [B] int64 actions`` reading the
 env's book and state on the device, with no host sync, so the backtest runner treats them
 and a learned agent alike. Actions use the env's convention: 0 Hold, 1..n Buy
 order_sizes_lots[i-1], n+1..2n Sell them.
@@ -10,67 +12,14 @@ order_sizes_lots[i-1], n+1..2n Sell them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from lobsurf.baselines.actions import buy_sell_actions, direction_to_action
+from lobsurf.baselines.config import BaselineConfig
+from lobsurf.baselines.imbalance import make_imbalance
+from lobsurf.baselines.optimal import make_optimal
 from lobsurf.data.dataset import gather_window
 from lobsurf.sim.env import BatchedLobEnv
-
-
-@dataclass(frozen=True)
-class BaselineConfig:
-    """Settings of the baseline policies."""
-
-    size_index: int = 0
-    """which order size the momentum and oracle policies trade (index into order_sizes_lots)."""
-    momentum_lookback_rows: int = 16
-    """snapshot-to-snapshot order-flow imbalance summed over this many steps (<= window - 1)."""
-    momentum_threshold_lots: float = 20.0
-    """|OFI| in lots needed to trade; below it the momentum policy holds."""
-    oracle_horizon_rows: int = 50
-    """rows after the fill row at which the oracle reads the future mid."""
-    seed: int = 0
-    """seeds the random policy."""
-    imbalance_threshold: float | None = None
-    """|top-of-book imbalance| needed to trade; None: fitted on training rows."""
-    imbalance_quantiles: tuple[float, ...] = (0.25, 0.5, 0.7, 0.8, 0.9, 0.95)
-    """candidate thresholds of the fit: these quantiles of |imbalance| on training rows."""
-    imbalance_fit_rows: int = 50_000
-    """training rows (at most, in contiguous blocks) the fit sweeps each candidate over."""
-    imbalance_fit_blocks: int = 16
-    """contiguous blocks, evenly spread over the training rows, that make up the fit rows."""
-    imbalance_fit_envs: int = 64
-    """environments of the fit's sweep."""
-
-    def __post_init__(self) -> None:
-        # 0 lookback never trades; a horizon <= 0 reads the present or past: no oracle.
-        if self.momentum_lookback_rows < 1:
-            raise ValueError(f"momentum lookback must be >= 1, got {self.momentum_lookback_rows}")
-        if not 0 <= self.momentum_threshold_lots < float("inf"):  # NaN fails too
-            raise ValueError(f"momentum threshold must be >= 0 lots, got "
-                             f"{self.momentum_threshold_lots}")
-        if self.oracle_horizon_rows < 1:
-            raise ValueError(f"oracle horizon must be >= 1 rows, got {self.oracle_horizon_rows}")
-        thr = self.imbalance_threshold
-        if thr is not None and not 0 <= thr <= 1:  # NaN fails too
-            raise ValueError(f"imbalance threshold must be in [0, 1], got {thr}")
-        if not self.imbalance_quantiles or not all(0 <= q < 1 for q in self.imbalance_quantiles):
-            raise ValueError("imbalance quantiles must be in [0, 1)")
-        if min(self.imbalance_fit_rows, self.imbalance_fit_blocks, self.imbalance_fit_envs) < 1:
-            raise ValueError("imbalance fit rows, blocks and envs must be >= 1")
-
-
-def buy_sell_actions(env: BatchedLobEnv, size_index: int) -> tuple[int, int]:
-    sizes = len(env.cfg.order_sizes_lots)
-    if not 0 <= size_index < sizes:
-        raise ValueError(f"size_index {size_index} outside the {sizes} order sizes")
-    return 1 + size_index, 1 + sizes + size_index
-
-
-def direction_to_action(direction: torch.Tensor, buy: int, sell: int) -> torch.Tensor:
-    """[B] int {-1, 0, +1} -> action (Sell, Hold, Buy)."""
-    return torch.where(direction > 0, buy, torch.where(direction < 0, sell, 0))
 
 
 class HoldPolicy:
@@ -151,11 +100,11 @@ class OraclePolicy:
         return direction_to_action(direction, self.buy, self.sell)
 
 
-BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "optimal")
+BASELINES = ("hold", "random", "momentum", "imbalance", "oracle", "bayes", "optimal")
 #: baselines fitted on training rows (``make_baseline`` needs ``train_rows`` for them).
 FITTED_BASELINES = ("imbalance",)
 #: baselines planned over one sweep (``make_baseline`` needs ``sweep_rows``, ``sweep_envs``).
-PLANNED_BASELINES = ("optimal",)
+PLANNED_BASELINES = ("bayes", "optimal")
 
 
 def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
@@ -175,14 +124,14 @@ def make_baseline(name: str, env: BatchedLobEnv, cfg: BaselineConfig,
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
     if name == "imbalance":
-        # imported here: lobsurf.baselines.imbalance builds on this module's helpers.
-        from lobsurf.baselines.imbalance import make_imbalance
-
         return make_imbalance(env, cfg, train_rows)
     if name == "optimal":
-        from lobsurf.baselines.optimal import make_optimal
-
         return make_optimal(env, sweep_rows, sweep_envs)
+    if name == "bayes":
+        from lobsurf.baselines.bayes import make_bayes
+
+        return make_bayes(env, sweep_rows, sweep_envs, cfg.bayes_imbalance_bins,
+                          cfg.bayes_mc_rows)
     if name == "hold":
         return HoldPolicy()
     if name == "random":
@@ -198,6 +147,10 @@ def make_baselines(names: list[str] | tuple[str, ...], env: BatchedLobEnv, cfg: 
                    train_rows: torch.Tensor | None = None, sweep_rows: torch.Tensor | None = None,
                    sweep_envs: int | None = None) -> dict:
     """name → policy for each of ``names`` (see ``make_baseline``), ready for a sweep next
-    to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``."""
+    to a learned agent: ``{**make_baselines(BASELINES, env, cfg, rows), "agent": agent}``.
+    ``bayes`` is left out, with one line on stderr, where it has no ceiling to plan (real
+    data has no known law; resting orders)."""
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
+
     return {name: make_baseline(name, env, cfg, train_rows, sweep_rows, sweep_envs)
-            for name in names}
+            for name in without_bayes_where_no_ceiling(names, env.book, env.cfg)}

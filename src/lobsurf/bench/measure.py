@@ -1,12 +1,12 @@
 """``lobsurf bench``'s measurements of the real training step, eager and graphed, side by side.
 
 For one (B, layers) it builds the state exactly as ``lobsurf train`` does
-(lobsurf.training.loop.build_state on a synthetic store made by ``lobsurf synth``'s machinery),
+(lobsurf.training.run.state.build_state on a synthetic store made by ``lobsurf synth``'s machinery),
 fills the replay with a few collect-only steps, and then, in one process, on that one state:
 
 1. eager: ``repeats`` blocks of ``steps`` calls of ``train_step(..., learning=True)``,
    a synchronize around each block; the median block gives ms per step;
-2. graphed (CUDA): the same step through lobsurf.training.cuda_graph.GraphedStep (warm-up,
+2. graphed (CUDA): the same step through lobsurf.training.speed.cuda_graph.GraphedStep (warm-up,
    capture, replays), timed the same way; the graph's node and kernel-node counts;
 3. a profiled eager pass: ms per named sub-phase (lobsurf.bench.phases), device ops per
    step and their summed device time (torch.profiler, CUDA only), FLOPs of one step
@@ -15,7 +15,7 @@ fills the replay with a few collect-only steps, and then, in one process, on tha
 4. graphed phases (CUDA): noise + collect and learn captured as two separate graphs and
    replayed between CUDA events, so the graph-mode split of the step is measured too;
 5. with ``compile_`` (``lobsurf bench --compile``): the networks compiled
-   (lobsurf.training.compile, what ``train.compile`` does) and the graphed step timed again.
+   (lobsurf.training.speed.compile, what ``train.compile`` does) and the graphed step timed again.
 
 Peak memory is read after 1-2 (the phase graphs of 4 hold their own pools).
 """
@@ -40,11 +40,12 @@ from lobsurf.bench.phases import timed_phases
 from lobsurf.bench.roofline import DevicePeaks, roofline, step_traffic
 from lobsurf.data.synth import SynthConfig, write_synth_store
 from lobsurf.models.kernels.triton_support import KERNEL_MODES, use_kernels_
-from lobsurf.training.compile import CompileConfig, compile_config, compile_networks_
 from lobsurf.training.config import RunConfig, run_config_from_dict
-from lobsurf.training.cuda_graph import GraphConfig, GraphedStep, graph_unsupported, step_generators
 from lobsurf.training.data import load_training_data
-from lobsurf.training.loop import build_state, step_config
+from lobsurf.training.run.state import build_state, step_config
+from lobsurf.training.speed.compile import CompileConfig, compile_config, compile_networks_
+from lobsurf.training.speed.cuda_graph import (GraphConfig, GraphedStep, graph_unsupported,
+                                               step_generators)
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,10 @@ def make_store(root: Path, cfg: BenchConfig) -> Path:
 
 def run_config(store: Path, batch: int, layers: int, device: str, cfg: BenchConfig,
                precision: str = "fp32") -> RunConfig:
+    # no validation slice: the bench never validates, and a small --snapshots store would be
+    # refused for a slice too short to choose a checkpoint on
     return run_config_from_dict({
-        "data": {"store": str(store)},
+        "data": {"store": str(store), "validation_fraction": 0.0},
         "encoder": {"n_layers": layers},
         "train": {"envs": batch, "device": device, "seed": cfg.seed, "precision": precision,
                   "kernels": cfg.kernels != "off"},

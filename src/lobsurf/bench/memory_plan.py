@@ -2,7 +2,7 @@
 
 The goal: a ``snapshots``-row dataset (50M) and a ``transitions``-slot replay (4M) on one
 GPU together, with the state bytes per snapshot and per transition. The sizes come from
-``lobsurf.training.resources.memory_estimate`` (the estimate ``lobsurf train`` prints and
+``lobsurf.training.faults.resources.memory_estimate`` (the estimate ``lobsurf train`` prints and
 checks before it loads anything: bytes measured from a probe book, its labels and a
 two-slot replay built by the real code), applied to the training defaults at the planned
 sizes. Activations of a step are not in it (``peak GiB`` of the bench rows measures them
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from lobsurf.training.config import RunConfig
-from lobsurf.training.resources import GIB, host_available_bytes, memory_estimate
+from lobsurf.training.faults.resources import GIB, host_available_bytes, memory_estimate
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,8 @@ def _config(args: argparse.Namespace):
 def header(device: str) -> dict:
     import torch
 
-    from lobsurf.training.loop import device_name, versions
+    from lobsurf.devices import device_name
+    from lobsurf.training.run.prepare import versions
 
     return {"device": device_name(device), "versions": versions(),
             "date": time.strftime("%Y-%m-%d"), "tf32": device.startswith("cuda"),
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     from lobsurf.bench.measure import make_store, measure
     from lobsurf.bench.memory_plan import PlanConfig, memory_plan, plan_line
     from lobsurf.devices import enable_tf32, resolve_device
-    from lobsurf.training.loop import device_name
+    from lobsurf.devices import device_name
 
     cfg = _config(args)
     try:

@@ -25,15 +25,16 @@ import json
 import sys
 from dataclasses import asdict
 
-from lobsurf.eval.evaluate import WARN_MIN_ROWS
-from lobsurf.sim.fees import announce_fees
 from lobsurf.commands.args import DefaultsFormatter, config_error, int_list
 from lobsurf.errors import UserError
+from lobsurf.eval.evaluate import WARN_MIN_ROWS
 from lobsurf.progress import add_progress_flag, status
+from lobsurf.sim.fees import announce_fees
 
 POLICY_HELP = ("what to evaluate: a training run folder (lobsurf train), or one or more of "
                "baseline:hold | baseline:random | baseline:momentum | baseline:imbalance | "
-               "baseline:oracle | baseline:optimal (the exact optimum of the sweep), or baseline:all")
+               "baseline:oracle | baseline:bayes (the causal ceiling of a synthetic store) | "
+               "baseline:optimal (the exact optimum of the sweep), or baseline:all")
 SPLITS = ("heldout", "all", "random", "train")
 #: fee_bps above this is refused: a fee of more than the whole notional of every fill.
 MAX_FEE_BPS = 10_000.0
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lobsurf.baselines.policies import BaselineConfig
     from lobsurf.eval.evaluate import DEFAULT_TRAIN_FRACTION
     from lobsurf.data.labels import LabelConfig
-    from lobsurf.eval.backtest import BacktestConfig
+    from lobsurf.backtest.random_cursors import BacktestConfig
     from lobsurf.sim.config import SimConfig
 
     parser.formatter_class = DefaultsFormatter  # every default in --help
@@ -153,8 +154,8 @@ def parse_policies(texts: list[str]) -> list[str]:
 def configs(args: argparse.Namespace):
     """(SimConfig, BacktestConfig, SweepConfig, BaselineConfig, horizons) from the flags."""
     from lobsurf.baselines.policies import BaselineConfig
-    from lobsurf.eval.backtest import BacktestConfig
-    from lobsurf.eval.sweep import SweepConfig
+    from lobsurf.backtest.random_cursors import BacktestConfig
+    from lobsurf.backtest.sweep import SweepConfig
     from lobsurf.sim.config import SimConfig
 
     sizes = int_list(args.order_sizes, "--order-sizes", "whole lots")
@@ -226,7 +227,7 @@ def build_policies(names: list[str], env, base, train_rows, progress: bool,
 
 def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
     from lobsurf.eval.evaluate import evaluate_policies
-    from lobsurf.eval.sweep import tile_rows
+    from lobsurf.backtest.sweep import tile_rows
     from lobsurf.progress import step_progress
     from lobsurf.sim.env import BatchedLobEnv
 
@@ -241,8 +242,8 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
              "trades; use a larger store")
     policies = build_policies(names, env, base, train_rows, args.progress, rows,
                               sweep_cfg.num_envs)
-    fitted = {f"{name}_threshold": p.threshold for name, p in policies.items()
-              if hasattr(p, "threshold")}
+    fitted = {f"{name}_{key}": getattr(p, key) for name, p in policies.items()
+              for key in ("threshold", "expected_net_pnl") if hasattr(p, key)}
     settings = {"store": str(args.store), "device": str(book.device),
                 "instrument_id": args.instrument_id, "baselines": {**asdict(base), **fitted}}
     with step_progress(tiling.steps, "eval", args.progress) as advance:
@@ -251,7 +252,7 @@ def run_sweep(book, names, args, sim, sweep_cfg, base, horizons) -> dict:
 
 
 def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
-    from lobsurf.eval.backtest import make_env, run_backtest
+    from lobsurf.backtest.random_cursors import make_env, run_backtest
     from lobsurf.progress import step_progress
 
     from lobsurf.baselines.policies import PLANNED_BASELINES
@@ -259,7 +260,8 @@ def run_random(book, names, args, sim, run_cfg, base, horizons) -> dict:
     planned = [n for n in names if n in PLANNED_BASELINES]
     if planned:
         warn(f"{', '.join(planned)} plans over a sweep's rows: left out of --split random")
-        names = [n for n in names if n not in PLANNED_BASELINES]
+        if not (names := [n for n in names if n not in PLANNED_BASELINES]):
+            raise UserError("nothing left to evaluate: use --split heldout or all")
     _, train_rows, _ = split_rows(book, args, sim, horizons)
     # envs and (fitted) policies first: a fit's spinner cannot run inside the progress bar
     runs = {}
@@ -292,7 +294,7 @@ def _cell(key: str, value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if key in ("win_rate", "hold_fraction", "turnover", "sharpe_per_trade", "sharpe_per_day",
-               "capture"):
+               "capture", "capture_bayes"):
         return f"{value:.3f}"
     return f"{value:,.2f}"
 
@@ -324,8 +326,8 @@ def run_folder_argument(args: argparse.Namespace):
     """The run folder named as the policy, or None when the policies are baselines."""
     from pathlib import Path
 
-    from lobsurf.training.run_folder import is_run_folder
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.recovery.run_folder import is_run_folder
+    from lobsurf.training.run.seed_group import is_seed_group
 
     if len(args.policy) == 1 and not args.policy[0].startswith("baseline:"):
         path = Path(args.policy[0])
@@ -345,8 +347,8 @@ def run_walk_forward(run_dir, args: argparse.Namespace) -> int:
     from lobsurf.devices import resolve_device
     from lobsurf.training.config import load_toml, resolve_run_config
     from lobsurf.training.data import default_store
-    from lobsurf.training.run_folder import CONFIG_NAME, require_run_folder
-    from lobsurf.training.walk_forward import WalkForwardConfig, walk_forward
+    from lobsurf.training.recovery.run_folder import CONFIG_NAME, require_run_folder
+    from lobsurf.eval.walk_forward import WalkForwardConfig, walk_forward
 
     require_run_folder(run_dir)
     try:
@@ -383,8 +385,8 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
     """``lobsurf eval RUN``: the run's agent (a seed group: each seed's) beside every baseline
     on held-out rows (``lobsurf.api.evaluate``), as JSON or as tables."""
     from lobsurf.api import evaluate
-    from lobsurf.training.evaluate import chosen_line
-    from lobsurf.training.evaluate_seeds import print_verdict
+    from lobsurf.eval.run import chosen_line
+    from lobsurf.eval.seed_verdict import print_verdict
 
     result = evaluate(run_dir, store=args.store, checkpoint=args.checkpoint,
                       split="heldout" if args.split == "random" else args.split,
@@ -403,12 +405,13 @@ def run_agent(run_dir, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lobsurf.baselines.bayes import without_bayes_where_no_ceiling
     from lobsurf.data.dataset import load_book_tensors
     from lobsurf.data.store import Store
     from lobsurf.devices import resolve_device
 
     run_dir = run_folder_argument(args)
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.run.seed_group import is_seed_group
 
     if run_dir is not None and args.walk_forward is not None:
         if is_seed_group(run_dir):
@@ -429,6 +432,8 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     with status(f"eval: loading {args.store}", args.progress):
         book = load_book_tensors(Store.open(args.store), device, instrument_id=args.instrument_id)
+    if "baseline:bayes" not in args.policy:  # baseline:all: the ceiling where there is one
+        names = without_bayes_where_no_ceiling(names, book, sim)
     from lobsurf.sim.fees import holding_rows
 
     sim = announce_fees(sim, book, holding_rows(max(horizons), sim.stride),

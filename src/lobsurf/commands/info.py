@@ -21,6 +21,29 @@ def fee_text(instrument: dict) -> str:
     return f"{per_lot or 0:g} per lot + {bps or 0:g} bps of notional (recorded at ingest)"
 
 
+def size_text(instrument: dict) -> str:
+    """The size unit line of an instrument: whole lots, or the base amount of one unit."""
+    from decimal import Decimal
+
+    unit = instrument.get("size_unit", 1.0)
+    hours = instrument.get("market_hours", "sessions")
+    if unit == 1.0 and hours == "sessions":
+        return ""
+    amount = format(Decimal(repr(unit)).normalize(), "f")
+    return f"sizes in units of {amount} base asset (lots = size units); trades {hours}"
+
+
+def checks_text(checks: dict) -> str:
+    """The bookTicker check of the rebuilt book, or "" when the store has none."""
+    aligned = checks.get("book_ticker_aligned")
+    if aligned is None:
+        return ""
+    agree = checks.get("book_ticker_agree", 0)
+    share = f"{100 * agree / aligned:.2f} %" if aligned else "none to compare"
+    return (f"bookTicker {agree:,} of {aligned:,} id-aligned messages agree with the rebuilt "
+            f"best bid and ask ({share}; {checks.get('book_ticker_messages', 0):,} tickers)")
+
+
 def trade_text(trades: dict | None) -> str:
     """The trade table of ``summarize`` in a line, or why passive orders cannot use the store."""
     if trades is None:
@@ -52,8 +75,20 @@ def print_summary(s: dict) -> None:
         given = "" if i.get("multiplier_known", True) else " (not given)"
         print(f"instrument   {i['symbol']} (id {i['instrument_id']}), tick {i['tick_size']:g} "
               f"{i['currency']}, multiplier {i['multiplier']:g}{given}")
+        if size_text(i):
+            print(f"size unit    {size_text(i)}")
         print(f"fees         {fee_text(i)}")
         print(f"maker fees   {maker_fee_text(i)}")
+    checks = s.get("cross_checks", {})
+    if checks_text(checks):
+        print(f"book check   {checks_text(checks)}")
+    gaps = s["skipped"].get("depth_gap", 0) + s["skipped"].get("book_restart", 0)
+    if "book_ticker_aligned" in checks or gaps:
+        print(f"depth gaps   {gaps:,} (each ends a segment; the book restarts at a snapshot)")
+    if s.get("synth"):
+        law = s["synth"]
+        print(f"generator    lobsurf synth, seed {law.get('seed')}, edge {law.get('edge')}, "
+              f"move_prob {law.get('move_prob')} (the law baseline:bayes plans on)")
     print(f"time range   {s['start']} .. {s['end']}")
     print(f"price range  {s['price_min']} .. {s['price_max']}")
     skipped = ", ".join(f"{k} {v:,}" for k, v in s["skipped"].items() if v) or "none"
@@ -67,7 +102,7 @@ def print_summary(s: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lobsurf.data.store.ingest import summarize
+    from lobsurf.data.store.summary import summarize
     from lobsurf.data.store import Store
 
     summary = summarize(Store.open(args.store).manifest)

@@ -1,5 +1,6 @@
-"""``lobsurf ingest``: build a snapshot store from DBN (MBP-10/MBO) or LOBSTER files
-(``lobsurf.api.ingest``, which this module's flags map onto), then print its summary."""
+"""``lobsurf ingest``: build a snapshot store from DBN (MBP-10/MBO), LOBSTER, Binance
+recordings or Tardis CSV files (``lobsurf.api.ingest``, which this module's flags map
+onto), then print its summary."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from lobsurf.progress import add_progress_flag
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from lobsurf.data.store.ingest import IngestConfig
+    from lobsurf.data.store.inputs import FORMATS
 
     cfg = IngestConfig()  # the defaults live in the config only
     p.add_argument("paths", nargs="+", help="input files, ingested in the order given")
     p.add_argument("--out", required=True, help="store folder to create")
-    p.add_argument("--format", default="auto", choices=["auto", "dbn", "lobster"],
-                   help="input format (default: from the file name and signature)")
+    p.add_argument("--format", default="auto", choices=list(FORMATS),
+                   help="input format (default: from the file name and contents); binance: "
+                        "recorded spot / USD-M streams, '<receive ns> <JSON>' lines; tardis: "
+                        "Tardis.dev CSV (incremental_book_L2, book_snapshot_N, trades)")
     p.add_argument("--gap-seconds", type=float, default=cfg.gap_threshold_s,
                    help="a capture-time gap longer than this starts a new segment "
                         f"(default {cfg.gap_threshold_s:g})")
@@ -24,7 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="instrument tick in currency units (default: inferred from the prices)")
     p.add_argument("--multiplier", type=float, default=None,
                    help="contract multiplier, currency per price unit per lot, e.g. 50 for ES "
-                        "(default: from --definitions, else 1 marked unknown, with a warning)")
+                        "(default: from --definitions, else 1 marked unknown, with a warning); "
+                        "binance/tardis: per one unit of the source's quantity (1 for spot and "
+                        "linear futures, known for Binance)")
+    p.add_argument("--size-unit", default=None, metavar="AMOUNT",
+                   help="binance/tardis: the quantity step in base-asset amount, e.g. 0.00001 "
+                        "for BTCUSDT spot; store sizes are whole numbers of it (default: the "
+                        "gcd of the sizes, printed)")
     p.add_argument("--currency", default=None,
                    help="price currency (default: from --definitions, else unknown)")
     p.add_argument("--definitions", default=None, metavar="FILE",
@@ -58,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lobsurf.api import ingest
     from lobsurf.commands.info import print_summary
-    from lobsurf.data.store.ingest import summarize
+    from lobsurf.data.store.summary import summarize
 
     began = time.perf_counter()
     store = ingest(args.paths, args.out, format=args.format, multiplier=args.multiplier,
@@ -66,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
                    maker_fee_per_lot=args.maker_fee_per_lot, maker_fee_bps=args.maker_fee_bps,
                    tick_size=args.tick_size, definitions=args.definitions,
                    instrument_id=args.instrument_id, gap_seconds=args.gap_seconds,
-                   chunk_records=args.chunk_records, overwrite=args.overwrite,
+                   chunk_records=args.chunk_records, size_unit=args.size_unit,
+                   overwrite=args.overwrite,
                    progress=args.progress)
     summary = summarize(store.manifest)
     if args.json:

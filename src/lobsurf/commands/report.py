@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from exc
     # a bar for the sweep only (a spinner cannot run around a progress bar)
     progress = partial(_sweep_progress, enabled=args.progress)
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.run.seed_group import is_seed_group
 
     if is_seed_group(run_dir):
         from lobsurf.report.seeds import build_group_report

@@ -5,7 +5,7 @@ CUDA when available, else CPU, for a budget of a few minutes on a 2-core CPU, an
 the end where the run is and what to run next. ``--resume RUN`` continues a run to
 ``--steps`` total steps, exactly where its newest complete checkpoint left off.
 
-Before loading data it states the run's memory ceiling (lobsurf.training.resources) and refuses
+Before loading data it states the run's memory ceiling (lobsurf.training.faults.resources) and refuses
 a config that cannot fit; Ctrl-C or SIGTERM stops after the current step with a checkpoint
 and prints the command that continues the run (exit status 128 + the signal). It names the
 fee the run pays and where it comes from (given, the store's, or the default:
@@ -13,12 +13,12 @@ lobsurf.sim.fees) and warns where its round trip is above the typical move of th
 rows.
 
 ``--gpus N`` starts N processes, one per GPU, through torchrun's API
-(lobsurf.training.launch); ``torchrun --nproc-per-node N -m lobsurf train ...`` does the same
-by hand (``--device cpu``: N CPU processes over gloo). Rank 0 prints and writes the run
-folder; docs/distributed.md.
+(lobsurf.training.distributed.torchrun); ``torchrun --nproc-per-node N -m lobsurf train
+...`` does the same by hand (``--device cpu``: N CPU processes over gloo). Rank 0 prints
+and writes the run folder; docs/distributed.md.
 
-Everything but ``--gpus`` is ``lobsurf.api.train`` (lobsurf.training.job: one run;
-lobsurf.training.seeds: ``--seeds``); this module maps the flags onto its arguments.
+Everything but ``--gpus`` is ``lobsurf.api.train`` (lobsurf.training.run.job: one run;
+lobsurf.training.run.seed_group: ``--seeds``); this module maps the flags onto its arguments.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import argparse
 from pathlib import Path
 
 from lobsurf.errors import UserError
-from lobsurf.training.job import DEFAULT_RUNS_DIR
+from lobsurf.training.run.job import DEFAULT_RUNS_DIR
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -91,13 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
                         help="train N runs (train.seed + k) into RUN/seed_S/; side by side on "
                         "one GPU, one after another on CPU; lobsurf eval RUN gives the verdict "
-                        "over them (lobsurf.training.seeds)")
+                        "over them (lobsurf.training.run.seed_group)")
 
 
 def run(args: argparse.Namespace) -> int:
     from lobsurf.api import train
-    from lobsurf.training.distributed import launched_by_torchrun
-    from lobsurf.training.seeds import is_seed_group
+    from lobsurf.training.distributed.collective import launched_by_torchrun
+    from lobsurf.training.run.seed_group import is_seed_group
 
     if args.gpus is not None:
         if args.seeds is not None or (args.resume and is_seed_group(Path(args.resume))):
@@ -107,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
             if args.device == "cpu":
                 raise UserError("--gpus needs CUDA; for CPU processes run torchrun "
                                 "--nproc-per-node N -m lobsurf train --device cpu ...")
-            from lobsurf.training.launch import launch
+            from lobsurf.training.distributed.torchrun import launch
 
             return launch(args.gpus, args._argv)
-    from lobsurf.training.job import train_keywords
+    from lobsurf.training.run.job import train_keywords
 
     return train(**train_keywords(args)).exit_status

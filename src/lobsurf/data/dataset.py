@@ -31,6 +31,7 @@ import torch
 
 from lobsurf.data.schema import LEVELS, TRADE_NONE_BUY, TRADE_NONE_SELL, UNDEF_PRICE
 from lobsurf.data.store import Store, StoreError
+from lobsurf.data.store.instrument import SESSIONS
 from lobsurf.data.trade_columns import TRADE_FIELDS, require_trades, row_trade_columns
 
 __all__ = ["ROW_FIELDS", "TRADE_FIELDS", "TRADE_NONE_BUY", "TRADE_NONE_SELL", "BookTensors",
@@ -77,6 +78,10 @@ class BookTensors:
             on it).
         maker_fee_per_lot, maker_fee_bps: the maker fee recorded in the store at ingest,
             paid by resting orders' fills (negative: a rebate); None: not recorded.
+        synth: the synthetic generator's config recorded in the store (``Manifest.synth``);
+            None for real data.
+        size_unit: base-asset amount of one size unit ("lot"; 1 for whole lots).
+        market_hours: "sessions" or "24/7" (the store's instrument record).
     """
 
     ts_ns: torch.Tensor
@@ -104,6 +109,9 @@ class BookTensors:
     has_trades: bool = False
     maker_fee_per_lot: float | None = None
     maker_fee_bps: float | None = None
+    synth: dict | None = None
+    size_unit: float = 1.0
+    market_hours: str = SESSIONS
 
     def __post_init__(self) -> None:
         present = [getattr(self, name) is not None for name in TRADE_FIELDS]
@@ -286,6 +294,9 @@ def load_book_tensors(
         maker_fee_bps=inst.maker_fee_bps,
         **({name: dev(name) for name in TRADE_FIELDS} if store.has_trades else {}),
         has_trades=store.has_trades,
+        synth=manifest.synth,
+        size_unit=inst.size_unit,
+        market_hours=inst.market_hours,
     )
 
 

@@ -12,7 +12,8 @@ policy)::
 ``steps_per_env`` is the sweep's length (the longest env's piece). When ``optimal`` (the
 exact optimum, ``lobsurf.baselines.optimal``) is among the policies, every policy's
 metrics get ``capture``: its net PnL as a fraction of the optimum's (None when the
-optimum is not positive).
+optimum is not positive); when ``bayes`` (the causal ceiling of a synthetic store,
+``lobsurf.baselines.bayes``) is, ``capture_bayes``: the same fraction of the ceiling's.
 
 Metrics are defined in docs/metrics.md.
 """
@@ -25,11 +26,11 @@ from typing import Any
 
 import torch
 
+from lobsurf.backtest.metrics import BacktestRecord, MetricsConfig, compute_metrics
+from lobsurf.backtest.policy import Policy
+from lobsurf.backtest.sweep import SweepConfig, Tiling, sweep
 from lobsurf.data.dataset import BookTensors
 from lobsurf.data.labels import LabelConfig
-from lobsurf.eval.metrics import BacktestRecord, MetricsConfig, compute_metrics
-from lobsurf.eval.policy import Policy
-from lobsurf.eval.sweep import SweepConfig, Tiling, sweep
 from lobsurf.sim.config import SimConfig
 
 
@@ -64,7 +65,7 @@ def eval_split(book: BookTensors, window: int, mode: str = "heldout",
         book: the device dataset.
         window: K, snapshots per observation window.
         mode: "heldout": the end rows after the purged time split of pretraining
-            (``lobsurf.pretrain.split.time_split``: purged by the window and the longest
+            (``lobsurf.data.split.time_split``: purged by the window and the longest
             label horizon); "all": every row with a full window (fitting is in-sample).
         horizons: label horizons (snapshots) the split is purged by.
         train_fraction: target share of rows before the cut.
@@ -72,7 +73,7 @@ def eval_split(book: BookTensors, window: int, mode: str = "heldout",
     Raises:
         lobsurf.errors.UserError: the book is too small to split.
     """
-    from lobsurf.pretrain.split import time_split
+    from lobsurf.data.split import time_split
 
     if mode == "heldout":
         split = time_split(book, window, min(horizons), max(horizons), train_fraction)
@@ -112,17 +113,21 @@ def evaluate_policies(book: BookTensors, split_rows: torch.Tensor, policies: dic
     return summarise(records, tiling, sim_cfg, metrics_cfg, split_info, settings)
 
 
-#: the policy whose net PnL ``capture`` is measured against.
-CAPTURE_REFERENCE = "optimal"
+#: metric → the policy whose net PnL it measures every policy's against: ``capture`` of the
+#: exact optimum, ``capture_bayes`` of the causal ceiling (synthetic stores).
+CAPTURE_REFERENCES = {"capture": "optimal", "capture_bayes": "bayes"}
 
 
 def add_capture(metrics: dict[str, dict[str, Any]]) -> None:
-    """Add ``capture`` = net_pnl / the optimum's net_pnl to every policy's metrics (in place)."""
-    if CAPTURE_REFERENCE not in metrics:
-        return
-    best = metrics[CAPTURE_REFERENCE]["net_pnl"]
-    for m in metrics.values():
-        m["capture"] = m["net_pnl"] / best if best > 0 else None
+    """Add ``capture`` = net_pnl / the optimum's net_pnl and ``capture_bayes`` = net_pnl /
+    the causal ceiling's to every policy's metrics (in place), each where its reference was
+    swept; None where the reference's net PnL is not > 0."""
+    for key, reference in CAPTURE_REFERENCES.items():
+        if reference not in metrics:
+            continue
+        best = metrics[reference]["net_pnl"]
+        for m in metrics.values():
+            m[key] = m["net_pnl"] / best if best > 0 else None
 
 
 def summarise(records: dict[str, BacktestRecord], tiling: Tiling, sim_cfg: SimConfig,

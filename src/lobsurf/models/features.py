@@ -40,7 +40,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from lobsurf.data.dataset import Window
+from lobsurf.data.dataset import BookTensors, Window, gather_window
 from lobsurf.data.schema import LEVELS
 
 NS_PER_S = 1e9
@@ -177,6 +177,21 @@ def snapshot_features(window: Window, cfg: FeatureConfig) -> FeatureOutput:
         torch.sign(ofi) * torch.log1p(ofi.abs()),
     ]
     return FeatureOutput(x=torch.cat(parts, dim=-1), log_dt=log_dt)
+
+
+def last_snapshot(book: BookTensors, rows: torch.Tensor, cfg: FeatureConfig,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw features [N, F] and log_dt [N] of the snapshot at each row ([N] int64), exactly
+    as the model sees it as the last position of a K-window (features use one predecessor
+    at most)."""
+    feats = snapshot_features(gather_window(book, rows, min(2, window)), cfg)
+    return feats.x[:, -1], feats.log_dt[:, -1]
+
+
+def last_snapshot_features(book: BookTensors, rows: torch.Tensor, cfg: FeatureConfig,
+                           window: int) -> torch.Tensor:
+    """Raw features [N, F] of the snapshot at each row (see ``last_snapshot``)."""
+    return last_snapshot(book, rows, cfg, window)[0]
 
 
 class FeatureNormalizer(nn.Module):

@@ -31,30 +31,15 @@ import torch
 
 from lobsurf.data.dataset import BookTensors, gather_window, load_book_tensors, window_rows
 from lobsurf.data.labels import Labels, compute_labels
+from lobsurf.data.split import evenly_spaced, time_split, validation_tail
 from lobsurf.data.store import Store
-from lobsurf.models.features import FeatureConfig, snapshot_features
+from lobsurf.models.features import last_snapshot, last_snapshot_features
 from lobsurf.models.heads import direction_loss, frd_loss, frd_loss_per_horizon
 from lobsurf.pretrain.baselines import binary_metrics, class_prior, fit_logistic
 from lobsurf.pretrain.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from lobsurf.pretrain.config import PretrainConfig, config_to_dict
 from lobsurf.pretrain.model import PretrainModel
-from lobsurf.pretrain.split import evenly_spaced, time_split, validation_tail
 from lobsurf.progress import status, step_progress
-
-
-def last_snapshot(book: BookTensors, rows: torch.Tensor, cfg: FeatureConfig,
-                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw features [N, F] and log_dt [N] of the snapshot at each row ([N] int64), exactly
-    as the model sees it as the last position of a K-window (features use one predecessor
-    at most)."""
-    feats = snapshot_features(gather_window(book, rows, min(2, window)), cfg)
-    return feats.x[:, -1], feats.log_dt[:, -1]
-
-
-def last_snapshot_features(book: BookTensors, rows: torch.Tensor, cfg: FeatureConfig,
-                           window: int) -> torch.Tensor:
-    """Raw features [N, F] of the snapshot at each row (see ``last_snapshot``)."""
-    return last_snapshot(book, rows, cfg, window)[0]
 
 
 def _build_model(cfg: PretrainConfig, device: torch.device) -> PretrainModel:

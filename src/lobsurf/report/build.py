@@ -8,7 +8,7 @@ metrics.jsonl, validation and the model choice (training beside validation win r
 chosen policy and why), the walk-forward folds (when ``lobsurf eval RUN --walk-forward K``
 has run), and the run's config and data summary.
 
-The held-out part sweeps the run's chosen policy once (``lobsurf.training.evaluate``, the same
+The held-out part sweeps the run's chosen policy once (``lobsurf.eval.run``, the same
 sweep as ``lobsurf eval RUN``: the checkpoint chosen on validation, hold when none beat it,
 the last checkpoint without validation) and keeps its per-step records for the plots; its
 result is written beside the page as heldout.json. A seed group (``lobsurf train --seeds
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from lobsurf.backtest.sweep import SweepConfig
 from lobsurf.errors import UserError
-from lobsurf.eval.sweep import SweepConfig
 from lobsurf.report import figures
 from lobsurf.report.page import (
     image,
@@ -38,6 +38,7 @@ from lobsurf.report.page import (
     spread_table,
 )
 from lobsurf.report.run_data import RunData, load_run_data
+from lobsurf.report.units import CURRENCY, pnl_unit
 
 REPORT_DIR = "report"
 INDEX_NAME = "index.html"
@@ -89,7 +90,7 @@ def _mid_price(book, rows) -> np.ndarray:
 def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
              sweep_progress: Callable[[int], Any]) -> list[str]:
     """Sweep the chosen policy; its sections (table, equity, actions, position)."""
-    from lobsurf.training.evaluate import chosen_line, prepare_run_evaluation
+    from lobsurf.eval.run import chosen_line, prepare_run_evaluation
 
     plan = prepare_run_evaluation(data.run_dir, cfg.store, cfg.policy, "heldout", cfg.device,
                                   cfg.num_envs)
@@ -107,7 +108,7 @@ def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
         "pnl_per_trade_ci: percentile bootstrap interval of the mean PnL per trade. capture: "
         "net PnL as a share of baseline optimal, the exact best attainable on these rows "
         "(dynamic programming over the position; it reads the future, as does oracle).")
-    equity = figures.equity_figure(records, out / "equity.png")
+    equity = figures.equity_figure(records, out / "equity.png", _unit(data, result))
     actions = figures.actions_figure(data, records, tuple(result["settings"]["sim"]
                                                            ["order_sizes_lots"]), out / "actions.png")
     position = figures.position_figure(_mid_price(plan.book, tiling.rows), records["agent"],
@@ -129,9 +130,9 @@ def _heldout(data: RunData, cfg: ReportConfig, out: Path, report: Report,
 
 def _validation(data: RunData, out: Path, report: Report) -> str:
     """Training beside validation, and the chosen policy with its reason."""
-    from lobsurf.training.choice import NO_EDGE
+    from lobsurf.training.selection.choice import NO_EDGE
 
-    fig = figures.validation_figure(data, out / "validation.png")
+    fig = figures.validation_figure(data, out / "validation.png", _unit(data, report.heldout))
     report.figures.append(fig)
     chosen = data.chosen
     if chosen is None:
@@ -146,6 +147,17 @@ def _validation(data: RunData, out: Path, report: Report) -> str:
         "many of the simulator's last training rows. A training win rate far above the "
         "validation one is memorised, not learned. " + what + ".")
     return section("Validation and model choice", image(fig, "training vs validation"), text)
+
+
+def _unit(data: RunData, heldout: dict[str, Any] | None) -> str:
+    """The unit of the run's PnL: the evaluated store's currency (its config's store and
+    instrument without a held-out evaluation)."""
+    config = ((data.start or {}).get("config") or {}).get("data") or {}
+    own = heldout is None or heldout["settings"]["own_store"]
+    store = heldout["settings"]["store"] if heldout is not None else config.get("store")
+    if not store:
+        return CURRENCY
+    return pnl_unit(store, (config.get("instrument_id") or None) if own else None)
 
 
 def _walk_forward(summary: dict[str, Any], out: Path, report: Report) -> str:

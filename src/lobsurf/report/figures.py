@@ -3,13 +3,15 @@
 Each function draws one figure from plain arrays or records and writes it to ``path``:
 training curves from metrics.jsonl, training beside validation (the memorisation gauge),
 the held-out equity and drawdown of every policy, the
-action distribution, the agent's position over a sample of the held-out period, and the
-walk-forward folds.
+action distribution, the agent's position over a sample of the held-out period, the
+walk-forward folds, and for a seed group each seed's learning over training (validation
+capture against its ceilings, the memorisation gauge) and the seeds' held-out net PnL.
+Money axes name their unit (``lobsurf.report.units``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ matplotlib.use("Agg")  # files only; never a window (a server, a test, a CI job)
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lobsurf.eval.metrics import BacktestRecord
+from lobsurf.backtest.metrics import BacktestRecord
 from lobsurf.report.run_data import RunData
 
 #: resolution of every PNG
@@ -32,6 +34,16 @@ GRID_COLUMNS = 4
 PEEKING = ("oracle", "optimal")
 #: the agent's colour everywhere (baselines take the default cycle)
 AGENT_COLOR = "black"
+#: the seeds of a group, in order (dark, apart from the baselines' default cycle)
+SEED_COLORS = ("black", "darkred", "navy", "darkgreen", "darkmagenta", "saddlebrown",
+               "darkslategray", "olive")
+#: the agent's and every seed's line width (baselines: 1.0)
+AGENT_WIDTH = 1.8
+
+
+def seed_color(index: int) -> str:
+    """The colour of the seed at ``index`` of its group, the same in every figure."""
+    return SEED_COLORS[index % len(SEED_COLORS)]
 
 
 @dataclass(frozen=True)
@@ -71,10 +83,16 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _style(name: str) -> dict[str, Any]:
+def _style(name: str, seed_index: int | None = None) -> dict[str, Any]:
     if name == "agent":
-        return {"color": AGENT_COLOR, "linewidth": 1.8, "zorder": 5}
+        return {"color": AGENT_COLOR, "linewidth": AGENT_WIDTH, "zorder": 5}
+    if seed_index is not None:
+        return {"color": seed_color(seed_index), "linewidth": AGENT_WIDTH, "zorder": 5}
     return {"linestyle": "--" if name in PEEKING else "-", "linewidth": 1.0}
+
+
+def _label(name: str) -> str:
+    return name.replace("seed_", "seed ")
 
 
 def training_figure(data: RunData, path: Path) -> Path:
@@ -101,7 +119,7 @@ def training_figure(data: RunData, path: Path) -> Path:
     return _save(fig, path)
 
 
-def validation_figure(data: RunData, path: Path) -> Path:
+def validation_figure(data: RunData, path: Path, unit: str = "currency") -> Path:
     """Left: the win rate of training's closed trades (log intervals), of the greedy agent
     swept over the simulator's last rows and over the validation slice (the memorisation
     gauge: a training win rate far above the validation one is memorised). Right: the two
@@ -124,29 +142,33 @@ def validation_figure(data: RunData, path: Path) -> Path:
                        label=f"chosen: step {chosen['step']:,}")
     pnl_ax.axhline(0, color="gray", linewidth=0.5, label="hold")
     win_ax.set_title("win rate: training vs validation", fontsize=10)
-    pnl_ax.set_title("net PnL of the greedy sweeps (currency)", fontsize=10)
+    pnl_ax.set_title(f"net PnL of the greedy sweeps ({unit})", fontsize=10)
     for ax in (win_ax, pnl_ax):
         ax.legend(fontsize=7)
     return _save(fig, path)
 
 
-def equity_figure(records: dict[str, BacktestRecord], path: Path) -> Path:
-    """Cumulative net PnL and drawdown of every policy over the held-out steps (time order)."""
+def equity_figure(records: dict[str, BacktestRecord], path: Path, unit: str = "currency"
+                  ) -> Path:
+    """Cumulative net PnL and drawdown of every policy over the held-out steps (time order);
+    a seed group's ``seed_S`` records are drawn as agents, each in its seed's colour."""
     fig, (all_ax, real_ax, dd_ax) = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
+    seeds = [n for n in records if n.startswith("seed_")]
     for name, rec in records.items():
+        style = _style(name, seeds.index(name) if name in seeds else None)
         equity = np.cumsum(rec.step_pnl)
-        all_ax.plot(equity, label=name, **_style(name))
+        all_ax.plot(equity, label=_label(name), **style)
         if name not in PEEKING:
-            real_ax.plot(equity, label=name, **_style(name))
-            dd_ax.plot(equity - np.maximum.accumulate(np.maximum(equity, 0.0)), label=name,
-                       **_style(name))
+            real_ax.plot(equity, label=_label(name), **style)
+            dd_ax.plot(equity - np.maximum.accumulate(np.maximum(equity, 0.0)),
+                       label=_label(name), **style)
     all_ax.set_title("equity: cumulative net PnL over the held-out sweep (every policy; "
                      "dashed = reads the future)")
     real_ax.set_title("equity without the future-reading oracle and optimum")
     dd_ax.set_title("drawdown from the running peak (policies that do not read the future)")
     dd_ax.set_xlabel("held-out step (time order; pieces of the sweep laid end to end)")
     for ax in (all_ax, real_ax, dd_ax):
-        ax.set_ylabel("currency")
+        ax.set_ylabel(f"net PnL ({unit})")
         ax.axhline(0, color="gray", linewidth=0.5)
         ax.legend(fontsize=8, ncol=4)
     return _save(fig, path)
@@ -254,7 +276,7 @@ def walk_forward_figure(summary: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def seeds_figure(result: dict[str, Any], path: Path) -> Path:
+def seeds_figure(result: dict[str, Any], path: Path, unit: str = "currency") -> Path:
     """Held-out net PnL of each seed's chosen policy (black) beside every baseline's, with
     the IQM over seeds and its interval (a seed group's verdict, lobsurf.report.seeds)."""
     v, pol = result["seeds"], result["policies"]
@@ -264,7 +286,8 @@ def seeds_figure(result: dict[str, Any], path: Path) -> Path:
         pol[n]["net_pnl"] for n in pol if not n.startswith("seed_")]
     fig, ax = plt.subplots(figsize=(11, 0.35 * len(names) + 1.6))
     y = np.arange(len(names))
-    colors = [AGENT_COLOR if n.startswith("seed") else "tab:gray" for n in names]
+    colors = [seed_color(i) for i in range(len(v["per_seed"]))] + ["tab:gray"] * (
+        len(names) - len(v["per_seed"]))
     ax.barh(y, values, color=colors, height=0.6)
     lo, hi = v["iqm_ci"]["net_pnl"]
     ax.axvspan(lo, hi, color="tab:green", alpha=0.15,
@@ -273,8 +296,66 @@ def seeds_figure(result: dict[str, Any], path: Path) -> Path:
     ax.axvline(0, color="gray", linewidth=0.5)
     ax.set_yticks(y, names, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("held-out net PnL (currency)")
-    ax.set_title("held-out net PnL: each seed's chosen policy (black) beside every baseline "
-                 "(oracle and optimal read the future)")
+    ax.set_xlabel(f"held-out net PnL ({unit})")
+    ax.set_title("held-out net PnL: each seed's chosen policy (dark) beside every baseline "
+                 "(grey; oracle and optimal read the future)")
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+@dataclass(frozen=True)
+class SeedCurves:
+    """One seed's validations over training and its chosen policy (chosen.json)."""
+
+    seed: int
+    validations: list[dict[str, Any]] = field(default_factory=list)
+    chosen: dict[str, Any] | None = None
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    pairs = [(r["step"], float(r[key])) for r in records
+             if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def learning_figure(seeds: list[SeedCurves], ceilings: dict[str, float], path: Path) -> Path:
+    """A seed group's learning over training. Left: each seed's validation capture (net PnL
+    as a share of the exact optimum over the validation rows), its chosen step starred (no
+    star: hold was chosen), and ``ceilings`` (label -> capture) as horizontal lines. Right:
+    each seed's validation win rate (solid) beside its training-slice sweep's (dashed): the
+    memorisation gauge. Both panels mark each chosen step with a dotted line."""
+    fig, (cap_ax, win_ax) = plt.subplots(1, 2, figsize=(13, 4.4))
+    for i, s in enumerate(seeds):
+        color = seed_color(i)
+        chosen = s.chosen or {}
+        step = chosen.get("step") if chosen.get("policy") == "checkpoint" else None
+        steps, capture = _series(s.validations, "val_capture")
+        label = f"seed {s.seed}: " + (f"step {step:,} chosen" if step is not None
+                                      else "hold chosen")
+        cap_ax.plot(steps, capture, marker="o", markersize=3, color=color, label=label)
+        for ax, key, style in ((win_ax, "val_win_rate", "-"),
+                               (win_ax, "train_sweep_win_rate", "--")):
+            ax.plot(*_series(s.validations, key), linestyle=style, marker="o", markersize=3,
+                    color=color)
+        if step is not None:
+            for ax in (cap_ax, win_ax):
+                ax.axvline(step, color=color, linestyle=":", linewidth=1.0)
+            if step in steps:
+                cap_ax.plot([step], [capture[steps.index(step)]], marker="*", markersize=15,
+                            color=color, markeredgecolor="gold", zorder=6, linestyle="none")
+    for (name, value), style in zip(ceilings.items(), ("--", "-.", ":")):
+        cap_ax.axhline(value, color="tab:purple", linestyle=style, linewidth=1.2,
+                       label=f"{name}: {value:.2f}")
+    cap_ax.axhline(0, color="gray", linewidth=0.5, label="hold: 0")
+    cap_ax.set_title("validation capture of the exact optimum over training", fontsize=10)
+    cap_ax.set_ylabel("capture")
+    win_ax.plot([], [], color="gray", linestyle="-", label="validation sweep")
+    win_ax.plot([], [], color="gray", linestyle="--",
+                label="training-slice sweep (memorisation gauge)")
+    win_ax.set_title("win rate: validation vs the simulator's last training rows", fontsize=10)
+    win_ax.set_ylabel("win rate")
+    for ax in (cap_ax, win_ax):
+        ax.set_xlabel("training step")
+        # below the axes: never over the curves
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     return _save(fig, path)

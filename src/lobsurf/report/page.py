@@ -10,19 +10,20 @@ from pathlib import Path
 from typing import Any
 
 #: metrics of the held-out table, in order (docs/metrics.md); others follow
-TABLE_METRICS = ("net_pnl", "capture", "gross_pnl", "fees", "trades", "win_rate",
+TABLE_METRICS = ("net_pnl", "capture", "capture_bayes", "gross_pnl", "fees", "trades", "win_rate",
                  "pnl_per_trade", "pnl_per_trade_ci", "sharpe_per_trade", "sharpe_per_day",
                  "max_drawdown", "hold_fraction", "turnover", "avg_holding_steps",
                  "unfilled_lots", "steps", "days")
 #: metrics shown as shares with three decimals
-RATIO_METRICS = ("capture", "win_rate", "hold_fraction", "turnover", "sharpe_per_trade",
-                 "sharpe_per_day")
+RATIO_METRICS = ("capture", "capture_bayes", "win_rate", "hold_fraction", "turnover",
+                 "sharpe_per_trade", "sharpe_per_day")
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; }
 table { border-collapse: collapse; font-size: .85em; margin: .5em 0 1em; }
-th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: right; }
+th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: right; white-space: nowrap; }
+td.text { white-space: normal; text-align: left; }
 th:first-child, td:first-child { text-align: left; }
 thead th { background: #f3f3f3; } td.agent, th.agent { background: #fff8dc; }
 img { max-width: 100%; border: 1px solid #eee; margin: .4em 0; }

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lobsurf.training.checkpoint import list_checkpoints
-from lobsurf.training.choice import read_choice
-from lobsurf.training.run_folder import CONFIG_NAME, METRICS_NAME, require_run_folder
-from lobsurf.training.walk_forward import SUMMARY_NAME, WALK_FORWARD_DIR
+from lobsurf.eval.walk_forward import SUMMARY_NAME, WALK_FORWARD_DIR
+from lobsurf.training.recovery.checkpoint import list_checkpoints
+from lobsurf.training.recovery.run_folder import CONFIG_NAME, METRICS_NAME, require_run_folder
+from lobsurf.training.selection.choice import read_choice
 
 
 @dataclass
@@ -34,7 +34,7 @@ class RunData:
         walk_forward: the walk-forward summary (lobsurf eval RUN --walk-forward), or None.
         notes: what is missing, one sentence each.
         validations: the validation records in step order (the latest of a step).
-        chosen: RUN/chosen.json (lobsurf.training.choice), or None (no validation yet).
+        chosen: RUN/chosen.json (lobsurf.training.selection.choice), or None (no validation yet).
     """
 
     run_dir: Path

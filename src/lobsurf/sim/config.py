@@ -41,6 +41,10 @@ class SimConfig:
     """lots of the Buy and Sell actions: action 1..n buys sizes[i-1], n+1..2n sells them."""
     position_limit_lots: int = 10
     """|position| never exceeds this; orders are clipped to it before they reach the book."""
+    lot_size_base: float | None = None
+    """base-asset amount of one lot of order_sizes_lots and position_limit_lots (crypto, e.g.
+    0.001 BTC); a run turns it into store size units at its start (lobsurf.sim.lots). None:
+    a lot is one store size unit (the instrument's quantity step; a contract, a share)."""
     fee_per_lot: float | None = 0.0
     """fee per lot filled, in the instrument's currency; None with fee_bps None: not given,
     the store's recorded fee or the default (lobsurf.sim.fees); one None of two counts 0."""
@@ -81,6 +85,8 @@ class SimConfig:
             raise ValueError("order_sizes_lots must be positive lots")
         if self.position_limit_lots < 1:
             raise ValueError("position_limit_lots must be >= 1")
+        if self.lot_size_base is not None and not 0 < self.lot_size_base < math.inf:
+            raise ValueError("lot_size_base must be a finite base-asset amount > 0")
         if not all(0 <= fee < math.inf for fee in (self.fee_per_lot, self.fee_bps)
                    if fee is not None):
             raise ValueError("fees must be finite and >= 0")  # NaN fails too

@@ -184,9 +184,13 @@ def fee_warning(fees: Fees, book: BookTensors, horizon_rows: int, check: str,
     round_trip = 2 * (min(taker, maker) if passive else taker)
     if not round_trip > move:  # NaN: no row to measure on, nothing to say
         return None
+    per = ""
+    if book.size_unit != 1.0:  # a crypto store: per one base unit, not per 0.00001 BTC
+        move, round_trip = move / book.size_unit, round_trip / book.size_unit
+        per = " per 1 unit of the base asset"
     what = ("the cheapest round-trip fee (two fills at the lower of the taker and maker fees)"
             if passive else "the round-trip fee")
-    return (f"{what} {money(round_trip)} is above the typical move {money(move)} "
+    return (f"{what} {money(round_trip)}{per} is above the typical move {money(move)} "
             f"over {horizon_rows:,} snapshots: no policy may be able to win; check {check}")
 
 

@@ -105,7 +105,7 @@ def mirror_metrics_file(run_dir: Path) -> Path:
     Returns:
         The RUN/tb folder (``tensorboard --logdir`` it).
     """
-    from lobsurf.training.run_folder import METRICS_NAME, require_run_folder
+    from lobsurf.training.recovery.run_folder import METRICS_NAME, require_run_folder
 
     run_dir = Path(run_dir)
     require_run_folder(run_dir)

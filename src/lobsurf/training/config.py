@@ -78,7 +78,7 @@ class DataConfig:
     """Training rows sampled (at most) to fit the feature normaliser."""
     validation_fraction: float = 0.2
     """Share of the rows before the held-out purge kept at their end as a purged validation
-    slice, on which the policy is chosen (lobsurf.training.validate); the simulator trains on
+    slice, on which the policy is chosen (lobsurf.training.selection.validate); the simulator trains on
     the rows before it. 0 = no validation (lobsurf eval trades the last checkpoint). A fifth
     leaves most rows to learn from and, on the bundled data, thousands of decisions to
     choose on (0.6 of a session)."""
@@ -128,10 +128,10 @@ class TrainConfig:
     stay fp32 (lobsurf.models.precision)."""
     cuda_graph: bool = True
     """On CUDA, one process: the learning step is captured once as a CUDA graph and
-    replayed (lobsurf.training.cuda_graph); ignored on CPU and with several processes."""
+    replayed (lobsurf.training.speed.cuda_graph); ignored on CPU and with several processes."""
     compile: Literal["auto", True, False] = "auto"
     """torch.compile (Inductor, static shapes, no graph breaks) of the networks and of the
-    step's pure tensor functions (lobsurf.training.compile); on CUDA inside the graph. Costs
+    step's pure tensor functions (lobsurf.training.speed.compile); on CUDA inside the graph. Costs
     about a minute of compilation at the first learning steps. "auto": on for a one-process
     CUDA run, off on CPU, where the eager step is the reference and Inductor's C++ compile
     of every piece takes minutes (benchmarks/RESULTS.md, Defaults decided by measurement)."""
@@ -147,16 +147,22 @@ class TrainConfig:
     and checking the algorithm."""
     validate_every: int = 500
     """Steps between validations (and always at the last step): the greedy agent swept over
-    the validation slice, the best checkpoint kept (lobsurf.training.validate). The default
+    the validation slice, the best checkpoint kept (lobsurf.training.selection.validate). The default
     run of 2,400 steps validates 5 times."""
     patience: int = 0
     """Stop after this many validations in a row without a new best (0 = never). The best
     checkpoint is kept either way, so stopping only saves compute; off by default, as the
     validation result of a few thousand decisions can stall for a while as learning goes on."""
     min_validation_trades: int = 30
-    """Validation trades a checkpoint needs to be chosen over hold: the bootstrap interval
-    of a mean over fewer trades is too coarse to trust (30: the usual sample size at which
-    the mean's sampling distribution is near normal)."""
+    """Validation trades a checkpoint needs in each half of the validation slice, the one
+    that chooses and the one that confirms (lobsurf.training.selection.choice): an interval of a mean
+    over fewer trades is too coarse to trust (30: the usual sample size at which the mean's
+    sampling distribution is near normal)."""
+    false_edge_rate: float = 0.025
+    """The chance that a run on a market with no edge chooses a checkpoint over hold, over
+    all its validations: the one-sided level of the single t test that confirms the
+    checkpoint chosen on the other half of the slice (0.025: the lower end of a 95 %
+    interval above 0). Lower is stricter and needs a larger edge to find one."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "envs", "log_every", "checkpoint_every", "keep_checkpoints",
@@ -175,6 +181,8 @@ class TrainConfig:
             raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
         if self.patience < 0:
             raise ValueError(f"patience must be >= 0, got {self.patience}")
+        if not 0 < self.false_edge_rate < 0.5:
+            raise ValueError(f"false_edge_rate must be in (0, 0.5), got {self.false_edge_rate}")
         if self.min_validation_trades < 2:
             raise ValueError(f"min_validation_trades must be >= 2 (an interval needs two "
                              f"trades), got {self.min_validation_trades}")

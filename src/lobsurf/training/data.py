@@ -1,7 +1,7 @@
 """The data a run trains on: the store (or the bundled default), its time split, and the
 training part of the book that the simulator may touch.
 
-The split is pretraining's (``lobsurf.pretrain.split.time_split``): held-out windows start
+The split is pretraining's (``lobsurf.data.split.time_split``): held-out windows start
 at the cut row, training windows end at t with t + max_horizon < cut. The simulator gets
 only rows [0, cut - max_horizon): every snapshot it fills against, marks at or steps
 through lies before that purge gap, so ``lobsurf eval RUN`` can trade the rows from the cut
@@ -11,8 +11,8 @@ With ``data.validation_fraction`` > 0 the rows [0, cut - max_horizon) are split 
 same rules (``time_split`` over them, at that share from their end, not snapped to a
 session): validation windows start at or after the validation cut v and end before
 cut - max_horizon; the simulator gets only rows [0, v - max_horizon). The policy is chosen
-on the validation slice (``lobsurf.training.validate``), so the held-out rows stay untouched by
-every choice.
+on the validation slice (``lobsurf.training.selection.validate``), so the held-out rows
+stay untouched by every choice.
 
 The bundled default is a synthetic data set with a tradeable predictable component
 (``lobsurf.presets``), written as genuine DBN files, ingested once and cached under the
@@ -29,15 +29,15 @@ from pathlib import Path
 import torch
 
 from lobsurf.data.dataset import ROW_FIELDS, BookTensors, load_book_tensors
+from lobsurf.data.split import TimeSplit, time_split
 from lobsurf.data.store import Store
 from lobsurf.errors import UserError
 from lobsurf.models.feature_table import with_feature_table
-from lobsurf.pretrain.split import TimeSplit, time_split
 from lobsurf.training.config import RunConfig
 
 #: Name of the bundled default data set (a preset of lobsurf.presets); bump the cache
 #: folder's suffix when the generator or the preset changes (v2: the store records its fee;
-#: v3: it records trades).
+#: v3: it records trades and its generator's law, for baseline:bayes).
 DEFAULT_PRESET = "tradeable"
 DEFAULT_CACHE_NAME = f"default-{DEFAULT_PRESET}-v3"
 
@@ -154,11 +154,13 @@ def validation_slice(book: BookTensors, cfg: RunConfig, split: TimeSplit
 
 
 def check_validation_slice(book: BookTensors, cfg: RunConfig, vs: ValidationSlice) -> None:
-    """Refuse a slice with fewer decision rows than ``train.min_validation_trades`` (a sweep
-    closes at most one trade per env per decision, so no checkpoint could ever be chosen)."""
-    from lobsurf.eval.sweep import tile_rows
+    """Refuse a slice with fewer decision rows than ``train.min_validation_trades`` in each
+    of its halves (a sweep closes at most one trade per decision, and the choice needs that
+    many trades in the half that chooses and in the half that confirms: no checkpoint
+    could ever be chosen)."""
+    from lobsurf.backtest.sweep import tile_rows
 
-    need = cfg.train.min_validation_trades
+    need = 2 * cfg.train.min_validation_trades
     try:
         have = len(tile_rows(head_rows(book, vs.stop_row), vs.rows, cfg.sim, 1).rows)
     except ValueError:
@@ -168,7 +170,8 @@ def check_validation_slice(book: BookTensors, cfg: RunConfig, vs: ValidationSlic
             f"data.validation_fraction {cfg.data.validation_fraction:g}: the validation slice "
             f"(rows {vs.cut_row:,}..{vs.stop_row - 1:,}) has {have:,} decision rows (one every "
             f"{cfg.sim.stride}), fewer than the {need} trades a checkpoint needs to be chosen "
-            "(train.min_validation_trades); raise data.validation_fraction, lower "
+            f"({cfg.train.min_validation_trades} in each half, train.min_validation_trades: "
+            "one half chooses, the other confirms); raise data.validation_fraction, lower "
             "train.min_validation_trades, or set data.validation_fraction=0 (no validation)")
 
 

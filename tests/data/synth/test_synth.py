@@ -264,7 +264,9 @@ def test_command_writes_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                          "--seed", "9", "--edge", "0.2")
     assert synth_command.run(args) == 0
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["SYN-20240102.mbp-10.dbn.zst", "SYN-20240103.mbp-10.dbn.zst"]
+    # the day files and the generator's record beside them (lobsurf.data.store.generator)
+    assert names == ["SYN-20240102.mbp-10.dbn.zst", "SYN-20240103.mbp-10.dbn.zst",
+                     "lobsurf-synth.json"]
     assert "800 snapshots" in capsys.readouterr().out
     _, records = decode_file(tmp_path / "out" / names[1])
     expected = day_books(SynthConfig(snapshots_per_day=400, days=2, seed=9, edge=0.2), 1)

@@ -1,4 +1,5 @@
-"""The snapshot store (``store``) and the ingest pipeline that fills it (``ingest``).
+"""The snapshot store (``store``), the ingest pipeline that fills it (``ingest``) and what a
+store says about itself (``summary``).
 
 The store's public names are re-exported here, so ``from lobsurf.data.store import Store``
 keeps working. ``ingest`` is not imported here: it imports the readers, which import this

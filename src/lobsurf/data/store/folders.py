@@ -14,9 +14,10 @@ class StoreError(Exception):
     """A store folder is missing, incomplete or inconsistent."""
 
 
-#: file name endings and leading bytes (DBN, zstd) of market-data inputs ``lobsurf ingest`` reads
-_INPUT_SUFFIXES = (".dbn", ".dbn.zst", ".csv", ".zst")
-_INPUT_MAGIC = (b"DBN", b"\x28\xb5\x2f\xfd")
+#: file name endings and leading bytes (DBN, zstd, gzip) of market-data inputs that
+#: ``lobsurf ingest`` reads
+_INPUT_SUFFIXES = (".dbn", ".dbn.zst", ".csv", ".zst", ".gz")
+_INPUT_MAGIC = (b"DBN", b"\x28\xb5\x2f\xfd", b"\x1f\x8b")
 
 
 def _looks_like_market_data(path: Path) -> bool:

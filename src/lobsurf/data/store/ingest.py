@@ -4,6 +4,14 @@ Formats:
     ``dbn``     Databento DBN, schema mbp-10 (snapshots as recorded) or mbo (orders replayed
                 into a 10-level book by ``mbo_book.MboBookBuilder``), versions 1-3, zstd or not.
     ``lobster`` LOBSTER ``*_orderbook_10.csv`` with its ``*_message_10.csv``.
+    ``binance`` Binance spot / USD-M recordings (diff depth rebuilt into a book, bookTicker
+                as a check, trades), all files of one stream as one source
+                (``readers/binance.py``, ``crypto_sources``).
+    ``tardis``  Tardis.dev CSV: incremental_book_L2 (rebuilt), book_snapshot_N, trades.
+
+Crypto sizes are decimals: they are stored as exact integers of the instrument's size unit
+(the quantity step, ``--size-unit`` or the gcd of the sizes; a finer size found later
+refines it and the rows already written are rescaled), and the multiplier is per unit.
 
 Memory: one file at a time, ``chunk_records`` records at a time. Peak host memory is about
 ``chunk_records`` × 1.2 KB (the raw 368-byte MBP-10 records, their int64 store-unit copy of
@@ -44,26 +52,29 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from lobsurf.data.readers.dbn_read import DbnReader
+from lobsurf.data.readers.decimals import SizeUnit, atoms_of
 from lobsurf.data.readers.definitions import Definition, read_definitions
 from lobsurf.data.readers.mbo_book import F_MAYBE_BAD_BOOK
 from lobsurf.data.readers.mbp10 import split_mbp10
 from lobsurf.data.schema import FIXED_PRICE_SCALE, SnapshotChunk
 from lobsurf.data.store import Instrument, Manifest, StoreWriter
-from lobsurf.data.store.inputs import detect_format, input_files
+from lobsurf.data.store.crypto_sources import crypto_source
+from lobsurf.data.store.generator import recorded_generator
+from lobsurf.data.store.inputs import CRYPTO_FORMATS, Format, InputGroup, input_files, plan_groups
+from lobsurf.data.store.sources import Source as _Source
+from lobsurf.data.store.sources import SourceChunk
 from lobsurf.data.store.store import UNKNOWN_CURRENCY
 from lobsurf.data.store.summary import money_warnings, summarize  # noqa: F401 (re-exported)
 from lobsurf.data.trades import TradeChunk, attach_to_kept, merge_waiting
 from lobsurf.data.validate import ValidationState, infer_tick_fixed, validate_chunk
 from lobsurf.errors import UserError
 
-Format = Literal["auto", "dbn", "lobster"]
 #: basis points in the whole notional: a larger --fee-bps charges more than the fill is worth
 MAX_FEE_BPS = 10_000.0
 #: trades held while they wait for a row that passes validation; beyond this many (a long
@@ -72,6 +83,8 @@ MAX_FEE_BPS = 10_000.0
 MAX_WAITING_TRADES = 1 << 20
 #: progress callback: (source name, bytes done, bytes total)
 Progress = Callable[[str, int, int], None]
+#: where ingest says what the user should know (a line without "warning:")
+Warn = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,9 @@ class IngestConfig:
     fee); one None of two is recorded as 0"""
     maker_fee_bps: float | None = None
     """maker fee in basis points of filled notional (negative: a rebate), recorded likewise"""
+    size_unit: str | None = None
+    """crypto formats: the instrument's quantity step in base-asset amount (e.g. "0.00001"),
+    the unit store sizes are counted in; None: the gcd of the sizes, inferred and printed"""
 
     def __post_init__(self) -> None:
         # `not (x > 0)` also refuses NaN; infinities would overflow the int64 conversions.
@@ -128,6 +144,11 @@ class IngestConfig:
                                                    <= MAX_FEE_BPS):
             raise UserError(f"--maker-fee-bps must be in [-{MAX_FEE_BPS:g}, {MAX_FEE_BPS:g}] "
                             f"(the whole notional either way), got {self.maker_fee_bps}")
+        if self.size_unit is not None:
+            try:
+                atoms_of(self.size_unit)
+            except ValueError as exc:
+                raise UserError(f"--size-unit {exc}") from None
 
     @property
     def fees_given(self) -> bool:
@@ -140,41 +161,14 @@ class IngestConfig:
         return self.maker_fee_per_lot is not None or self.maker_fee_bps is not None
 
     @property
+    def size_unit_atoms(self) -> int | None:
+        return None if self.size_unit is None else atoms_of(self.size_unit)
+
+    @property
     def tick_size_fixed(self) -> int | None:
         if self.tick_size is None:
             return None
         return int(round(self.tick_size * FIXED_PRICE_SCALE))
-
-
-@dataclass
-class SourceChunk:
-    """Snapshots from one source chunk, with what the store needs beyond the columns."""
-
-    chunk: SnapshotChunk
-    #: [N] publisher id of each row's book (DBN); None where the format has none
-    publisher: np.ndarray | None = None
-    #: [N] bool: the row starts a new segment (after an F_MAYBE_BAD_BOOK); None: no breaks
-    breaks: np.ndarray | None = None
-    #: what traded in the rows' intervals (``row`` indexes the N rows; N: after the last, so
-    #: the next chunk's); ``TradeChunk.empty()`` when nothing did; None: the format does not
-    #: say what traded (the store then holds no trades)
-    trades: TradeChunk | None = None
-
-
-@dataclass
-class _Source:
-    chunks: Iterator[SourceChunk]
-    symbol: str
-    position: Callable[[], int]
-    size: int
-    default_tick_fixed: int | None = None
-    #: multiplier and currency the format itself implies (LOBSTER: Nasdaq shares in USD)
-    default_multiplier: float | None = None
-    default_currency: str | None = None
-    #: counts of records the source itself skipped or repaired, read after the last chunk
-    source_counts: Callable[[], dict[str, int]] = dict
-    #: why the source produced no snapshot at all (read only when it produced none)
-    why_empty: Callable[[], str] = lambda: "no records"
 
 
 def _dbn_source(path: Path, cfg: IngestConfig) -> _Source:
@@ -269,29 +263,42 @@ def ingest(
     fmt: Format = "auto",
     overwrite: bool = False,
     progress: Progress | None = None,
+    warn: Warn | None = None,
 ) -> Manifest:
-    """Build a store at ``out`` from ``paths`` (in the order given; sort them by time)."""
-    sources = input_files(paths)
+    """Build a store at ``out`` from ``paths`` (in the order given; sort them by time; the
+    files of one crypto stream are put in time order: ``inputs``)."""
+    files = input_files(paths)
+    groups = plan_groups(files, fmt)
     definitions = read_definitions(cfg.definitions) if cfg.definitions is not None else {}
     gap_ns = int(cfg.gap_threshold_s * 1e9)
+    units: dict[int, SizeUnit] = {}  # per instrument, shared by its crypto sources
     with StoreWriter(out, gap_threshold_ns=gap_ns, overwrite=overwrite) as writer:
         empty = []
-        for path in sources:
-            kind = detect_format(path) if fmt == "auto" else fmt
-            source = _dbn_source(path, cfg) if kind == "dbn" else _lobster_source(path, cfg)
-            why = _ingest_source(path, source, cfg, definitions, writer, progress)
+        for group in groups:
+            if group.kind in CRYPTO_FORMATS:
+                unit = units.setdefault(group.key.instrument_id, SizeUnit(cfg.size_unit_atoms))
+                source = crypto_source(group, unit, cfg.chunk_records)
+            elif group.kind == "dbn":
+                source = _dbn_source(group.paths[0], cfg)
+            else:
+                source = _lobster_source(group.paths[0], cfg)
+            why = _ingest_source(group, source, cfg, definitions, writer, progress)
             if why:
-                empty.append(f"{path}: {why}")
+                empty.append(f"{group.paths[0] if len(group.paths) == 1 else group.label}: {why}")
+            for line in source.notes():
+                if warn:
+                    warn(f"{group.label}: {line}")
         if writer.rows_written == 0:
             raise UserError("no valid snapshots in the input: " + "; ".join(empty))
+        writer.synth = recorded_generator(files)  # None unless every file is lobsurf synth's
         return writer.close()
 
 
-def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
+def _ingest_source(group: InputGroup, source: _Source, cfg: IngestConfig,
                    definitions: dict[int, Definition], writer: StoreWriter,
                    progress: Progress | None) -> str:
-    """Append one file's valid snapshots; return why it gave none ("" if it gave some)."""
-    writer.begin_source(path.name)
+    """Append one source's valid snapshots; return why it gave none ("" if it gave some)."""
+    writer.begin_source(group.label)
     state = ValidationState()
     given_tick = cfg.tick_size_fixed
     tick = 0
@@ -306,6 +313,9 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
         produced += len(chunk)
         if len(chunk) and chosen is None:
             chosen = int(chunk.instrument_id[0])
+        if part.size_rescale > 1:  # a finer size unit: what was stored so far follows it
+            writer.scale_sizes(int(group.key.instrument_id), part.size_rescale)
+            waiting = replace(waiting, size=waiting.size * part.size_rescale)
         if given_tick is None and chosen in definitions:
             given_tick = definitions[chosen].tick_size_fixed  # the venue's tick: exact
         ours, counts, publisher = _select_book(part, chosen, publisher)
@@ -336,10 +346,11 @@ def _ingest_source(path: Path, source: _Source, cfg: IngestConfig,
         writer.append(valid, starts, trades)
         written += len(valid)
         if progress:
-            progress(path.name, source.position(), source.size)
+            progress(group.label, source.position(), source.size)
     writer.count_skipped(source.source_counts())
     waiting = _book_trades(waiting, chosen, publisher, writer)
     writer.count_trades_left_out("after_last_row", len(waiting), waiting.volume)
+    writer.count_checks(source.cross_checks())
     if chosen is not None:
         definition = definitions.get(chosen)
         tick = given_tick or source.default_tick_fixed or tick
@@ -395,19 +406,22 @@ def _instrument(instrument_id: int, source: _Source, tick_fixed: int, cfg: Inges
     # without any of them nothing is claimed.
     multiplier = (cfg.multiplier or (definition.multiplier if definition else None)
                   or source.default_multiplier)
+    unit = source.size_unit()  # crypto: the multiplier is per base amount, the store's per unit
     currency = (cfg.currency or (definition.currency if definition else None)
                 or source.default_currency)
     return Instrument(
         instrument_id=instrument_id,
         symbol=source.symbol or (definition.symbol if definition else "") or str(instrument_id),
         tick_size_fixed=tick_fixed,
-        multiplier=multiplier or 1.0,
+        multiplier=(multiplier or 1.0) * unit,
         currency=currency or UNKNOWN_CURRENCY,
         multiplier_known=multiplier is not None,
         fee_per_lot=(cfg.fee_per_lot or 0.0) if cfg.fees_given else None,
         fee_bps=(cfg.fee_bps or 0.0) if cfg.fees_given else None,
         maker_fee_per_lot=(cfg.maker_fee_per_lot or 0.0) if cfg.maker_fees_given else None,
         maker_fee_bps=(cfg.maker_fee_bps or 0.0) if cfg.maker_fees_given else None,
+        size_unit=unit,
+        market_hours=source.market_hours,
     )
 
 

@@ -23,7 +23,6 @@ A *segment* is a contiguous run of rows of one instrument with no session gap in
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lobsurf.data.schema import FIXED_PRICE_SCALE, STORE_COLUMNS, SnapshotChunk
+from lobsurf.data.schema import STORE_COLUMNS, SnapshotChunk
 from lobsurf.data.store.folders import (
     MANIFEST,
     STORE_FORMAT,
@@ -40,6 +39,8 @@ from lobsurf.data.store.folders import (
     check_replaceable,
     file_not_store,
 )
+from lobsurf.data.store.instrument import UNKNOWN_CURRENCY, Instrument  # noqa: F401 (re-exported)
+from lobsurf.data.store.size_rescale import rescale_written
 from lobsurf.data.store.trade_table import (
     TradeSummary,
     TradeTableWriter,
@@ -53,59 +54,8 @@ from lobsurf.data.trades import TradeChunk
 STORE_VERSION = 2
 #: versions ``Store.open`` reads (1: written before trades were recorded)
 READABLE_VERSIONS = (1, 2)
-#: currency of an instrument whose currency nobody stated (DBN files carry none)
-UNKNOWN_CURRENCY = "unknown"
 #: manifest keys without a default: a manifest lacking one is refused, naming it
 REQUIRED_KEYS = ("format", "version", "snapshots", "instruments", "segments")
-
-
-@dataclass
-class Instrument:
-    """One traded instrument.
-
-    Attributes:
-        instrument_id: the venue's numeric id.
-        symbol: human-readable symbol ("" if unknown).
-        tick_size_fixed: minimum price increment, fixed point (1e-9 units).
-        multiplier: currency per price unit per lot (contract multiplier; 1 for shares).
-        currency: ISO code of the price currency, or ``UNKNOWN_CURRENCY``.
-        multiplier_known: False when nobody gave the multiplier and 1 was assumed: money
-            figures are then in price units x lots, not currency.
-        fee_per_lot: fee per lot filled (currency) given at ingest; None: none recorded
-            (training and evaluation then use lobsurf.sim.fees' default, unless given).
-        fee_bps: fee in basis points of filled notional given at ingest; None: see above.
-            These two are the taker fee: what a market order (one that takes liquidity) pays.
-        maker_fee_per_lot, maker_fee_bps: the maker fee, paid by a resting order's fills
-            (currency per lot, bps of notional), given at ingest; negative: a rebate. None:
-            none recorded (the simulator then charges the taker fee; lobsurf.sim.fees).
-    """
-
-    instrument_id: int
-    symbol: str
-    tick_size_fixed: int
-    multiplier: float = 1.0
-    currency: str = UNKNOWN_CURRENCY
-    multiplier_known: bool = True
-    fee_per_lot: float | None = None
-    fee_bps: float | None = None
-    maker_fee_per_lot: float | None = None
-    maker_fee_bps: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("fee_per_lot", "fee_bps", "maker_fee_per_lot", "maker_fee_bps"):
-            fee = getattr(self, name)
-            number = isinstance(fee, (int, float)) and not isinstance(fee, bool)
-            if fee is None:
-                continue
-            if name.startswith("maker_"):  # a maker fee may be a rebate
-                if not (number and -math.inf < fee < math.inf):
-                    raise ValueError(f"{name} {fee!r}: a maker fee must be a finite number")
-            elif not (number and 0 <= fee < math.inf):
-                raise ValueError(f"{name} {fee!r}: a fee must be a finite number >= 0")
-
-    @property
-    def tick_size(self) -> float:
-        return self.tick_size_fixed / FIXED_PRICE_SCALE
 
 
 @dataclass
@@ -134,6 +84,11 @@ class Manifest:
     skipped: dict[str, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     gap_threshold_ns: int = 0
+    #: the synthetic generator's config (every SynthConfig field) where every row came from
+    #: it (``lobsurf.data.store.generator``); None for real data
+    synth: dict | None = None
+    #: independent checks of rebuilt books, e.g. book_ticker_aligned / book_ticker_agree
+    cross_checks: dict[str, int] = field(default_factory=dict)
     format: str = STORE_FORMAT
     version: int = STORE_VERSION
     #: what the trade table holds; None: the store holds no trades
@@ -170,9 +125,13 @@ class Manifest:
                 gap_threshold_ns=int(raw.get("gap_threshold_ns", 0)),
                 version=int(raw["version"]),
                 trades=summary_from_json(raw.get("trades")),
+                synth=raw.get("synth"),
+                cross_checks={str(k): int(v) for k, v in raw.get("cross_checks", {}).items()},
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"malformed manifest entry: {exc}") from None
+        if manifest.synth is not None and not isinstance(manifest.synth, dict):
+            raise StoreError("malformed manifest entry: synth is not an object")
         if manifest.snapshots < 0:
             raise StoreError(f"malformed manifest entry: snapshots {manifest.snapshots} < 0")
         return manifest
@@ -296,9 +255,12 @@ class StoreWriter:
         self.instruments: dict[int, Instrument] = {}
         self.skipped: dict[str, int] = {}
         self.sources: list[str] = []
+        self.cross_checks: dict[str, int] = {}
         self._source = ""
         self._new_source = False
         self.overwrite = overwrite
+        #: the generator config to record (Manifest.synth), set by a synthetic source
+        self.synth: dict | None = None
 
     def __enter__(self) -> StoreWriter:
         return self
@@ -325,6 +287,16 @@ class StoreWriter:
         for reason, n in counts.items():
             if n:
                 self.skipped[reason] = self.skipped.get(reason, 0) + int(n)
+
+    def count_checks(self, counts: dict[str, int]) -> None:
+        """Add a source's cross-check counts (summed over sources)."""
+        for name, n in counts.items():
+            self.cross_checks[name] = self.cross_checks.get(name, 0) + int(n)
+
+    def scale_sizes(self, instrument_id: int, factor: int) -> None:
+        """The instrument's size unit became ``factor`` times finer: multiply what was
+        stored of it (``size_rescale.rescale_written``)."""
+        rescale_written(self, instrument_id, factor)
 
     def count_trades_left_out(self, reason: str, records: int, volume: int) -> None:
         """Count a source's trades that never reach ``append`` (``trade_table.LEFT_OUT_REASONS``)."""
@@ -420,6 +392,8 @@ class StoreWriter:
             sources=self.sources,
             gap_threshold_ns=self.gap_threshold_ns,
             trades=trades,
+            synth=self.synth,
+            cross_checks=dict(sorted(self.cross_checks.items())),
         )
         (self.tmp / MANIFEST).write_text(manifest.to_json())
         if self.path.exists():

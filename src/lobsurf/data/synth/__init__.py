@@ -1,5 +1,6 @@
-"""The seeded synthetic MBP-10 market: config and files (``synth``), the book model
-(``synth_book``) and its vectorised processes (``synth_processes``).
+"""The seeded synthetic MBP-10 market: its parameters (``config``), the generator and its
+files (``synth``), the book model (``synth_book``) and its vectorised processes
+(``synth_processes``).
 
 The generator's public names are re-exported here, so ``from lobsurf.data.synth import
 SynthConfig`` keeps working.

@@ -25,7 +25,7 @@ from lobsurf.data.synth.synth_processes import (
 )
 
 if TYPE_CHECKING:
-    from lobsurf.data.synth.synth import SynthConfig
+    from lobsurf.data.synth.config import SynthConfig
 
 #: Spread phases: a run of one tick, or a wide run of two or three ticks.
 TIGHT, WIDE = 0, 1

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models.kernels import ssd_window_triton
+from lobsurf.models.kernels.ssd_window_shared import grad_buffers, partial_grads_like, tile_flags
 
 try:
     import triton
@@ -162,7 +162,7 @@ def fwd_last(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torch.Tens
     ``ssd_window_triton``'s ops take them. Called by those ops (``last_only``)."""
     batch, length, _ = xbc.shape
     heads = A.shape[0]
-    flags = ssd_window_triton._flags(xbc)
+    flags = tile_flags(xbc)
     z, weight, ss, z_align = gate if gate is not None else (y, y, y, 1)
     _ssd_window_fwd_last[(batch,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), y, z,
@@ -182,8 +182,8 @@ def ssd_window_bwd_last(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A
     inputs as the forward's. The caller sums the partials (``ssd_window_triton._backward``)."""
     batch, length, _ = xbc.shape
     heads = A.shape[0]
-    dy, dxbc, ddt, da, dd = ssd_window_triton.grad_buffers(dy, xbc, dt, heads)
-    flags = ssd_window_triton._flags(xbc)  # the tile's rows, the bf16 mode
+    dy, dxbc, ddt, da, dd = grad_buffers(dy, xbc, dt, heads)
+    flags = tile_flags(xbc)  # the tile's rows, the bf16 mode
     _ssd_window_bwd_last[(batch,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), dy, dxbc, ddt, da, dd,
         length, heads, xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1),
@@ -195,4 +195,4 @@ def ssd_window_bwd_last(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A
 
 @ssd_window_bwd_last.register_fake
 def _(dy, xbc, dt, A, D, headdim, d_state):
-    return ssd_window_triton.partial_grads_like(xbc, dt, A)
+    return partial_grads_like(xbc, dt, A)

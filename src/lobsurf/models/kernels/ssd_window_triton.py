@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import torch
 
-from lobsurf.models.kernels import conv_triton
-# MIN_TILE: windows shorter than the smallest tile side tl.dot takes are padded to it
-from lobsurf.models.kernels.triton_support import MIN_TILE, is_tile_side, product_flags
+from lobsurf.models.kernels import conv_triton, ssd_last_row_triton
+from lobsurf.models.kernels.ssd_window_shared import grad_buffers, partial_grads_like, tile_flags
+from lobsurf.models.kernels.triton_support import MIN_TILE, is_tile_side
 
 try:
     import triton
@@ -72,16 +72,6 @@ def supports(headdim: int, d_state: int, length: int, chunk: int) -> bool:
 
     return (triton is not None and is_tile_side(headdim) and is_tile_side(d_state)
             and length <= chunk)
-
-
-def _tile_rows(length: int) -> int:
-    # rows of a program's tiles: the window padded to a power of two >= MIN_TILE
-    return max(MIN_TILE, triton.next_power_of_2(length))
-
-
-def _flags(xbc: torch.Tensor) -> dict:
-    # the tile's rows, and the products' BF16 and PREC (triton_support.product_flags)
-    return dict(Q=_tile_rows(xbc.shape[1]), **product_flags(xbc, "ssd_window"))
 
 
 if triton is not None:
@@ -299,14 +289,14 @@ def _ssd_window_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D: torc
     E = heads * headdim
     y = xbc.new_empty((batch, E) if last_only else (batch, length, E))
     if last_only:
-        _last_row().fwd_last(xbc, dt, A, D, y, headdim, d_state)
+        ssd_last_row_triton.fwd_last(xbc, dt, A, D, y, headdim, d_state)
         return y
     # the gate's pointers stand unused (GATED off): y in their place, never read
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), y, y, y, y, y, length, heads,
         xbc.stride(0), xbc.stride(1), dt.stride(0), dt.stride(1), y.stride(0), y.stride(1),
         0, 0, 0, 0, E=E, N=d_state, P=headdim, GATED=False, ZALIGN=1, ZPROJ=0, ZK=0,
-        **_flags(xbc), num_warps=WARPS_FWD)
+        **tile_flags(xbc), num_warps=WARPS_FWD)
     return y
 
 
@@ -342,14 +332,14 @@ def _ssd_window_gated_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, D
     _check(xbc, dt, heads, headdim, d_state)
     g, ss, align = gate_buffers(xbc, z, weight, heads, headdim, last_only)
     if last_only:
-        _last_row().fwd_last(xbc, dt, A, D, g, headdim, d_state, (z, weight, ss, align))
+        ssd_last_row_triton.fwd_last(xbc, dt, A, D, g, headdim, d_state, (z, weight, ss, align))
         return g, ss
     _ssd_window_fwd[(batch * heads,)](
         xbc, dt, A.float().contiguous(), D.float().contiguous(), g, z,
         weight.float().contiguous(), ss, g, length, heads, xbc.stride(0), xbc.stride(1),
         dt.stride(0), dt.stride(1), *gate_strides(g, z, ss, align),
         E=heads * headdim, N=d_state, P=headdim, GATED=True, ZALIGN=align, ZPROJ=0, ZK=0,
-        **_flags(xbc), num_warps=WARPS_FWD)
+        **tile_flags(xbc), num_warps=WARPS_FWD)
     return g, ss
 
 
@@ -395,7 +385,7 @@ def _ssd_window_gated_projected_op(xbc: torch.Tensor, dt: torch.Tensor, A: torch
         weight.float().contiguous(), ss, wz, length, heads, xbc.stride(0),
         xbc.stride(1), dt.stride(0), dt.stride(1), *gate_strides(g, u, ss, align),
         E=E, N=d_state, P=headdim, GATED=True, ZALIGN=align, ZPROJ=d_model,
-        ZK=min(d_model, Z_PROJ_COLUMNS), **_flags(xbc), num_warps=WARPS_FWD)
+        ZK=min(d_model, Z_PROJ_COLUMNS), **tile_flags(xbc), num_warps=WARPS_FWD)
     return g, ss
 
 
@@ -439,19 +429,6 @@ def gated_like(xbc: torch.Tensor, heads: int, headdim: int, last_only: bool):
             xbc.new_empty(rows[:-1] + (heads,), dtype=torch.float32))
 
 
-def grad_buffers(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, heads: int):
-    """The backward kernels' dy (xbc's dtype, last axis contiguous) and outputs: d xbc like
-    xbc, d dt [B, L, H] fp32, and per-window partial sums of d A and d D [B, H] fp32."""
-    dy = dy.to(xbc.dtype)
-    if dy.stride(-1) != 1:
-        dy = dy.contiguous()
-    batch = xbc.shape[0]
-    partial = dict(device=dt.device, dtype=torch.float32)
-    return (dy, torch.empty(xbc.shape, device=xbc.device, dtype=xbc.dtype),
-            torch.empty(dt.shape, **partial), torch.empty(batch, heads, **partial),
-            torch.empty(batch, heads, **partial))
-
-
 @torch.library.custom_op("lobsurf::ssd_window_bwd", mutates_args=())
 def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
                        D: torch.Tensor, headdim: int, d_state: int
@@ -462,7 +439,7 @@ def _ssd_window_bwd_op(dy: torch.Tensor, xbc: torch.Tensor, dt: torch.Tensor, A:
     heads = A.shape[0]
     E = heads * headdim
     dy, dxbc, ddt, da, dd = grad_buffers(dy, xbc, dt, heads)
-    flags = _flags(xbc)
+    flags = tile_flags(xbc)
     q = flags["Q"]
     # each head's d scores, bf16 under autocast (the scores kernel sums them in fp32)
     ds = torch.empty(batch, heads, q, q, device=xbc.device,
@@ -483,21 +460,6 @@ def _(dy, xbc, dt, A, D, headdim, d_state):
     return partial_grads_like(xbc, dt, A)
 
 
-def partial_grads_like(xbc: torch.Tensor, dt: torch.Tensor, A: torch.Tensor):
-    """Empty (d dt, d xbc, d A partials, d D partials) as the backward ops return them."""
-    partial = dict(device=dt.device, dtype=torch.float32)
-    return (torch.empty(dt.shape, **partial), torch.empty_like(xbc),
-            torch.empty(xbc.shape[0], A.shape[0], **partial),
-            torch.empty(xbc.shape[0], A.shape[0], **partial))
-
-
-def _last_row():
-    # imported when called: that module builds on this one's helpers
-    from lobsurf.models.kernels import ssd_last_row_triton
-
-    return ssd_last_row_triton
-
-
 def _setup_context(ctx, inputs, output):
     xbc, dt, A, D, headdim, d_state, last_only = inputs
     ctx.save_for_backward(xbc, dt, A, D)
@@ -508,7 +470,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dy):
     xbc, dt, A, D = ctx.saved_tensors
     if ctx.last_only:  # the last row's gradient only: the backward as vectors over the rows
-        ddt, dxbc, dA, dD = _last_row().ssd_window_bwd_last(dy, xbc, dt, A, D, *ctx.sizes)
+        ddt, dxbc, dA, dD = ssd_last_row_triton.ssd_window_bwd_last(dy, xbc, dt, A, D, *ctx.sizes)
     else:
         ddt, dxbc, dA, dD = _ssd_window_bwd_op(dy, xbc, dt, A, D, *ctx.sizes)
     # the per-window partial sums of d A and d D reduced in a fixed order (deterministic, no
