@@ -10,9 +10,10 @@ each side at the best price, arriving ``--latency-rows`` later and resting ``--h
 rows unless filled. Each order is followed exactly from the file's order ids and, in the
 simulator (``BatchedLobEnv`` with passive orders), under ``risk_averse`` and
 ``probabilistic`` at each of ``--powers``. Prints a Markdown table: orders filled, fill rate
-and fills against the exact replay's, the orders filled by one side only, rows to the fill,
-and the error of the model's queue ahead (lots, share of the level, bias). The method and
-the figures on CME ES: docs/queues.md; the code: lobsurf.sim.queue_check.
+and fills against the exact replay's, the orders filled by one side only, rows to the fill
+and its error order by order, and the error of the model's queue ahead (lots, share of the
+level, bias). The figures on CME ES: benchmarks/RESULTS.md, "Queue models against the exact
+MBO queue"; the choice they make: docs/sim_assumptions.md; the code: lobsurf.sim.queue_check.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import time
 
 from lobsurf.errors import UserError
-from lobsurf.sim.queue_check import CheckSetup, format_table, run_check
+from lobsurf.sim.queue_check import DEFAULT_MODELS, CheckSetup, format_table, run_check
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-rows", type=int, default=defaults.latency_rows,
                         help="rows from the decision to the order's arrival (sim.latency_rows)")
     parser.add_argument("--lots", type=int, default=defaults.lots, help="lots of each order")
-    parser.add_argument("--powers", default="1,2,3,5,10",
+    powers = ",".join(str(n) for model, n in DEFAULT_MODELS if model == "probabilistic")
+    parser.add_argument("--powers", default=powers,
                         help="queue powers n of the probabilistic model, comma-separated")
     args = parser.parse_args(argv)
     start = time.perf_counter()

@@ -1,10 +1,11 @@
 """The simulator's queue models against the exact FIFO queue of an MBO file.
 
-Role: the check behind the choice of ``SimConfig.queue_model`` (docs/queues.md). An MBO
-file is ingested into a store as ``lobsurf ingest`` does; at every ``stride``-th row of
-each segment (a decision row c) one resting order of ``lots`` is posted on each side at
-the best price of row c, arriving ``latency_rows`` later (row a = c + latency), and held
-``horizon`` rows (a + 1 .. a + horizon) or until filled. The same orders go through
+Role: the check behind the choice of ``SimConfig.queue_model`` (docs/sim_assumptions.md,
+"Which queue model"; the figures: benchmarks/RESULTS.md). An MBO file is ingested into a
+store as ``lobsurf ingest`` does; at every ``stride``-th row of each segment (a decision
+row c) one resting order of ``lots`` is posted on each side at the best price of row c,
+arriving ``latency_rows`` later (row a = c + latency), and held ``horizon`` rows
+(a + 1 .. a + horizon) or until filled. The same orders go through
 
 * the exact replay (``lobsurf.data.readers.mbo_queue``): their FIFO position from order
   ids, record by record;
@@ -14,8 +15,8 @@ the best price of row c, arriving ``latency_rows`` later (row a = c + latency), 
   on the stride (an order rests through the rows of every step it spans).
 
 ``compare`` reduces both to the figures of ``format_table``: orders filled (completely)
-within the horizon, rows to the fill, and the error of the model's queue ahead against
-the exact one at every row where both still rest.
+within the horizon, rows to the fill and its error order by order, and the error of the
+model's queue ahead against the exact one at every row where both still rest.
 """
 
 from __future__ import annotations
@@ -197,8 +198,8 @@ class Row:
     only_exact: int
     time_median: float
     time_mean: float
-    exact_time_median: float
-    exact_time_mean: float
+    time_bias: float
+    time_mae: float
     mae_lots: float
     mae_share: float
     bias_lots: float
@@ -220,6 +221,7 @@ def compare(name: str, model: Traces, exact: Traces, level: np.ndarray, lots: in
     resting[:, 0] = False  # column 0: both join behind the same lots
     resting &= posted[:, None]
     diff = model.queue[resting] - exact.queue[resting]
+    late = m_col[both] - e_col[both]  # rows the model fills after the exact replay
     seen = resting & (level > 0)
     share = np.abs(model.queue[seen] - exact.queue[seen]) / level[seen]
 
@@ -230,9 +232,9 @@ def compare(name: str, model: Traces, exact: Traces, level: np.ndarray, lots: in
                vs_exact=m_fill.sum() / max(int(e_fill.sum()), 1), both=int(both.sum()),
                only_model=int((m_fill & ~e_fill).sum()),
                only_exact=int((e_fill & ~m_fill).sum()),
-               time_median=stat(np.median, m_col[both]), time_mean=stat(np.mean, m_col[both]),
-               exact_time_median=stat(np.median, e_col[both]),
-               exact_time_mean=stat(np.mean, e_col[both]),
+               time_median=stat(np.median, m_col[m_fill]),
+               time_mean=stat(np.mean, m_col[m_fill]),
+               time_bias=stat(np.mean, late), time_mae=stat(np.mean, np.abs(late)),
                mae_lots=stat(np.mean, np.abs(diff)), mae_share=stat(np.mean, share),
                bias_lots=stat(np.mean, diff))
 
@@ -285,20 +287,28 @@ def run_check(path: str | os.PathLike, setup: CheckSetup,
 def format_table(result: CheckResult) -> str:
     """The result as a Markdown table with a line on what it covers."""
     s = result.setup
+    replay = result.replay
+    kinds = {"prints at its price past the queue ahead (the queue model decides these)":
+             replay.lots_at_price, "prints through its price": replay.lots_through,
+             "the other side coming to its price": replay.lots_crossed}
+    total = max(sum(kinds.values()), 1)
+    shares = ", ".join(f"{lots / total:.1%} by {what}" for what, lots in kinds.items())
     head = (f"{result.orders:,} orders ({result.posted:,} posted, the rest refused post-only; "
             f"refusals differing from the exact replay: {result.refusals_differ}) of "
             f"{s.lots} lot(s), one a side every {s.stride} rows of {result.store_rows:,}, "
-            f"latency {s.latency_rows} row(s), held {s.horizon} rows. Times: rows from "
-            "arrival to the fill over orders both filled; queue error: the model's queue "
-            "ahead minus the exact one, every row where both rest (share: of the level's lots)."
-            f"\nreplay: {result.replay.as_dict()}\n")
+            f"latency {s.latency_rows} row(s), held {s.horizon} rows. Time: rows from "
+            "arrival to the fill over the orders the row filled; time error: the model's "
+            "minus the exact one's, over the orders both filled; queue error: the model's "
+            "queue ahead minus the exact one, every row where both rest (share: of the "
+            "level's lots)."
+            f"\nExact replay's filled lots: {shares}.\nreplay: {replay.as_dict()}\n")
     lines = ["| model | filled | fill rate | fills / exact | both | model only | exact only "
-             "| time median | time mean | exact median | exact mean | queue MAE lots "
+             "| time median | time mean | time bias | time MAE | queue MAE lots "
              "| MAE share | bias lots |", "|" + "---|" * 14]
     for r in result.rows:
         lines.append(
             f"| {r.name} | {r.filled:,} | {r.fill_rate:.3f} | {r.vs_exact:.3f} | {r.both:,} "
             f"| {r.only_model:,} | {r.only_exact:,} | {r.time_median:.0f} | {r.time_mean:.1f} "
-            f"| {r.exact_time_median:.0f} | {r.exact_time_mean:.1f} | {r.mae_lots:.2f} "
+            f"| {r.time_bias:+.2f} | {r.time_mae:.2f} | {r.mae_lots:.2f} "
             f"| {r.mae_share:.3f} | {r.bias_lots:+.2f} |")
     return head + "\n".join(lines)

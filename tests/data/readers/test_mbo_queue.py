@@ -80,6 +80,7 @@ def test_fills_ahead_take_the_front_and_fills_behind_us_are_ours():
     assert q == [8, 8, 8, 8, 8, 3, 2, 2, 2, -1, -1, -1]
     assert f == [0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2]
     assert out.stats.out_of_order_lots == 0
+    assert (out.stats.lots_at_price, out.stats.lots_through, out.stats.lots_crossed) == (2, 0, 0)
 
 
 def test_a_partial_fill_leaves_the_rest_resting():
@@ -93,7 +94,7 @@ def test_a_partial_fill_leaves_the_rest_resting():
 
 
 def test_a_fill_through_our_price_fills_us_by_its_lots():
-    q, f, _, _ = follow(stream(
+    q, f, _, out = follow(stream(
         *BOOK, ("A", "B", 3, 99, 5),
         ("T", "A", TAKER, 100, 8, 0), ("F", "A", 1, 100, 5, 0), ("F", "A", 2, 100, 3, 0),
         ("T", "A", TAKER, 99, 2, 0), ("F", "A", 3, 99, 2, 0),
@@ -101,6 +102,7 @@ def test_a_fill_through_our_price_fills_us_by_its_lots():
     ), BID, 100, 3, post=2)
     assert f[-1] == 2 and q[-1] == 0  # 2 lots went through 100: we fill 2 of 3
     assert f.index(2) == 6  # at the fill at 99
+    assert (out.stats.lots_at_price, out.stats.lots_through, out.stats.lots_crossed) == (0, 2, 0)
 
 
 def test_an_ask_through_the_price_trades_with_us_once_per_order():
@@ -112,6 +114,7 @@ def test_an_ask_through_the_price_trades_with_us_once_per_order():
     ), BID, 100, 4, post=2)
     assert f == [0, 0, 0, 1, 1, 3]
     assert out.stats.cross_fills == 2
+    assert (out.stats.lots_at_price, out.stats.lots_through, out.stats.lots_crossed) == (0, 0, 3)
 
 
 def test_the_aggressors_own_fill_is_not_a_resting_fill():

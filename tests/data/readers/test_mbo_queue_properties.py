@@ -184,6 +184,8 @@ def test_the_replay_equals_a_literal_fifo_list(events, ours, horizon):
     want = fifo_list_replay(rows, orders, horizon)
     for name, expected in want.items():
         assert getattr(out, name).tolist() == expected, name
+    stats = out.stats  # every lot filled is counted once, by what filled it
+    assert stats.lots_at_price + stats.lots_through + stats.lots_crossed == out.filled[:, -1].sum()
     for j, (s, p, lots, post) in enumerate(orders):
         q, lv, f = out.queue[j], out.level[j], out.filled[j]
         resting = q >= 0

@@ -76,6 +76,12 @@ class QueueReplayStats:
     unplaced_fills: int = 0  # F of an unknown id without a side: skipped
     out_of_order_lots: int = 0  # lots filled behind us in packets that left lots ahead of us
     cross_fills: int = 0  # our fills from an order of the other side at or through our price
+    # our lots filled, by what filled them: prints at our price that reached past the queue
+    # ahead (the only fills a queue model decides), prints through our price, and orders of
+    # the other side that came to it
+    lots_at_price: int = 0
+    lots_through: int = 0
+    lots_crossed: int = 0
     cleared_orders: int = 0  # our orders stopped by a book clear
 
     def as_dict(self) -> dict[str, int]:
@@ -211,17 +217,18 @@ def replay_queues(records: np.ndarray, sample_at: np.ndarray, side: np.ndarray,
                   records["side"].view(np.uint8).tolist(), records["order_id"].tolist(),
                   records["price"].tolist(), records["size"].tolist())
 
-    def take(o: _Ours, size: int) -> None:
+    def take(o: _Ours, size: int) -> int:
         got = min(o.remaining, size)
         o.remaining -= got
         filled[o.index] += got
+        return got
 
     def crossing(oid: int, s: int, px: int, size: int) -> None:
         for o in active[1 - s]:
             if o.remaining and oid not in o.crossed_by and o.reached_by(px):
                 o.crossed_by.add(oid)
                 stats.cross_fills += 1
-                take(o, size)
+                stats.lots_crossed += take(o, size)
 
     def leaves(oid: int, cut: int | None) -> None:
         """The order ``oid`` loses ``cut`` lots ahead of whoever has it ahead (None: all
@@ -284,9 +291,9 @@ def replay_queues(records: np.ndarray, sample_at: np.ndarray, side: np.ndarray,
                             if not o.behind_lots:
                                 behind_fills.append(o)
                             o.behind_lots += min(size, o.remaining)
-                            take(o, size)
+                            stats.lots_at_price += take(o, size)
                         elif o.beyond(px):
-                            take(o, size)
+                            stats.lots_through += take(o, size)
         elif action == _CLEAR:
             book.clear()
             for s in (BID, ASK):
