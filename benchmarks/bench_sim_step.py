@@ -209,8 +209,9 @@ def main() -> None:
     parser.add_argument("--passive", action="store_true",
                         help="time each B with passive orders off and on (module docstring)")
     parser.add_argument("--stride", type=int, default=10, help="--passive: rows a decision")
-    parser.add_argument("--queue-model", default="risk_averse",
-                        choices=["risk_averse", "probabilistic"], help="--passive: queue model")
+    parser.add_argument("--queue-model", default=SimConfig.queue_model,
+                        choices=["risk_averse", "probabilistic"],
+                        help="--passive: queue model (power: SimConfig's default)")
     args = parser.parse_args()
     device = torch.device(args.device)
     if args.threads:

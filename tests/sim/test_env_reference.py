@@ -60,7 +60,7 @@ PASSIVE = dict(passive_orders=True, order_sizes_lots=(1, 2, 3), position_limit_l
                fee_per_lot=0.5, fee_bps=0.2, maker_fee_per_lot=-0.2)
 PASSIVE_CONFIGS = {
     "risk-averse-s1-l0": SimConfig(window=2, stride=1, latency_rows=0, max_episode_steps=30,
-                                   seed=1, **PASSIVE),
+                                   queue_model="risk_averse", seed=1, **PASSIVE),
     "probabilistic-s3-l1": SimConfig(window=4, stride=3, latency_rows=1, max_episode_steps=25,
                                      queue_model="probabilistic", queue_power=2, seed=2,
                                      maker_fee_bps=-0.05, **PASSIVE),
@@ -68,7 +68,7 @@ PASSIVE_CONFIGS = {
                                      queue_model="probabilistic", queue_power=1, seed=3,
                                      **PASSIVE),
     "risk-averse-s2-l1": SimConfig(window=2, stride=2, latency_rows=1, max_episode_steps=1000,
-                                   seed=4, **PASSIVE),
+                                   queue_model="risk_averse", seed=4, **PASSIVE),
 }
 # Hold most often, so orders rest a while; then posts, market orders and cancels
 KIND_WEIGHTS = {"hold": 8.0, "market": 1.0, "post": 1.5, "cancel": 1.0}

@@ -21,7 +21,8 @@ CANCEL_BID, CANCEL_ASK = 13, 14
 TICK_VALUE = 0.25 * 50.0
 BASE = SimConfig(window=1, stride=1, latency_rows=0, order_sizes_lots=SIZES,
                  position_limit_lots=10, max_episode_steps=100, passive_orders=True,
-                 fee_per_lot=1.0, fee_bps=0.0, maker_fee_per_lot=-0.25, maker_fee_bps=0.0)
+                 queue_model="risk_averse", fee_per_lot=1.0, fee_bps=0.0,
+                 maker_fee_per_lot=-0.25, maker_fee_bps=0.0)
 
 
 def run(book, actions: list[int], **changes):

@@ -84,7 +84,7 @@ def test_risk_averse_never_fills_earlier_than_probabilistic(book_seed, power, st
     book = queue_market(500, seed=book_seed)
     cfg = SimConfig(window=2, stride=stride, latency_rows=latency, max_episode_steps=STEPS,
                     passive_orders=True, order_sizes_lots=(5,), position_limit_lots=50,
-                    seed=book_seed)
+                    queue_model="risk_averse", seed=book_seed)
     post = 3 if side == "bid" else 4
     averse = _post_and_hold(cfg, book, post, STEPS)
     hopeful = _post_and_hold(dataclasses.replace(cfg, queue_model="probabilistic",

@@ -59,11 +59,13 @@ class SimConfig:
     """besides market orders, post resting orders at the best bid or ask (one a side) and
     cancel them; fills follow the store's trades and ``queue_model``. Needs a store with
     trades and latency_rows <= stride."""
-    queue_model: QueueModel = "risk_averse"
-    """how cancellations at a resting order's price move it up its queue: risk_averse (all
-    behind it: only trades move it) or probabilistic (a cancel is ahead of it with
-    probability x ** queue_power, x the share of the level ahead of it)."""
-    queue_power: int = 3
+    queue_model: QueueModel = "probabilistic"
+    """how cancellations at a resting order's price move it up its queue: probabilistic (a
+    cancel is ahead of it with probability x ** queue_power, x the share of the level ahead
+    of it) or risk_averse (all behind it: only trades move it; the floor of fill rates).
+    The default and its power are the closest to the exact FIFO queue of CME ES MBO data
+    (docs/sim_assumptions.md, "Which queue model")."""
+    queue_power: int = 5
     """n of the probabilistic queue model, an integer >= 1: 1 spreads cancels evenly through
     the queue; larger puts more of them behind the order (Databento's bias k is n = 1/(1+k))."""
     maker_fee_per_lot: float | None = None
