@@ -206,10 +206,15 @@ def _fixed_setup(store: Path):
     return state, data.train_book, dataclasses.replace(sample, transitions=t), scfg
 
 
+def _rows(value, part: slice):
+    """A field's rows (a field absent from this run, e.g. the resting orders, stays None)."""
+    return None if value is None else value[part]
+
+
 def _half(sample: Sample, rank: int) -> Sample:
     part = slice(rank * BATCH // WORLD, (rank + 1) * BATCH // WORLD)
     t = sample.transitions
-    t = type(t)(**{f.name: getattr(t, f.name)[part] for f in dataclasses.fields(t)})
+    t = type(t)(**{f.name: _rows(getattr(t, f.name), part) for f in dataclasses.fields(t)})
     return Sample(transitions=t, index=sample.index[part], weight=sample.weight[part])
 
 
