@@ -52,7 +52,8 @@ def check_against_brute_force(name: str, start: int) -> tuple[float, float]:
     stride, latency, sizes, limit, maker, steps = CASES[name]
     sim = SimConfig(window=1, stride=stride, latency_rows=latency, order_sizes_lots=sizes,
                     position_limit_lots=limit, max_episode_steps=100, passive_orders=True,
-                    fee_per_lot=1.0, fee_bps=0.0, maker_fee_per_lot=maker, maker_fee_bps=0.1)
+                    fee_per_lot=1.0, fee_bps=0.0, maker_fee_per_lot=maker, maker_fee_bps=0.1,
+                    queue_model="risk_averse")
     rows = torch.arange(start, start + stride * (steps - 1) + 1)
     plan = plan_optimal_passive(BatchedLobEnv(BOOK, 1, sim), rows, 1)
     assert len(plan.steps) == steps
@@ -78,7 +79,8 @@ def test_the_plan_equals_brute_force_everywhere(name: str, start: int) -> None:
 
 SWEEP = SimConfig(window=4, stride=3, latency_rows=1, order_sizes_lots=(1, 2),
                   position_limit_lots=3, max_episode_steps=15, passive_orders=True,
-                  fee_per_lot=1.0, fee_bps=0.0, maker_fee_per_lot=-0.3, maker_fee_bps=0.2)
+                  fee_per_lot=1.0, fee_bps=0.0, maker_fee_per_lot=-0.3, maker_fee_bps=0.2,
+                  queue_model="risk_averse")  # the queue the passive optimum plans for
 ROWS = torch.cat([torch.arange(10, 150), torch.arange(170, 600), torch.arange(700, 900)])
 
 

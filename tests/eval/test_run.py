@@ -110,7 +110,8 @@ def test_a_run_with_passive_orders_is_swept_beside_the_passive_baselines(tiny_to
                                                         snapshots_per_day=2_000, days=2))
     run = tmp_path / "run"
     assert train("--store", store.path, "--config", tiny_toml, "--out", run,
-                 "--set", "sim.passive_orders=true", "--set", "sim.maker_fee_per_lot=-0.5") == 0
+                 "--set", "sim.passive_orders=true", "--set", "sim.maker_fee_per_lot=-0.5",
+                 "--set", "sim.queue_model=risk_averse") == 0
     capsys.readouterr()
     result = evaluate(capsys, run)
     pol = result["policies"]
