@@ -7,6 +7,12 @@ from pathlib import Path
 
 import torch
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Side by side workers (pytest -n): one thread each, so two workers share two cores
+    # instead of four threads spinning on them; the subprocesses a test starts inherit it.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 if not torch.cuda.is_available():
     # Without CUDA, Triton kernels run in Triton's CPU interpreter (the fused kernels' tests);
     # it is chosen when a kernel is defined, so it must be set before lobsurf imports Triton.
