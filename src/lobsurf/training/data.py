@@ -123,7 +123,7 @@ class TrainingData:
 
 #: revisits of each training row above which ``lobsurf train`` warns: beyond it the
 #: memorisation gauge climbs on the bundled market (benchmarks/RESULTS.md, "Learning
-#: dynamics": +0.05 at 80 revisits, +0.13 at 120, +0.37 at 400; about 0 below 60)
+#: dynamics": within +-0.02 up to 64 revisits, +0.05 at 86 and 107, +0.13 at 128, +0.37 at 428)
 REVISIT_WARNING = 50
 
 
