@@ -91,13 +91,6 @@ def test_reference_equals_the_production_step_with_n_step_returns(tiny_store):
     _run_both(tiny_store, steps=16, learner={"n_step": 3, "learning_starts": 4})
 
 
-def test_reference_equals_the_production_step_with_a_cosine_rate_and_weight_decay(tiny_store):
-    # the run is 12 steps, so the cosine reaches its floor inside it
-    _run_both(tiny_store, steps=16, learner={"lr_schedule": "cosine", "lr_final_fraction": 0.3,
-                                             "weight_decay": 0.1, "learning_starts": 4},
-              train={"steps": 12})
-
-
 def test_a_production_loss_without_importance_weights_is_caught(tiny_store, monkeypatch):
     """The planted bug: the production C51 loss drops the importance weights."""
     from lobsurf.agent import step as step_module

@@ -112,13 +112,6 @@ class LearnerConfig:
     """Per-step discount of the C51 Bellman target."""
     lr: float = 1e-3
     """Adam learning rate (every loss is a batch mean, so it does not depend on B)."""
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    """"cosine": the rate falls as a half cosine from ``lr`` to ``lr_final_fraction`` x lr
-    over the run's learning steps (train.steps - learning_starts); "constant": it stays."""
-    lr_final_fraction: float = 0.1
-    """The cosine schedule's last rate as a fraction of ``lr``."""
-    weight_decay: float = 0.0
-    """AdamW's decoupled weight decay per unit of the (scheduled) rate; 0: none."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     grad_clip_norm: float = 10.0
@@ -140,11 +133,6 @@ class LearnerConfig:
         _check_unit_interval(self, ("gamma", "polyak_tau"))
         if not 0 < self.lr < math.inf or not self.adam_eps > 0:
             raise ValueError(f"lr and adam_eps must be > 0, got {self.lr}, {self.adam_eps}")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise ValueError(f"lr_schedule must be constant or cosine, got {self.lr_schedule!r}")
-        _check_unit_interval(self, ("lr_final_fraction",))
-        if not 0 <= self.weight_decay < math.inf:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if not self.grad_clip_norm >= 0:
             raise ValueError(f"grad_clip_norm must be >= 0, got {self.grad_clip_norm}")
         if self.n_step < 1:

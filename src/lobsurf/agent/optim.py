@@ -8,12 +8,7 @@ host read, the step is capture-ready, and the learning rate can be lowered in pl
 float would be frozen into a captured graph).
 
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
-    p <- p - lr_t * wd * p                                   (decoupled weight decay)
-    p <- p - lr_t * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
-
-with lr_t = lr * f(t), f the schedule (``LrSchedule``: 1, or a cosine from 1 down to
-``final_fraction`` over ``decay_steps`` steps, then flat), as AdamW (Loshchilov & Hutter
-2019) with a cosine schedule.
+    p <- p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 
 The parameters, their gradients and both moments are laid out as one buffer each
 (lobsurf.agent.flat), and the update is one element-wise function over them,
@@ -35,28 +30,6 @@ from lobsurf.agent.flat import FlatParameters, flatten_parameters_
 from lobsurf.writeback import copy_values_
 
 
-class LrSchedule(NamedTuple):
-    """The learning rate's multiplier over the optimiser's steps, and the weight decay.
-
-    ``decay_steps`` 0 keeps the factor at 1 (a constant rate); otherwise it falls as a half
-    cosine from 1 at step 0 to ``final_fraction`` at ``decay_steps`` and stays there.
-    ``weight_decay`` is AdamW's decoupled decay per unit of the scheduled rate (0: none).
-    """
-
-    decay_steps: int = 0
-    final_fraction: float = 1.0
-    weight_decay: float = 0.0
-
-
-def schedule_factor(step_count: torch.Tensor, schedule: LrSchedule) -> torch.Tensor:
-    """f(t) of ``LrSchedule`` at the 0-d step count t (pure; 1 for a constant rate)."""
-    if schedule.decay_steps <= 0:
-        return torch.ones_like(step_count)
-    progress = (step_count / schedule.decay_steps).clamp(max=1.0)
-    f = schedule.final_fraction
-    return f + (1.0 - f) * 0.5 * (1.0 + torch.cos(torch.pi * progress))
-
-
 class AdamScalars(NamedTuple):
     """One step's 0-d scalars: the new step count t, sqrt(1 - b2^t) and lr / (1 - b1^t)."""
 
@@ -65,32 +38,28 @@ class AdamScalars(NamedTuple):
     step_size: torch.Tensor
 
 
-def adam_scalars(step_count: torch.Tensor, lr: torch.Tensor, beta1: float, beta2: float,
-                 schedule: LrSchedule = LrSchedule()) -> AdamScalars:
-    """The scalars of the next step from the step count before it (pure); ``step_size``
-    carries the schedule's factor at the step count before the step."""
+def adam_scalars(step_count: torch.Tensor, lr: torch.Tensor, beta1: float, beta2: float
+                 ) -> AdamScalars:
+    """The scalars of the next step from the step count before it (pure)."""
     t = step_count + 1.0
     bias1 = 1.0 - torch.pow(beta1, t)
     return AdamScalars(step_count=t, bias2_sqrt=torch.sqrt(1.0 - torch.pow(beta2, t)),
-                       step_size=lr * schedule_factor(step_count, schedule) / bias1)
+                       step_size=lr / bias1)
 
 
 def flat_adam_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
                exp_avg_sq: torch.Tensor, step_count: torch.Tensor, lr: torch.Tensor,
                grad_divisor: torch.Tensor | None, target: torch.Tensor | None,
-               beta1: float, beta2: float, eps: float, tau: float,
-               schedule: LrSchedule = LrSchedule()) -> torch.Tensor:
+               beta1: float, beta2: float, eps: float, tau: float) -> torch.Tensor:
     """One Adam step of flat buffers, in place, and the new step count (returned, not
     written: module docstring).
 
     ``grad`` is divided by ``grad_divisor`` first (left divided, as the other paths leave
     it); with ``target`` (the target network's flat parameters, the same layout) the
-    Polyak step target <- target + tau (new param - target) follows. ``schedule`` scales
-    the rate and decays the weights (module docstring). The gaps between segments stay 0.
+    Polyak step target <- target + tau (new param - target) follows. The gaps between
+    segments stay 0.
     """
-    k = adam_scalars(step_count, lr, beta1, beta2, schedule)
-    if schedule.weight_decay > 0:
-        param.mul_(1.0 - lr * schedule_factor(step_count, schedule) * schedule.weight_decay)
+    k = adam_scalars(step_count, lr, beta1, beta2)
     if grad_divisor is not None:
         grad.div_(grad_divisor)
     exp_avg.lerp_(grad, 1.0 - beta1)
@@ -107,15 +76,13 @@ class TensorAdam:
     device tensors."""
 
     def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, schedule: LrSchedule = LrSchedule()) -> None:
+                 eps: float = 1e-8) -> None:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("no trainable parameters")
         device = self.params[0].device
         self.beta1, self.beta2 = betas
         self.eps = eps
-        self.schedule = schedule
-        """The rate's schedule and the weight decay (static: part of the compiled update)."""
         self.lr = torch.tensor(float(lr), dtype=torch.float32, device=device)
         self.step_count = torch.zeros((), dtype=torch.float32, device=device)
         self.flat: FlatParameters = flatten_parameters_(self.params, with_grads=True)
@@ -144,7 +111,7 @@ class TensorAdam:
         self.flat.check()
         count = update(self.flat.data, self.flat.grad, self.exp_avg_flat, self.exp_avg_sq_flat,
                        self.step_count, self.lr, grad_divisor, target, self.beta1, self.beta2,
-                       self.eps, tau, self.schedule)
+                       self.eps, tau)
         copy_values_([(self.step_count, count)])
 
     def state_dict(self) -> dict[str, object]:

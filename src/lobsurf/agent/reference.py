@@ -188,21 +188,13 @@ def _adam_and_polyak(state: TrainState, grads: list[torch.Tensor], cfg: StepConf
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
     max_norm = cfg.learner.grad_clip_norm if cfg.learner.grad_clip_norm > 0 else math.inf
     divisor = ((norm + 1e-6) / max_norm).clamp(min=1.0)
-    # the rate's half-cosine schedule over the learning steps, then AdamW's decoupled decay
-    sched = opt.schedule
-    lr = opt.lr
-    if sched.decay_steps > 0:
-        done = torch.clamp(opt.step_count / sched.decay_steps, max=1.0)
-        lr = lr * (sched.final_fraction
-                   + (1 - sched.final_fraction) * (1 + torch.cos(math.pi * done)) / 2)
     opt.step_count += 1
     bias1, bias2 = 1 - opt.beta1 ** opt.step_count, 1 - opt.beta2 ** opt.step_count
     for p, g, m, v in zip(opt.params, grads, opt.exp_avg, opt.exp_avg_sq):
         g = g / divisor
-        p.mul_(1 - lr * sched.weight_decay)
         m.mul_(opt.beta1).add_((1 - opt.beta1) * g)
         v.mul_(opt.beta2).add_((1 - opt.beta2) * g * g)
-        p.sub_(lr / bias1 * m / (v.sqrt() / bias2.sqrt() + opt.eps))
+        p.sub_(opt.lr / bias1 * m / (v.sqrt() / bias2.sqrt() + opt.eps))
     for tp, p in zip(state.target.parameters(), state.online.parameters()):
         tp.mul_(1 - tau).add_(tau * p)
     return norm

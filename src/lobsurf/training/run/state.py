@@ -20,7 +20,7 @@ from lobsurf.agent.controllers import ControllerState
 from lobsurf.agent.flat import flatten_parameters_
 from lobsurf.agent.metrics import MetricSums
 from lobsurf.agent.network import AgentNetwork
-from lobsurf.agent.optim import LrSchedule, TensorAdam
+from lobsurf.agent.optim import TensorAdam
 from lobsurf.agent.policy import reference_log_probs
 from lobsurf.agent.replay import PrioritizedReplay
 from lobsurf.agent.state import StepConfig, StepTables, TrainState
@@ -77,14 +77,6 @@ def build_network(cfg: RunConfig, data: TrainingData, device: torch.device | str
     return net
 
 
-def lr_schedule(cfg: RunConfig) -> LrSchedule:
-    """The optimiser's schedule: a cosine over the run's learning steps, or constant."""
-    learning_steps = max(cfg.train.steps - cfg.learner.learning_starts, 1)
-    return LrSchedule(decay_steps=learning_steps if cfg.learner.lr_schedule == "cosine" else 0,
-                      final_fraction=cfg.learner.lr_final_fraction,
-                      weight_decay=cfg.learner.weight_decay)
-
-
 def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
                 pretrained: dict[str, torch.Tensor] | None = None, rank: int = 0
                 ) -> TrainState:
@@ -96,8 +88,7 @@ def build_state(cfg: RunConfig, data: TrainingData, device: torch.device | str,
     target = copy.deepcopy(online)
     for p in target.parameters():
         p.requires_grad_(False)
-    optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps,
-                           schedule=lr_schedule(cfg))
+    optimizer = TensorAdam(online.parameters(), lr=cfg.learner.lr, eps=cfg.learner.adam_eps)
     # the target's buffer in the online's layout: Polyak inside the flat Adam's pass
     flat_target = flatten_parameters_(target.parameters(), with_grads=False)
     try:
