@@ -121,32 +121,6 @@ class TrainingData:
         return out
 
 
-#: revisits of each training row above which ``lobsurf train`` warns: beyond it the
-#: memorisation gauge climbs on the bundled market (benchmarks/RESULTS.md, "Learning
-#: dynamics": within +-0.02 up to 64 revisits, +0.05 at 86 and 107, +0.13 at 128, +0.37 at 428)
-REVISIT_WARNING = 50
-
-
-def revisits_per_row(steps: int, envs: int, stride: int, windows: int) -> float:
-    """How many times a run visits each training row on average: every env step of every
-    learning step walks ``stride`` rows of the ``windows`` rows the simulator trains on."""
-    return steps * envs * stride / max(1, windows)
-
-
-def revisit_warning(steps: int, envs: int, stride: int, windows: int) -> str | None:
-    """What to do when a run would revisit each training row more than ``REVISIT_WARNING``
-    times (None when it does not)."""
-    visits = revisits_per_row(steps, envs, stride, windows)
-    if visits <= REVISIT_WARNING:
-        return None
-    fewer = int(REVISIT_WARNING * max(1, windows) / (envs * stride))
-    more = visits / REVISIT_WARNING
-    return (f"{steps:,} steps x {envs:,} envs x stride {stride} revisit each of the "
-            f"{windows:,} training rows about {visits:,.0f} times (above {REVISIT_WARNING}, "
-            f"where the agent starts to memorise them: docs/training.md, \"Revisits\"); "
-            f"give it about {more:,.1f}x the data (more days) or at most {fewer:,} steps")
-
-
 def head_rows(book: BookTensors, stop: int) -> BookTensors:
     """The book's rows [0, stop) as a BookTensors of their own (segments clipped)."""
     keep = book.segment_start < stop

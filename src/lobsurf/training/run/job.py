@@ -6,7 +6,8 @@ device changed. Before loading data it states the run's memory ceiling
 (lobsurf.training.faults.resources) and refuses a config that cannot fit; it names the fee the run
 pays and where it comes from (given, the store's, or the default: lobsurf.sim.fees) and
 warns where its round trip is above the typical move of the training rows, and where the run
-would revisit each training row more than lobsurf.training.data.REVISIT_WARNING times. Ctrl-C or
+would revisit each training row more than lobsurf.training.budget.REVISIT_WARNING times, or
+when its steps outlast the target rate (lobsurf.training.budget.target_rate_warning). Ctrl-C or
 SIGTERM stops after the current step with a checkpoint (exit status 128 + the signal).
 Diagnostics go to stderr, the summary at the end to stdout (rank 0 only under torchrun).
 """
@@ -118,7 +119,8 @@ def train_one(config_file: str | None, overrides: list[str], run_dir: Path, *,
     from lobsurf.devices import enable_tf32, resolve_device
     from lobsurf.training.selection.choice import choice_summary
     from lobsurf.training.config import resolve_run_config
-    from lobsurf.training.data import default_store, load_training_data, revisit_warning
+    from lobsurf.training.budget import revisit_warning, target_rate_warning
+    from lobsurf.training.data import default_store, load_training_data
     from lobsurf.training.distributed.collective import init_collective
     from lobsurf.training.run.loop import train
     from lobsurf.training.faults.resources import check_fits, memory_estimate, store_rows
@@ -168,9 +170,10 @@ def train_one(config_file: str | None, overrides: list[str], run_dir: Path, *,
         say(f"train: {lots}", file=sys.stderr)
     if collective.is_main:
         _say_fees(cfg, data, resumed=resume)
-        warning = revisit_warning(cfg.train.steps, cfg.train.envs * collective.world_size,
-                                  cfg.sim.stride, len(data.fit_rows))
-        if warning:
+        warnings = (revisit_warning(cfg.train.steps, cfg.train.envs * collective.world_size,
+                                    cfg.sim.stride, len(data.fit_rows)),
+                    target_rate_warning(cfg.train.steps, cfg.learner.polyak_tau))
+        for warning in filter(None, warnings):
             print(f"train: warning: {warning}", file=sys.stderr)
     result = train(cfg, run_dir, data, device, resume=resume, pretrained=pretrained,
                    progress=progress, init_note=cfg.train.init_from, collective=collective)
