@@ -15,8 +15,9 @@ and on its edge-0 null ``tradeable-fast-null`` (3 days of 40,000 snapshots, one 
 
 A small network (d_model 32, one layer, K 16, q_hidden 64) at 32 envs for 1,200 steps,
 validated every 200 (a validation sweeps the 1,600-decision validation slice and as many
-training rows, under a second), keeps each seed's run near 10 s on one CPU thread: each
-market's fixture (data, two seeds, evaluation) takes about 20 s on an idle 2-core machine.
+training rows, under a second), keeps each seed's run near 10 s on one thread of the 2-core
+AMD EPYC CI machine (each market's fixture about 20 s) and near 34 s on its Intel Xeon
+successor (each fixture 55-65 s; the code of 2026-12-06 takes the same 36 s a seed there).
 The runs use one thread: float reductions, hence a seeded run's trajectory, depend on the
 thread count. Measured (held-out net PnL of each seed's chosen checkpoint):
 
