@@ -37,9 +37,10 @@ from pathlib import Path
 
 from lobsurf.data.readers.binance_sync import APPLY, GAP, LOAD, DiffDepthSync
 from lobsurf.data.readers.decimals import SizeUnit, price_fixed, size_atoms
-from lobsurf.data.readers.l2_book import BookRows, CryptoChunk, L2Book
+from lobsurf.data.readers.l2_book import BookRows, CryptoChunk, L2Book, best_of
 from lobsurf.data.readers.text_lines import NumberedLines, first_lines
 from lobsurf.data.readers.top_of_book_check import TopOfBookCheck
+from lobsurf.data.schema import LEVELS
 from lobsurf.data.trades import SIDE_BUY, SIDE_SELL
 from lobsurf.errors import UserError
 
@@ -120,6 +121,19 @@ def _venue_of(kind: str, data: dict) -> str | None:
 
 
 _DECODER = json.JSONDecoder(parse_float=str)  # a number written as JSON stays exact text
+_SCAN = _DECODER.scan_once
+
+
+def _decode(text: str):
+    """The JSON value of ``text``. A line is one JSON value with nothing around it, so the
+    decoder's scanner reads it directly (``decode`` adds two whitespace matches); anything
+    else (surrounding whitespace, extra data, no value) goes through ``decode``, which
+    raises exactly what it always did."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:  # no value at 0: leading whitespace, or not JSON
+        return _DECODER.decode(text)
+    return value if end == len(text) else _DECODER.decode(text)
 
 
 def _parse_line(path: Path, number: int, raw: bytes) -> tuple[int, str, dict]:
@@ -130,7 +144,7 @@ def _parse_line(path: Path, number: int, raw: bytes) -> tuple[int, str, dict]:
         raise UserError(f"{path}:{number}: expected '<receive time in UNIX ns> <JSON>', "
                         f"found {raw[:40]!r}")
     try:
-        message = _DECODER.decode(body.decode())
+        message = _decode(body.decode())
     except (ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}:{number}: not a JSON message ({exc})") from None
     if type(message) is not dict:
@@ -193,6 +207,7 @@ class BinanceReader:
     def __iter__(self) -> Iterator[CryptoChunk]:
         rows, chunk_rows, symbol = self.rows, self.config.chunk_rows, self.key.symbol
         for path in self.paths:
+            name = str(path)  # the rows' file, and the messages' (once, not per line)
             self._lines = NumberedLines(path)
             for number, raw in self._lines:
                 if not raw or raw.isspace():
@@ -200,9 +215,9 @@ class BinanceReader:
                 ns, kind, data = _parse_line(path, number, raw)
                 if kind == "depth" and data.get("s") == symbol:  # the bulk of a recording
                     self.messages += 1
-                    self._depth(ns, data, path, number)
+                    self._depth(ns, data, name, number)
                 else:
-                    self._line(path, number, ns, kind, data)
+                    self._line(name, number, ns, kind, data)
                 if len(rows) >= chunk_rows:
                     yield rows.flush()
             self.counts["truncated_file"] += self._lines.truncated
@@ -221,7 +236,7 @@ class BinanceReader:
         """The bookTicker check's counts and the snapshots the book (re)started from."""
         return {**self.check.counts, "book_starts": self.sync.counts["snapshot_used"]}
 
-    def _line(self, path: Path, number: int, ns: int, kind: str, data: dict) -> None:
+    def _line(self, path: str, number: int, ns: int, kind: str, data: dict) -> None:
         if kind == "unused":
             self.counts["unused_messages"] += 1
             return
@@ -235,17 +250,17 @@ class BinanceReader:
             if kind == "depth":
                 self._depth(ns, data, path, number)
             elif kind == "snapshot":
-                self._snapshot(ns, data, (str(path), number))
+                self._snapshot(ns, data, (path, number))
             elif kind == "ticker":
                 texts = tuple(data[k] for k in ("b", "B", "a", "A"))
                 self.check.on_ticker(_int(data, "u"), texts, f"{path}:{number}")
             else:
-                self._trade(ns, data, (str(path), number))
+                self._trade(ns, data, (path, number))
         except (KeyError, TypeError, ValueError) as exc:
             what = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise UserError(f"{path}:{number}: bad {kind} message: {what}") from None
 
-    def _depth(self, ns: int, data: dict, path: Path, number: int) -> None:
+    def _depth(self, ns: int, data: dict, path: str, number: int) -> None:
         try:
             first, last, event_ms = data["U"], data["u"], data["E"]
             bids, asks = data["b"], data["a"]
@@ -259,12 +274,11 @@ class BinanceReader:
                 _check_depth(data)
             except (KeyError, ValueError) as exc:
                 raise UserError(f"{path}:{number}: bad depth message: {exc}") from None
-        payload = (bids, asks, last, ns, event_ms * NS_PER_MS, path, number)
-        steps = self.sync.on_event(first, last, prev, payload)
-        if len(steps) == 1 and steps[0][0] == APPLY:
-            self._apply(payload)
+        if self.sync.advance(first, last, prev):  # in sync: the bulk of a recording
+            self._apply(bids, asks, last, ns, event_ms * NS_PER_MS, path, number)
         else:
-            self._steps(steps)
+            payload = (bids, asks, last, ns, event_ms * NS_PER_MS, path, number)
+            self._steps(self.sync.on_event(first, last, prev, payload))
 
     def _snapshot(self, ns: int, data: dict, where: tuple[str, int]) -> None:
         if not isinstance(data["bids"], list) or not isinstance(data["asks"], list):
@@ -277,8 +291,9 @@ class BinanceReader:
         side = SIDE_SELL if data["m"] else SIDE_BUY  # m: the buyer was the maker
         self.rows.add_trade(price_fixed(data["p"]), size_atoms(data["q"]), side, where)
 
-    def _apply(self, payload: tuple) -> None:
-        bids, asks, last, ns, event_ns, path, number = payload
+    def _apply(self, bids: list, asks: list, last: int, ns: int, event_ns: int, path: str,
+               number: int) -> None:
+        """Apply one depth event (after ``sync`` said so) and emit its row."""
         book = self.book
         try:
             book.apply(True, bids)
@@ -286,15 +301,16 @@ class BinanceReader:
         except (TypeError, ValueError) as exc:
             raise UserError(f"{path}:{number}: bad depth level: {exc}") from None
         loaded = self._loaded_ns
-        self.rows.add(book, ns if ns > loaded else loaded, event_ns, str(path), number,
-                      self._break)
+        top = book.top_keys(LEVELS)
+        self.rows.add_top(top, ns if ns > loaded else loaded, event_ns, path, number,
+                          self._break)
         self._break = False
-        self.check.on_depth(last, book.best())
+        self.check.on_depth(last, best_of(top))
 
     def _steps(self, steps: list) -> None:
         for step, payload in steps:
             if step == APPLY:
-                self._apply(payload)
+                self._apply(*payload)
             elif step == LOAD:
                 data, ns, where = payload
                 try:

@@ -73,10 +73,18 @@ class DiffDepthSync:
                  ) -> list[tuple[str, Any]]:
         """A diff-depth event (U, u, pu or None, what the reader needs); returns the steps
         it makes possible."""
-        if self.book_id is not None and self.snapshot is None and self._continues(first, prev):
-            self.book_id = last  # in sync, the common case
+        if self.advance(first, last, prev):
             return [(APPLY, payload)]
         return self._event(DepthEvent(first, last, prev, payload))
+
+    def advance(self, first: int, last: int, prev: int | None) -> bool:
+        """The common case alone, without building steps: the book is in sync, no snapshot
+        waits, and the event continues the chain; then the book's id becomes ``last`` and
+        the event is to be applied (True). False: nothing changed, call ``on_event``."""
+        if self.book_id is not None and self.snapshot is None and self._continues(first, prev):
+            self.book_id = last
+            return True
+        return False
 
     def _event(self, event: DepthEvent) -> list[tuple[str, Any]]:
         if self.futures is None:
