@@ -39,7 +39,7 @@ def revisit_warning(steps: int, envs: int, stride: int, windows: int) -> str | N
 
 #: learning steps x the target rate after which the bootstrapped value drifts upward and
 #: validation capture falls: at tau 0.005 the drift starts near step 2,000 on the proxy
-#: market and the bundled market's CPU default (2,400 steps) still peaks at its end
+#: market, and the bundled market's CPU default (2,400 steps) ends within 0.9 of its peak
 #: (benchmarks/RESULTS.md, "Learning dynamics")
 TARGET_CATCHUP = 12.0
 
