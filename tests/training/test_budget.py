@@ -44,4 +44,7 @@ def test_target_rate_warning_above_the_catch_up_names_a_rate_that_stays_under_it
     suggested = float(msg.rsplit("learner.polyak_tau=", 1)[1])
     assert suggested < tau and 10_000 * suggested <= TARGET_CATCHUP * 1.01
     assert target_rate_warning(10_000, suggested_polyak_tau(10_000, tau)) is None
+    for steps in (3_000, 7_000, 8_000, 9_000, 11_000, 25_000):  # the printed rate stays under
+        printed = float(target_rate_warning(steps, tau).rsplit("learner.polyak_tau=", 1)[1])
+        assert target_rate_warning(steps, printed) is None, steps
     assert suggested_polyak_tau(1_000, tau) == tau  # never faster than the configured rate

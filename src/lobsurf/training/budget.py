@@ -11,6 +11,8 @@ best checkpoint), so the user learns what the extra steps would buy and what to 
 
 from __future__ import annotations
 
+import math
+
 #: revisits of each training row above which ``lobsurf train`` warns: beyond it the
 #: memorisation gauge climbs on the bundled market (benchmarks/RESULTS.md, "Learning
 #: dynamics": at or below 0 up to 64 revisits, +0.05 at 86 and 107, +0.13 at 128, +0.37 at 428)
@@ -46,16 +48,20 @@ TARGET_CATCHUP = 12.0
 
 def suggested_polyak_tau(steps: int, current: float) -> float:
     """The target rate a run of ``steps`` learning steps takes to stay short of the drift:
-    ``TARGET_CATCHUP`` / steps, never faster than ``current``."""
-    return min(current, TARGET_CATCHUP / max(1, steps))
+    ``TARGET_CATCHUP`` / steps rounded down to two significant digits (so the rate as
+    printed stays under it), never faster than ``current``."""
+    tau = TARGET_CATCHUP / max(1, steps)
+    scale = 10.0 ** (1 - math.floor(math.log10(tau)))
+    return min(current, math.floor(tau * scale * (1 + 1e-9)) / scale)
 
 
 def target_rate_warning(steps: int, polyak_tau: float) -> str | None:
-    """What to do when ``steps`` x ``polyak_tau`` passes ``TARGET_CATCHUP`` (None below)."""
-    if steps * polyak_tau <= TARGET_CATCHUP:
+    """What to do when ``steps`` x ``polyak_tau`` passes ``TARGET_CATCHUP`` (None below;
+    a relative 1e-9 absorbs the float rounding of a product such as 10,000 x 0.0012)."""
+    if steps * polyak_tau <= TARGET_CATCHUP * (1 + 1e-9):
         return None
     tau = suggested_polyak_tau(steps, polyak_tau)
     return (f"{steps:,} steps at learner.polyak_tau {polyak_tau:g} let the target network catch "
             f"up after about {TARGET_CATCHUP / polyak_tau:,.0f} steps, and from there the "
             f"value drifts up and validation decays (docs/training.md, \"The target rate\"); "
-            f"for this budget --set learner.polyak_tau={tau:.2g}")
+            f"for this budget --set learner.polyak_tau={tau:g}")
