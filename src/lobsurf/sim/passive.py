@@ -39,7 +39,7 @@ from lobsurf.sim.config import SimConfig
 from lobsurf.sim.episode import (StepValues, TradeBooks, book_fill, episode_ends, next_state,
                                  next_stats)
 from lobsurf.sim.matching import closing_lots, walk_levels
-from lobsurf.sim.queue import UNSEEN_QUEUE, Row, crossing, fill_row, visible_size
+from lobsurf.sim.queue import UNSEEN_QUEUE, Row, RowReads, crossing, fill_known, read_rows
 from lobsurf.sim.reward import fees
 from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats, StepResult
 from lobsurf.sim.tables import EnvTables, PassiveTables
@@ -86,16 +86,15 @@ class _Resting(NamedTuple):
     seen: torch.Tensor
 
 
-def _pass_rows(o: _Resting, b: TradeBooks, maker_fees: torch.Tensor, rows: Row, first: int,
-               stop: int, raw_price: torch.Tensor, pt: PassiveTables, tables: EnvTables,
-               cfg: SimConfig) -> tuple[_Resting, TradeBooks, torch.Tensor]:
-    """Rows ``first`` .. ``stop - 1`` of the step's window for the resting orders; each
-    row's bid fill then ask fill is booked. Returns the orders, the books and the maker
-    fees paid this step so far (``maker_fees`` plus these rows')."""
-    for k in range(first, stop):
-        row = Row(rows.px[:, k], rows.sz[:, k], rows.trade_px[:, k], rows.trade_sz[:, k])
-        f = fill_row(o.remaining, o.queue, o.price, o.size, o.seen, row, cfg.queue_model,
-                     cfg.queue_power)
+def _pass_rows(o: _Resting, b: TradeBooks, maker_fees: torch.Tensor, reads: RowReads,
+               raw_price: torch.Tensor, pt: PassiveTables, tables: EnvTables, cfg: SimConfig
+               ) -> tuple[_Resting, TradeBooks, torch.Tensor]:
+    """The rows of ``reads`` ([B, R, 2], read at the orders' prices) for the resting orders,
+    in order; each row's bid fill then ask fill is booked. Returns the orders, the books
+    and the maker fees paid this step so far (``maker_fees`` plus these rows')."""
+    for k in range(reads.size.shape[1]):
+        f = fill_known(o.remaining, o.queue, o.size, o.seen,
+                       RowReads(*(x[:, k] for x in reads)), cfg.queue_model, cfg.queue_power)
         o = o._replace(remaining=f.remaining, queue=f.queue, size=f.size, seen=f.seen,
                        filled=o.filled + f.filled)
         for side, sign in ((BID, 1), (ASK, -1)):
@@ -133,13 +132,16 @@ def passive_step_values(s: SimState, st: SimStats, ps: PassiveState, pst: Passiv
     window = Row(raw_px * pt.side_sign, pt.book_sz[rows], pt.trade_px[rows], pt.trade_sz[rows])
     sign = pt.side_sign[:, 0]
     price = ps.price_ticks * sign
-    size, seen = visible_size(price, window.px[:, 0], window.sz[:, 0])
+    # every row's sizes, prints and crosses at the orders' prices, read at once (the prices
+    # change only where a post joins, at row c + L): the walk over the rows is elementwise
+    before = read_rows(price, Row(*(x[:, :lat + 1] for x in window)))
     o = _Resting(ps.remaining, price, ps.queue_ahead, ps.age, torch.zeros_like(ps.filled),
-                 size, seen)
+                 before.size[:, 0], before.seen[:, 0])
     b = TradeBooks.start(s)
     # 1. the rows before the action arrives
-    o, b, maker_fees = _pass_rows(o, b, torch.zeros_like(b.fees), window, 1, lat + 1,
-                                  ps.price_ticks, pt, tables, cfg)
+    o, b, maker_fees = _pass_rows(o, b, torch.zeros_like(b.fees),
+                                  RowReads(*(x[:, 1:] for x in before)), ps.price_ticks, pt,
+                                  tables, cfg)
     # 2. the action arrives at row c + L: cancels (all on the last step), then the market
     # order, then a post
     remaining = o.remaining.masked_fill(pt.cancel[action] | last[:, None], 0)
@@ -163,15 +165,18 @@ def passive_step_values(s: SimState, st: SimStats, ps: PassiveState, pst: Passiv
     best = window.px[:, 0, :, 0].long()  # the best prices the agent saw, normalized
     refused = (want > 0) & crossing(best, window.px[:, lat])
     joins = (want > 0) & ~refused
-    join_size, join_seen = visible_size(best, window.px[:, lat], window.sz[:, lat])
+    price = torch.where(joins, best, o.price)
+    # rows c + L .. c + S at the prices after the post: row c + L's size is where a post
+    # joins (and, at an unchanged price, what the resting order saw there already)
+    after = read_rows(price, Row(*(x[:, lat:] for x in window)))
+    join_size, join_seen = after.size[:, 0], after.seen[:, 0]
     o = _Resting(
-        remaining=torch.where(joins, want, remaining), price=torch.where(joins, best, o.price),
+        remaining=torch.where(joins, want, remaining), price=price,
         queue=torch.where(joins, torch.where(join_seen, join_size.double(), UNSEEN_QUEUE),
                           o.queue),
-        age=torch.where(joins, 0, o.age), filled=o.filled,
-        size=torch.where(joins, join_size, o.size), seen=torch.where(joins, join_seen, o.seen))
+        age=torch.where(joins, 0, o.age), filled=o.filled, size=join_size, seen=join_seen)
     # 3. the rows after it
-    o, b, maker_fees = _pass_rows(o, b, maker_fees, window, lat + 1, cfg.stride + 1,
+    o, b, maker_fees = _pass_rows(o, b, maker_fees, RowReads(*(x[:, 1:] for x in after)),
                                   o.price * sign, pt, tables, cfg)
     # the state the agent sees at the new cursor (the window's last row)
     resting = o.remaining > 0

@@ -110,6 +110,43 @@ def cancels_ahead(queue: torch.Tensor, traded: torch.Tensor, size_before: torch.
     return torch.where(seen_before & seen & (cancelled > 0), moved, queue)
 
 
+class RowReads(NamedTuple):
+    """What a row shows resting orders at their prices, [B, 2] or with rows [B, R, 2]
+    (``read_rows``): the visible size at the price and whether seen, a fill-all event (a
+    trade-through or a cross), and the lots printed at the price."""
+
+    size: torch.Tensor
+    seen: torch.Tensor
+    through: torch.Tensor
+    traded: torch.Tensor
+
+
+def read_rows(price: torch.Tensor, rows: Row) -> RowReads:
+    """``RowReads`` of orders at normalized ``price`` [B, 2] in ``rows``: one row ([B, 2, 10]
+    levels) or several at once ([B, R, 2, 10]; the price held over them). Reading a step's
+    rows in one call leaves ``fill_known``'s walk over them elementwise."""
+    if rows.px.dim() == 4:
+        price = price[:, None]
+    size, seen = visible_size(price, rows.px, rows.sz)
+    through = (rows.trade_px < price) | crossing(price, rows.px)
+    traded = torch.where(rows.trade_px == price, rows.trade_sz, 0)
+    return RowReads(size, seen, through, traded)
+
+
+def fill_known(remaining: torch.Tensor, queue: torch.Tensor, size_before: torch.Tensor,
+               seen_before: torch.Tensor, reads: RowReads, model: str, power: int) -> RowFill:
+    """``fill_row`` once the row's ``reads`` at the orders' prices are known: elementwise."""
+    beyond = (reads.traded - queue).clamp(min=0.0).floor().long()
+    filled = torch.where(reads.through, remaining, torch.minimum(beyond, remaining))
+    queue = (queue - reads.traded).clamp(min=0.0)
+    if model == "probabilistic":
+        queue = cancels_ahead(queue, reads.traded, size_before, seen_before, reads.size,
+                              reads.seen, power)
+    queue = torch.where(reads.seen, torch.minimum(queue, reads.size), queue)
+    return RowFill(filled=filled, remaining=remaining - filled, queue=queue, size=reads.size,
+                   seen=reads.seen)
+
+
 def fill_row(remaining: torch.Tensor, queue: torch.Tensor, price: torch.Tensor,
              size_before: torch.Tensor, seen_before: torch.Tensor, row: Row,
              model: str, power: int) -> RowFill:
@@ -124,14 +161,5 @@ def fill_row(remaining: torch.Tensor, queue: torch.Tensor, price: torch.Tensor,
         row: this row, normalized.
         model: "risk_averse" or "probabilistic"; power: n of the probabilistic model.
     """
-    size, seen = visible_size(price, row.px, row.sz)
-    through = (row.trade_px < price) | crossing(price, row.px)
-    traded = torch.where(row.trade_px == price, row.trade_sz, 0)
-    beyond = (traded - queue).clamp(min=0.0).floor().long()
-    filled = torch.where(through, remaining, torch.minimum(beyond, remaining))
-    queue = (queue - traded).clamp(min=0.0)
-    if model == "probabilistic":
-        queue = cancels_ahead(queue, traded, size_before, seen_before, size, seen, power)
-    queue = torch.where(seen, torch.minimum(queue, size), queue)
-    return RowFill(filled=filled, remaining=remaining - filled, queue=queue, size=size,
-                   seen=seen)
+    return fill_known(remaining, queue, size_before, seen_before, read_rows(price, row),
+                      model, power)
