@@ -9,7 +9,8 @@ rules with their tests.
 
 A step decided at row c with latency L <= stride S, for every env at once:
 1. rows c+1 .. c+L: the orders resting before the decision meet each row's prints and size
-   changes (``lobsurf.sim.queue.fill_row``), bid then ask within a row;
+   changes (``lobsurf.sim.queue``: the rows read at the orders' prices at once, then
+   walked elementwise), bid then ask within a row;
 2. at row c+L the action arrives: a Cancel removes that side's order (its fills stand);
    a market order walks row c+L's book as in the market-order step, clipped so that
    position + resting bid <= limit and position - resting ask >= -limit; a Post joins
