@@ -51,11 +51,14 @@ def compare_runs(book: BookTensors, cfg: SimConfig, num_envs: int, actions: torc
     return int(compared_env(book, cfg, num_envs, actions).stats.trades.sum())
 
 
-def compared_env(book: BookTensors, cfg: SimConfig, num_envs: int, actions: torch.Tensor
-                 ) -> BatchedLobEnv:
+def compared_env(book: BookTensors, cfg: SimConfig, num_envs: int, actions: torch.Tensor,
+                 walk_kernel: bool = False) -> BatchedLobEnv:
     """``compare_runs``, returning the batched env after the run (its stats say what the
-    run exercised)."""
+    run exercised). ``walk_kernel``: the resting orders' rows walked by the Triton kernel
+    (lobsurf.sim.passive_triton; on CPU in Triton's interpreter)."""
     env = BatchedLobEnv(book, num_envs, cfg)
+    if walk_kernel:
+        env.tables = env.tables._replace(passive=env.tables.passive._replace(walk_kernel=True))
     draws = torch.Generator(device=book.device)
     draws.manual_seed(cfg.seed)  # the env's generator stream, replayed for the references
 

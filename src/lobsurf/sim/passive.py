@@ -40,6 +40,7 @@ from lobsurf.sim.config import SimConfig
 from lobsurf.sim.episode import (StepValues, TradeBooks, book_fill, episode_ends, next_state,
                                  next_stats)
 from lobsurf.sim.matching import closing_lots, walk_levels
+from lobsurf.sim.passive_triton import walk_kernel_runs, walk_rows_triton
 from lobsurf.sim.queue import UNSEEN_QUEUE, Row, RowReads, crossing, fill_known, read_rows
 from lobsurf.sim.reward import fees
 from lobsurf.sim.state import PassiveState, PassiveStats, SimState, SimStats, StepResult
@@ -71,7 +72,7 @@ def passive_tables(book: BookTensors, cfg: SimConfig, side_px: torch.Tensor,
         post_lots=torch.tensor(cfg.post_lots, dtype=torch.int64, device=device),
         cancel=torch.tensor(cfg.cancel_sides, dtype=torch.bool, device=device),
         maker_fee_per_lot=maker_fee_per_lot, maker_fee_per_value_tick=maker_fee_per_value_tick,
-        last_row=len(book) - 1)
+        last_row=len(book) - 1, walk_kernel=walk_kernel_runs(device))
 
 
 class _Resting(NamedTuple):
@@ -92,7 +93,17 @@ def _pass_rows(o: _Resting, b: TradeBooks, maker_fees: torch.Tensor, reads: RowR
                ) -> tuple[_Resting, TradeBooks, torch.Tensor]:
     """The rows of ``reads`` ([B, R, 2], read at the orders' prices) for the resting orders,
     in order; each row's bid fill then ask fill is booked. Returns the orders, the books
-    and the maker fees paid this step so far (``maker_fees`` plus these rows')."""
+    and the maker fees paid this step so far (``maker_fees`` plus these rows'). On CUDA
+    one kernel walks them (``lobsurf.sim.passive_triton``), equal to this loop."""
+    if reads.size.shape[1] == 0:
+        return o, b, maker_fees
+    if pt.walk_kernel:
+        w = walk_rows_triton(o.remaining, o.queue, o.size, o.seen, o.filled, tuple(b),
+                             maker_fees, reads, raw_price, pt.maker_fee_per_lot,
+                             pt.maker_fee_per_value_tick, tables.tick_value, cfg.queue_model,
+                             cfg.queue_power)
+        return (o._replace(remaining=w.remaining, queue=w.queue, size=w.size, seen=w.seen,
+                           filled=w.filled), TradeBooks(*w.books), w.maker_fees)
     for k in range(reads.size.shape[1]):
         f = fill_known(o.remaining, o.queue, o.size, o.seen,
                        RowReads(*(x[:, k] for x in reads)), cfg.queue_model, cfg.queue_power)
