@@ -30,6 +30,9 @@ try:
 except ImportError:  # installs without Triton: the PyTorch walk runs instead
     triton = None
 
+#: whether float64 products are rounded alone on CUDA (``mul.rn``); never in the interpreter,
+#: which is fixed when Triton is imported
+EXACT_PRODUCTS = not interpreter_active()
 #: envs one program walks (a power of two); lanes of one warp group each
 WALK_BLOCK = 128
 WALK_WARPS = 4
@@ -244,7 +247,7 @@ def walk_rows_triton(remaining: torch.Tensor, queue: torch.Tensor, size: torch.T
     constants = torch.stack((fee_per_lot, fee_per_lot if no_bps else fee_per_value_tick,
                              tick_value))
     out_ints, out_floats = torch.empty_like(ints), torch.empty_like(floats)
-    exact = remaining.is_cuda and not interpreter_active()
+    exact = remaining.is_cuda and EXACT_PRODUCTS
     _walk_kernel[(triton.cdiv(num_envs, WALK_BLOCK),)](
         ints, floats, reads.size, reads.seen, reads.through, reads.traded, constants,
         out_ints, out_floats, num_envs, rows, *reads.size.stride(), *reads.seen.stride(),
