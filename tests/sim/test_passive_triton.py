@@ -26,7 +26,7 @@ needs_kernel = pytest.mark.skipif(not available_for(torch.device("cpu")),
 @needs_kernel
 @pytest.mark.parametrize("name", [
     "risk-averse-s1-l0", "risk-averse-s2-l1",
-    pytest.param("probabilistic-s3-l1", marks=pytest.mark.slow),
+    # latency = stride: no rows after the action arrives (the walk's empty case)
     pytest.param("probabilistic-s4-l4", marks=pytest.mark.slow)])
 def test_the_kernel_walk_matches_the_reference(name: str) -> None:
     cfg = PASSIVE_CONFIGS[name]
@@ -37,6 +37,7 @@ def test_the_kernel_walk_matches_the_reference(name: str) -> None:
 
 @needs_kernel
 def test_the_kernel_walk_matches_the_reference_with_bps_fees_and_queue_power_3() -> None:
+    # the probabilistic model's products and the bps fee's: where fused products would differ
     cfg = dataclasses.replace(PASSIVE_CONFIGS["probabilistic-s3-l1"], queue_power=3,
                               fee_bps=0.7, maker_fee_bps=0.35, max_episode_steps=15)
     book = random_walk_book(500, num_segments=2, seed=4, max_size_lots=8, trades=True)
