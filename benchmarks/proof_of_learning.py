@@ -266,8 +266,9 @@ def main() -> int:
                    help="wall-clock limit of each scenario's training (all seeds)")
     p.add_argument("--quick", action="store_true", help="tiny markets and budgets (smoke)")
     p.add_argument("--train-args", default="",
-                   help="more lobsurf train arguments for every scenario (they come last: "
-                        "e.g. '--steps 4000' shortens every run)")
+                   help="more lobsurf train arguments for every scenario (they come last), "
+                        "given with '=' since they start with '-': e.g. "
+                        "--train-args='--steps 4000' shortens every run")
     args = p.parse_args()
     names = [n for n in args.scenarios.split(",") if n]
     unknown = set(names) - set(SCENARIOS)
