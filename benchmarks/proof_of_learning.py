@@ -12,6 +12,8 @@ Scenarios (``--scenarios``, comma-separated; markets from ``lobsurf.presets``):
 * ``edge-b1024``: the bundled market at B = 1024 for 10,000 steps (compute);
 * ``edge-b1024-12d``: the same market's law over 12 days instead of 4 (data);
 * ``fast-gpu``: ``tradeable-fast`` with ``GPU_CONFIG`` (a second market for the ceiling);
+* ``passive-gpu``: the bundled market with ``GPU_CONFIG`` and resting orders
+  (``sim.passive_orders``; the store records no maker fee, so resting fills pay the taker fee);
 * ``es``: the real CME ES session of ``../shared/data`` (``--es-dbn``) at the CPU default.
 
 Goals (exit code 1 when one fails; the tables are printed either way):
@@ -26,7 +28,9 @@ Goals (exit code 1 when one fails; the tables are printed either way):
 * no memorisation (edge-b1024): the gauge is at most ``GAUGE_MAX`` at every look;
 * compute and data buy skill: edge-b1024's IQM capture above edge-cpu's beyond both
   intervals, edge-b1024-12d's above edge-b1024's likewise;
-* near the ceiling (edge-gpu, fast-gpu): IQM ``capture_bayes`` >= ``CEILING_SHARE``.
+* near the ceiling (edge-gpu, fast-gpu): IQM ``capture_bayes`` >= ``CEILING_SHARE``;
+* passive-gpu: IQM net PnL at least edge-gpu's (the same budget with market orders only)
+  and at least the market maker's (``baseline:market_maker``, fitted on training rows).
 
     python benchmarks/proof_of_learning.py --device cuda --seeds 3 --out proof
     python benchmarks/proof_of_learning.py --device cpu --seeds 2 --quick   # a smoke run
@@ -76,6 +80,8 @@ SCENARIOS = {
     "edge-b1024": Scenario("edge-b1024", "tradeable", B1024),
     "edge-b1024-12d": Scenario("edge-b1024-12d", "tradeable:days=12", B1024),
     "fast-gpu": Scenario("fast-gpu", "tradeable-fast", GPU_CONFIG),
+    "passive-gpu": Scenario("passive-gpu", "tradeable",
+                            GPU_CONFIG + ["--set", "sim.passive_orders=true"]),
     "es": Scenario("es", "es"),
 }
 #: --quick: tiny markets and budgets (every code path, no meaning)
@@ -210,7 +216,10 @@ def report(name: str, rows: list[dict], seeds: dict, wall_s: float) -> None:
     print(f"  P(agent > baseline): {probs}")
 
 
-def check(name: str, rows: list[dict], seeds: dict, results: dict) -> list[str]:
+def check(name: str, rows: list[dict], seeds: dict, results: dict,
+          policies: dict | None = None) -> list[str]:
+    """The goals (module docstring) that scenario ``name`` fails; ``results``: the seeds'
+    verdicts of the scenarios evaluated before it; ``policies``: its eval's policies."""
     failures = []
     if name.startswith("null"):
         for r in rows:
@@ -247,6 +256,16 @@ def check(name: str, rows: list[dict], seeds: dict, results: dict) -> list[str]:
         if share is None or share < CEILING_SHARE:
             failures.append(f"{name}: IQM capture of the causal ceiling {share} < "
                             f"{CEILING_SHARE}")
+    if name == "passive-gpu":
+        net = seeds["iqm"].get("net_pnl") or 0.0
+        market = results.get("edge-gpu")
+        if market is not None and net < (market["iqm"].get("net_pnl") or 0.0):
+            failures.append(f"passive-gpu: IQM net PnL {net:,.0f} below edge-gpu's "
+                            f"{market['iqm'].get('net_pnl'):,.0f}")
+        maker = ((policies or {}).get("market_maker") or {}).get("net_pnl")
+        if maker is None or net < maker:
+            failures.append(f"passive-gpu: IQM net PnL {net:,.0f} below the market maker's "
+                            f"{maker}")
     if name == "es":
         for r in rows:
             if r["policy"] != "hold" and (r["net_pnl"] or 0) < 0:
@@ -300,7 +319,7 @@ def main() -> int:
         rows = seed_rows(result)
         results[n] = seeds
         report(n, rows, seeds, walls[n])
-        failures += check(n, rows, seeds, results)
+        failures += check(n, rows, seeds, results, result["policies"])
         summary[n] = {"seeds": seeds, "rows": rows, "chosen": result.get("chosen"),
                       "wall_s": walls[n],
                       "policies": {k: v.get("net_pnl") for k, v in result["policies"].items()}}
