@@ -128,12 +128,15 @@ if triton is not None:
                      fees_ptr, out_ints_ptr, out_floats_ptr, B, R,
                      s_size_b, s_size_r, s_size_s, s_seen_b, s_seen_r, s_seen_s,
                      s_through_b, s_through_r, s_through_s, s_traded_b, s_traded_r,
-                     s_traded_s, PROBABILISTIC: tl.constexpr, POWER: tl.constexpr,
-                     BPS_FEE: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr):
+                     s_traded_s, INTS: tl.constexpr, FLOATS: tl.constexpr,
+                     PROBABILISTIC: tl.constexpr, POWER: tl.constexpr, BPS_FEE: tl.constexpr,
+                     EXACT: tl.constexpr, BLOCK: tl.constexpr):
+        """Walk R rows for BLOCK envs: the packed state in (rows of INTS int64 and FLOATS
+        float64, ``walk_rows_triton`` lists the columns), the same layout out."""
         env = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         live = env < B
-        ints = ints_ptr + env * 18
-        floats = floats_ptr + env * 7
+        ints = ints_ptr + env * INTS
+        floats = floats_ptr + env * FLOATS
         rem_b = tl.load(ints + 0, mask=live, other=0)
         rem_a = tl.load(ints + 1, mask=live, other=0)
         size_b = tl.load(ints + 2, mask=live, other=0)
@@ -192,7 +195,7 @@ if triton is not None:
                 lots_a, -1, price_a, position, cash, fees, reward, closes, wins, gross_ticks,
                 closed_fees, flow, fees_paid, filled, turnover, maker_fees, fee_per_lot,
                 fee_per_value_tick, tick_value, BPS_FEE, EXACT)
-        out = out_ints_ptr + env * 18
+        out = out_ints_ptr + env * INTS
         tl.store(out + 0, rem_b, mask=live)
         tl.store(out + 1, rem_a, mask=live)
         tl.store(out + 2, size_b, mask=live)
@@ -211,7 +214,7 @@ if triton is not None:
         tl.store(out + 15, turnover, mask=live)
         tl.store(out + 16, price_b, mask=live)
         tl.store(out + 17, price_a, mask=live)
-        out_f = out_floats_ptr + env * 7
+        out_f = out_floats_ptr + env * FLOATS
         tl.store(out_f + 0, queue_b, mask=live)
         tl.store(out_f + 1, queue_a, mask=live)
         tl.store(out_f + 2, fees, mask=live)
@@ -251,9 +254,9 @@ def walk_rows_triton(remaining: torch.Tensor, queue: torch.Tensor, size: torch.T
     _walk_kernel[(triton.cdiv(num_envs, WALK_BLOCK),)](
         ints, floats, reads.size, reads.seen, reads.through, reads.traded, constants,
         out_ints, out_floats, num_envs, rows, *reads.size.stride(), *reads.seen.stride(),
-        *reads.through.stride(), *reads.traded.stride(),
-        PROBABILISTIC=model == "probabilistic", POWER=power, BPS_FEE=not no_bps, EXACT=exact,
-        BLOCK=WALK_BLOCK, num_warps=WALK_WARPS)
+        *reads.through.stride(), *reads.traded.stride(), INTS=ints.shape[1],
+        FLOATS=floats.shape[1], PROBABILISTIC=model == "probabilistic", POWER=power,
+        BPS_FEE=not no_bps, EXACT=exact, BLOCK=WALK_BLOCK, num_warps=WALK_WARPS)
     i, f = out_ints.unbind(1), out_floats.unbind(1)
     books_out = (i[8], i[9], f[2], f[3], i[10], i[11], i[12], f[4], i[13], f[5], i[14], i[15])
     return Walked(remaining=out_ints[:, 0:2], queue=out_floats[:, 0:2], size=out_ints[:, 2:4],
