@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # The GPU benchmarks, run from the repository root on a machine with a CUDA GPU, in order:
 #   (a) the GPU tests: python -m pytest -q -m gpu tests
-#   (b) lobsurf bench at the goal rows (B:layers 16:2 256:4 1024:2 1024:4; bf16, compiled)
+#   (b) lobsurf bench at the goal rows (B:layers 16:2 256:4 1024:2 1024:4; bf16, compiled),
+#       then the rows of PASSIVE_ROWS (default 256:4) again with --passive-orders
 #   (c) the proof of learning: python benchmarks/proof_of_learning.py $PROOF_ARGS
 # then a short table, one line per part or bench row. Logs and JSON go into
 # $OUT/device_details.tgz and the table into $OUT/summary.txt ($OUT if set, else ./bench_out).
 # Exit code 1 when any part failed.
 #
 #   bash benchmarks/device.sh
-#   TESTS=0 PROOF=0 ROWS="256:4" bash benchmarks/device.sh         # one bench row
+#   TESTS=0 PROOF=0 ROWS="256:4" PASSIVE_ROWS= bash benchmarks/device.sh   # one bench row
 #   TESTS=0 BENCH=0 PROOF_ARGS="--device cuda --steps 6000" bash benchmarks/device.sh
 #
 # Parts: TESTS, BENCH, PROOF (1 runs it, the default; 0 skips it). Settings: TEST_ARGS
 # (pytest's paths, default tests), ROWS (the bench rows), BENCH_ARGS (more `lobsurf bench`
-# flags, e.g. --no-draw-ahead), PROOF_ARGS (default --device cuda), TEST_LIMIT, ROW_LIMIT and
+# flags, e.g. --no-draw-ahead), PASSIVE_ROWS (bench rows timed with resting orders too; empty:
+# none), PROOF_ARGS (default --device cuda), TEST_LIMIT, ROW_LIMIT and
 # PROOF_LIMIT (seconds a part, or one bench row, may run: 3600, 900, 7200), WHEELS (default
 # .whl: wheels of packages the machine lacks, installed into /tmp/site first). The
 # checkout's src/ is what runs.
@@ -64,13 +66,13 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 
 if [ "${BENCH:-1}" = 1 ]; then
-  for point in $ROWS; do
-    IFS=: read -r b l <<< "$point"
-    tag="bench_B${b}_L${l}"
-    echo "== (b) lobsurf bench B=$b layers=$l ${BENCH_ARGS:-}"
+  for point in $ROWS $(for r in ${PASSIVE_ROWS-256:4}; do echo "$r:passive"; done); do
+    IFS=: read -r b l passive <<< "$point"
+    tag="bench_B${b}_L${l}${passive:+_passive}"
+    echo "== (b) lobsurf bench B=$b layers=$l ${passive:+--passive-orders }${BENCH_ARGS:-}"
     timeout "${ROW_LIMIT:-900}" python3 -m lobsurf bench --batch "$b" --layers "$l" \
       --precision bf16 --compile --steps 30 --repeats 2 --snapshots 50000 ${BENCH_ARGS:-} \
-      --json "$DETAILS/$tag.json" > "$DETAILS/$tag.log" 2>&1
+      ${passive:+--passive-orders} --json "$DETAILS/$tag.json" > "$DETAILS/$tag.log" 2>&1
     rc=$?
     figures=$(python3 - "$DETAILS/$tag.json" <<'EOF' 2>/dev/null
 import json, sys
@@ -84,7 +86,7 @@ else:
     print(f"{g['steps_per_s']:,.1f} steps/s (not compiled: {c.get('error', 'off')})")
 EOF
 )
-    row "bench B=$b L=$l" "$rc" "${figures:-no figures: see $tag.log}"
+    row "bench B=$b L=$l${passive:+ passive}" "$rc" "${figures:-no figures: see $tag.log}"
   done
 fi
 
