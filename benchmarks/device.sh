@@ -10,7 +10,8 @@
 #
 #   bash benchmarks/device.sh
 #   TESTS=0 PROOF=0 ROWS="256:4" PASSIVE_ROWS= bash benchmarks/device.sh   # one bench row
-#   TESTS=0 BENCH=0 PROOF_ARGS="--device cuda --steps 6000" bash benchmarks/device.sh
+#   TESTS=0 BENCH=0 PROOF_ARGS="--device cuda --scenarios edge-gpu,passive-gpu --train-args=--no-compile" \
+#     bash benchmarks/device.sh
 #
 # Parts: TESTS, BENCH, PROOF (1 runs it, the default; 0 skips it). Settings: TEST_ARGS
 # (pytest's paths, default tests), ROWS (the bench rows), BENCH_ARGS (more `lobsurf bench`
