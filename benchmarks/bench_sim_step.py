@@ -23,8 +23,10 @@ timed. Also reports the ops (CPU) or kernels (CUDA) per step from torch.profiler
 bytes of book and state one env-step reads and writes at minimum (every state and stats
 field read and written once, one book side row and a mid gathered). ``--profile B`` writes
 the top kernels of B envs' eager step by device time (host time on CPU) to
-``profile_sim_B.txt``: how the level cumsum that cost 65 % of the step was found
-(benchmarks/RESULTS.md, Simulator step). Prints its table last and writes JSON to --out.
+``profile_sim_B_eager.txt`` (with ``--passive`` also the passive step's, and with a
+compiled mode the compiled steps', e.g. ``profile_sim_B_compiled_passive.txt``): how the
+level cumsum that cost 65 % of the step was found (benchmarks/RESULTS.md, Simulator step).
+Prints its table last and writes JSON to --out.
 """
 
 from __future__ import annotations
@@ -168,29 +170,34 @@ def bench_one(book, num_envs: int, device: torch.device, steps: int, modes: list
     return row, env, action
 
 
-def profile_step(book, num_envs: int, device: torch.device, out: Path | None) -> None:
-    """Print (and write to ``out``) the top ops of ``num_envs`` envs' eager step by device
-    time on CUDA, host time on CPU, over ``PROFILE_STEPS`` steps after burn-in."""
+def profile_step(book, num_envs: int, device: torch.device, out: Path | None,
+                 cfg: SimConfig | None = None, compiled: bool = False) -> None:
+    """Print (and write to ``out``) the top ops of ``num_envs`` envs' step by device time on
+    CUDA, host time on CPU, over ``PROFILE_STEPS`` steps after burn-in: the eager step, or
+    with ``compiled`` the ``torch.compile(step_values)`` step (its fused kernels by name)."""
     from torch.profiler import ProfilerActivity, profile
 
-    env = BatchedLobEnv(book, num_envs, SimConfig(fee_per_lot=0.5, fee_bps=0.2))
+    env = BatchedLobEnv(book, num_envs, cfg or SimConfig(fee_per_lot=0.5, fee_bps=0.2))
     env.reset()
     action = torch.randint(0, env.cfg.num_actions, (num_envs,), device=device)
+    kernel = torch.compile(step_values, dynamic=False) if compiled else step_values
     for _ in range(5):
-        env.step(action)
+        env.step(action, kernel=kernel)
     sync(device)
     cuda = device.type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:
         for _ in range(PROFILE_STEPS):
-            env.step(action)
+            env.step(action, kernel=kernel)
         sync(device)
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=25)
-    print(f"{PROFILE_STEPS} eager steps of {num_envs} envs, top ops by {sort}:\n{table}")
+    table = prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=90)
+    what = ("compiled" if compiled else "eager") + (" passive" if env.cfg.passive_orders else "")
+    print(f"{PROFILE_STEPS} {what} steps of {num_envs} envs, top ops by {sort}:\n{table}")
     if out:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"profile_sim_{num_envs}.txt").write_text(table)
+        name = what.replace(" ", "_")
+        (out / f"profile_sim_{num_envs}_{name}.txt").write_text(table)
 
 
 def main() -> None:
@@ -269,6 +276,11 @@ def passive_main(args, book, device: torch.device, modes: list[str]) -> None:
         row |= {f"{m}_ratio": passive[f"{m}_env_steps_per_s"] / market[f"{m}_env_steps_per_s"]
                 for m in modes}
         rows.append(row)
+    if args.profile:
+        compiled_too = any(m.startswith("compile") for m in modes)
+        for cfg in (base, on):
+            for compiled in (False, True) if compiled_too else (False,):
+                profile_step(book, args.profile, device, args.out, cfg, compiled)
     print(f"stride {args.stride}, latency 1, queue model {args.queue_model}; env steps/s "
           "with passive orders off (market) and on (passive)")
     print(f"{'B':>7} {'mode':>14} {'market':>16} {'passive':>16} {'ratio':>7} "

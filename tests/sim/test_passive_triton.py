@@ -14,7 +14,6 @@ from lobsurf.models.kernels.triton_support import available_for
 from lobsurf.sim import BatchedLobEnv, SimConfig
 from lobsurf.sim.books import random_walk_book
 from lobsurf.sim.passive_triton import walk_rows_triton
-from lobsurf.sim.queue import RowReads
 from tests.sim.harness import compared_env
 from tests.sim.passive_books import queue_market
 from tests.sim.test_env_reference import PASSIVE_CONFIGS, exercised, passive_actions
@@ -47,13 +46,15 @@ def test_the_kernel_walk_matches_the_reference_with_bps_fees_and_queue_power_3()
 
 @needs_kernel
 def test_an_unknown_queue_model_is_refused() -> None:
+    cfg = SimConfig(stride=2, latency_rows=1, passive_orders=True)
+    env = BatchedLobEnv(random_walk_book(200, 1, seed=0, trades=True), 1, cfg)
     zeros = torch.zeros(1, 2, dtype=torch.int64)
-    reads = RowReads(*(torch.zeros(1, 1, 2, dtype=torch.int64) for _ in range(4)))
     money = torch.tensor(0.0, dtype=torch.float64)
     with pytest.raises(ValueError, match="queue model"):
-        walk_rows_triton(zeros, zeros.double(), zeros, zeros.bool(), zeros,
+        walk_rows_triton(zeros, zeros.double(), zeros.bool(), zeros,
                          tuple(torch.zeros(1, dtype=torch.int64) for _ in range(12)),
-                         money.reshape(1), reads, zeros, money, None, money, "fifo", 1)
+                         money.reshape(1), zeros, torch.zeros(1, 3, dtype=torch.int64), 0, 1,
+                         env.tables.passive, money, "fifo", 1)
 
 
 def _fields(env: BatchedLobEnv) -> dict[str, list]:

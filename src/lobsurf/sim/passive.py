@@ -88,23 +88,31 @@ class _Resting(NamedTuple):
     seen: torch.Tensor
 
 
-def _pass_rows(o: _Resting, b: TradeBooks, maker_fees: torch.Tensor, reads: RowReads,
-               raw_price: torch.Tensor, pt: PassiveTables, tables: EnvTables, cfg: SimConfig
+def _walk_rows(o: _Resting, joins: torch.Tensor, b: TradeBooks, maker_fees: torch.Tensor,
+               raw_price: torch.Tensor, rows: torch.Tensor, first: int, count: int,
+               pt: PassiveTables, tables: EnvTables, cfg: SimConfig
                ) -> tuple[_Resting, TradeBooks, torch.Tensor]:
-    """The rows of ``reads`` ([B, R, 2], read at the orders' prices) for the resting orders,
-    in order; each row's bid fill then ask fill is booked. Returns the orders, the books
-    and the maker fees paid this step so far (``maker_fees`` plus these rows'). On CUDA
-    one kernel walks them (``lobsurf.sim.passive_triton``), equal to this loop."""
-    if reads.size.shape[1] == 0:
-        return o, b, maker_fees
+    """The window's rows ``first + 1 .. first + count`` (``rows`` [B, S + 1] each env's book
+    rows) for the resting orders at ``raw_price`` [B, 2], in order; row ``first`` gives each
+    order's start size, and a joining order (``joins`` [B, 2]) its queue: behind that size,
+    or behind everything where the price is not seen. Each row's bid fill then ask fill is
+    booked. Returns the orders (their size and seen flag: the last row's), the books and the
+    maker fees paid this step so far (``maker_fees`` plus these rows'). On CUDA one kernel
+    reads and walks the rows (``lobsurf.sim.passive_triton``), equal to this loop."""
     if pt.walk_kernel:
-        w = walk_rows_triton(o.remaining, o.queue, o.size, o.seen, o.filled, tuple(b),
-                             maker_fees, reads, raw_price, pt.maker_fee_per_lot,
-                             pt.maker_fee_per_value_tick, tables.tick_value, cfg.queue_model,
-                             cfg.queue_power)
+        w = walk_rows_triton(o.remaining, o.queue, joins, o.filled, tuple(b), maker_fees,
+                             raw_price, rows, first, count, pt, tables.tick_value,
+                             cfg.queue_model, cfg.queue_power)
         return (o._replace(remaining=w.remaining, queue=w.queue, size=w.size, seen=w.seen,
                            filled=w.filled), TradeBooks(*w.books), w.maker_fees)
-    for k in range(reads.size.shape[1]):
+    window = rows[:, first:first + count + 1]
+    reads = read_rows(raw_price * pt.side_sign[:, 0],
+                      Row(pt.book_px[window] * pt.side_sign, pt.book_sz[window],
+                          pt.trade_px[window], pt.trade_sz[window]))
+    start_size, start_seen = reads.size[:, 0], reads.seen[:, 0]
+    o = o._replace(size=start_size, seen=start_seen, queue=torch.where(
+        joins, torch.where(start_seen, start_size.double(), UNSEEN_QUEUE), o.queue))
+    for k in range(1, count + 1):
         f = fill_known(o.remaining, o.queue, o.size, o.seen,
                        RowReads(*(x[:, k] for x in reads)), cfg.queue_model, cfg.queue_power)
         o = o._replace(remaining=f.remaining, queue=f.queue, size=f.size, seen=f.seen,
@@ -140,20 +148,16 @@ def passive_step_values(s: SimState, st: SimStats, ps: PassiveState, pst: Passiv
     # the decision row (0) and the stride's rows after it; rows past the book's end (only
     # on an episode's last step, after both orders are cancelled) read its last row
     rows = (s.cursor[:, None] + pt.window).clamp_(max=pt.last_row)
-    raw_px = pt.book_px[rows]  # [B, S + 1, 2, 10]
-    window = Row(raw_px * pt.side_sign, pt.book_sz[rows], pt.trade_px[rows], pt.trade_sz[rows])
     sign = pt.side_sign[:, 0]
-    price = ps.price_ticks * sign
-    # every row's sizes, prints and crosses at the orders' prices, read at once (the prices
-    # change only where a post joins, at row c + L): the walk over the rows is elementwise
-    before = read_rows(price, Row(*(x[:, :lat + 1] for x in window)))
-    o = _Resting(ps.remaining, price, ps.queue_ahead, ps.age, torch.zeros_like(ps.filled),
-                 before.size[:, 0], before.seen[:, 0])
+    unknown = torch.zeros_like(ps.remaining)  # the size at the price: each walk reads it
+    o = _Resting(ps.remaining, ps.price_ticks * sign, ps.queue_ahead, ps.age,
+                 torch.zeros_like(ps.filled), unknown, unknown > 0)
     b = TradeBooks.start(s)
-    # 1. the rows before the action arrives
-    o, b, maker_fees = _pass_rows(o, b, torch.zeros_like(b.fees),
-                                  RowReads(*(x[:, 1:] for x in before)), ps.price_ticks, pt,
-                                  tables, cfg)
+    maker_fees = torch.zeros_like(b.fees)
+    # 1. the rows before the action arrives (the start size: row c's)
+    if lat > 0:
+        o, b, maker_fees = _walk_rows(o, unknown > 0, b, maker_fees, ps.price_ticks, rows, 0,
+                                      lat, pt, tables, cfg)
     # 2. the action arrives at row c + L: cancels (all on the last step), then the market
     # order, then a post
     remaining = o.remaining.masked_fill(pt.cancel[action] | last[:, None], 0)
@@ -162,9 +166,10 @@ def passive_step_values(s: SimState, st: SimStats, ps: PassiveState, pst: Passiv
     order = target - b.position
     n, buy = order.abs(), order > 0
     close = closing_lots(b.position.abs(), n, target.abs())
-    side = buy.long()[:, None, None].expand(-1, 1, raw_px.shape[-1])
-    px = raw_px[:, lat].gather(1, side).squeeze(1)  # [B, 10] the side the order takes
-    sz = window.sz[:, lat].gather(1, side).squeeze(1).clone()
+    arrival = rows[:, lat]  # the book row the action meets
+    side = buy.long()[:, None, None].expand(-1, 1, pt.book_px.shape[-1])
+    px = pt.book_px[arrival].gather(1, side).squeeze(1)  # [B, 10] the side the order takes
+    sz = pt.book_sz[arrival].gather(1, side).squeeze(1)
     sz[:, -1].add_(last, alpha=limit)  # a forced close always fills (as step_values)
     filled, value = walk_levels(px, sz, torch.stack((n, close), 1), tables.strictly_upper)
     fee = fees(filled, value, tables.fee_per_lot, tables.fee_per_value_tick)
@@ -174,22 +179,16 @@ def passive_step_values(s: SimState, st: SimStats, ps: PassiveState, pst: Passiv
     room = torch.stack((limit - b.position, limit + b.position), 1)
     want = torch.minimum(pt.post_lots[action], room).clamp_(min=0)
     want = want.masked_fill_(last[:, None] | (remaining > 0), 0)
-    best = window.px[:, 0, :, 0].long()  # the best prices the agent saw, normalized
-    refused = (want > 0) & crossing(best, window.px[:, lat])
+    # the best prices the agent saw (row c), normalized; a post there may not cross row c + L
+    best = (pt.book_px[rows[:, 0], :, 0] * sign).long()
+    refused = (want > 0) & crossing(best, pt.book_px[arrival] * pt.side_sign)
     joins = (want > 0) & ~refused
-    price = torch.where(joins, best, o.price)
-    # rows c + L .. c + S at the prices after the post: row c + L's size is where a post
+    # 3. rows c + L .. c + S at the prices after the post: row c + L's size is where a post
     # joins (and, at an unchanged price, what the resting order saw there already)
-    after = read_rows(price, Row(*(x[:, lat:] for x in window)))
-    join_size, join_seen = after.size[:, 0], after.seen[:, 0]
-    o = _Resting(
-        remaining=torch.where(joins, want, remaining), price=price,
-        queue=torch.where(joins, torch.where(join_seen, join_size.double(), UNSEEN_QUEUE),
-                          o.queue),
-        age=torch.where(joins, 0, o.age), filled=o.filled, size=join_size, seen=join_seen)
-    # 3. the rows after it
-    o, b, maker_fees = _pass_rows(o, b, maker_fees, RowReads(*(x[:, 1:] for x in after)),
-                                  o.price * sign, pt, tables, cfg)
+    o = o._replace(remaining=torch.where(joins, want, remaining),
+                   price=torch.where(joins, best, o.price), age=torch.where(joins, 0, o.age))
+    o, b, maker_fees = _walk_rows(o, joins, b, maker_fees, o.price * sign, rows, lat,
+                                  cfg.stride - lat, pt, tables, cfg)
     # the state the agent sees at the new cursor (the window's last row)
     resting = o.remaining > 0
     fraction = torch.where(o.seen, torch.where(o.size > 0, o.queue / o.size.clamp(min=1), 0.0),
