@@ -30,7 +30,11 @@ Goals (exit code 1 when one fails; the tables are printed either way):
   intervals, edge-b1024-12d's above edge-b1024's likewise;
 * near the ceiling (edge-gpu, fast-gpu): IQM ``capture_bayes`` >= ``CEILING_SHARE``;
 * passive-gpu: IQM net PnL at least edge-gpu's (the same budget with market orders only)
-  and at least the market maker's (``baseline:market_maker``, fitted on training rows).
+  and at least the market maker's (``baseline:market_maker``, fitted on training rows);
+* every scenario trains its whole budget: one that ``--limit-s`` stopped (its seeds keep
+  their checkpoints and are evaluated) fails, since its figures are a shorter run's. The
+  scenarios train side by side: two B = 1024 scenarios together need more than the
+  default on one H100.
 
     python benchmarks/proof_of_learning.py --device cuda --seeds 3 --out proof
     python benchmarks/proof_of_learning.py --device cpu --seeds 2 --quick   # a smoke run
@@ -302,13 +306,14 @@ def main() -> int:
     t0 = time.perf_counter()
     procs = {n: start_training(SCENARIOS[n], stores[SCENARIOS[n].market], root / n, args)
              for n in names}
-    walls = {}
+    walls, stopped = {}, set()
     for n, proc in procs.items():
         try:
             proc.wait(timeout=max(1.0, args.limit_s - (time.perf_counter() - t0)))
         except subprocess.TimeoutExpired:
             proc.terminate()  # SIGTERM: each seed stops after its step with a checkpoint
             proc.wait()
+            stopped.add(n)
         walls[n] = time.perf_counter() - t0
     results, failures, summary = {}, [], {}
     for n in names:
@@ -320,8 +325,14 @@ def main() -> int:
         results[n] = seeds
         report(n, rows, seeds, walls[n])
         failures += check(n, rows, seeds, results, result["policies"])
+        if n in stopped:  # what it shows is of a shorter run than the scenario's budget
+            last = max((r.get("last_step") or 0 for r in rows), default=0)
+            print(f"  stopped by --limit-s ({args.limit_s:,.0f} s): last look at step {last:,}")
+            failures.append(f"{n}: stopped by --limit-s {args.limit_s:,.0f} s (last look at "
+                            f"step {last:,}): its goals are those of a shorter run; raise "
+                            "--limit-s")
         summary[n] = {"seeds": seeds, "rows": rows, "chosen": result.get("chosen"),
-                      "wall_s": walls[n],
+                      "wall_s": walls[n], "stopped_by_limit": n in stopped,
                       "policies": {k: v.get("net_pnl") for k, v in result["policies"].items()}}
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
     print("PASS" if not failures else "FAIL:\n  " + "\n  ".join(failures))
