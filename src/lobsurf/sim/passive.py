@@ -149,14 +149,16 @@ def passive_step_values(s: SimState, st: SimStats, ps: PassiveState, pst: Passiv
     # on an episode's last step, after both orders are cancelled) read its last row
     rows = (s.cursor[:, None] + pt.window).clamp_(max=pt.last_row)
     sign = pt.side_sign[:, 0]
-    unknown = torch.zeros_like(ps.remaining)  # the size at the price: each walk reads it
+    # the size at each order's price and whether seen are not known yet: each walk reads
+    # them at its start row
+    no_order = torch.zeros_like(ps.remaining, dtype=torch.bool)
     o = _Resting(ps.remaining, ps.price_ticks * sign, ps.queue_ahead, ps.age,
-                 torch.zeros_like(ps.filled), unknown, unknown > 0)
+                 torch.zeros_like(ps.filled), torch.zeros_like(ps.remaining), no_order)
     b = TradeBooks.start(s)
     maker_fees = torch.zeros_like(b.fees)
-    # 1. the rows before the action arrives (the start size: row c's)
+    # 1. the rows before the action arrives (the start size: row c's; nothing joins here)
     if lat > 0:
-        o, b, maker_fees = _walk_rows(o, unknown > 0, b, maker_fees, ps.price_ticks, rows, 0,
+        o, b, maker_fees = _walk_rows(o, no_order, b, maker_fees, ps.price_ticks, rows, 0,
                                       lat, pt, tables, cfg)
     # 2. the action arrives at row c + L: cancels (all on the last step), then the market
     # order, then a post

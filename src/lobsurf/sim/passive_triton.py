@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from lobsurf.models.kernels.triton_support import available_for, interpreter_active
+from lobsurf.sim.tables import PassiveTables
 
 try:
     import triton
@@ -271,8 +272,8 @@ if triton is not None:
 def walk_rows_triton(remaining: torch.Tensor, queue: torch.Tensor, joins: torch.Tensor,
                      filled: torch.Tensor, books: tuple[torch.Tensor, ...],
                      maker_fees: torch.Tensor, raw_price: torch.Tensor, rows: torch.Tensor,
-                     first: int, count: int, pt, tick_value: torch.Tensor, model: str,
-                     power: int) -> Walked:
+                     first: int, count: int, pt: PassiveTables, tick_value: torch.Tensor,
+                     model: str, power: int) -> Walked:
     """The walk of ``lobsurf.sim.passive`` over the window's rows ``first + 1 .. first +
     count`` (``rows`` [B, S + 1] the book rows of each env's window) as one kernel that reads
     the rows itself (``pt``: the ``PassiveTables``), row ``first`` giving the orders' start

@@ -19,7 +19,8 @@ class PassiveTables(NamedTuple):
     side_sign [2, 1] int32 (+1 bid, -1 ask); window [S + 1] int64 0..S, the rows a step
     reads after its cursor; post_lots [A, 2] int64; cancel [A, 2] bool; maker_fee_per_lot,
     maker_fee_per_value_tick (None without a bps maker fee) 0-d float64; last_row: N - 1;
-    walk_kernel: the rows are walked by one kernel (``lobsurf.sim.passive_triton``: CUDA).
+    walk_kernel: the rows are read and walked by one kernel (``lobsurf.sim.passive_triton``:
+    CUDA).
     """
 
     book_px: torch.Tensor
